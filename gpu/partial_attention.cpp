@@ -1,0 +1,84 @@
+#include "gpu/partial_attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "src/common/error.h"
+#include "src/common/vec_math.h"
+
+namespace topkv {
+
+namespace {
+// Raises p.m to at least `m_new`, rescaling l and o; returns the new m.
+float rescale_to(AttnPartial& p, float m_new) {
+  if (m_new <= p.m) return p.m;
+  if (p.l != 0.f) {
+    float c = std::exp(p.m - m_new);
+    p.l *= c;
+    for (auto& x : p.o) x *= c;
+  }
+  p.m = m_new;
+  return m_new;
+}
+}  // namespace
+
+void partial_add(AttnPartial& p, const float* s, const float* logw, const float* v, int64_t n) {
+  if (n <= 0) return;
+  const size_t dv = p.o.size();
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, s[i] + (logw ? logw[i] : 0.f));
+  float m = rescale_to(p, mx);
+  for (int64_t i = 0; i < n; ++i) {
+    float w = std::exp(s[i] + (logw ? logw[i] : 0.f) - m);
+    p.l += w;
+    axpy_f32(w, v + (size_t)i * dv, p.o.data(), dv);
+  }
+}
+
+void partial_add_rows(AttnPartial& p, const float* s, const RowStore& values, const int64_t* ids, int64_t n) {
+  if (n <= 0) return;
+  TOPKV_CHECK((size_t)values.dim() == p.o.size(), "value dimension {} does not match the partial's {}",
+              values.dim(), p.o.size());
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, s[i]);
+  float m = rescale_to(p, mx);
+  for (int64_t i = 0; i < n; ++i) {
+    float w = std::exp(s[i] - m);
+    p.l += w;
+    axpy_row(values.dtype(), w, values.row(ids[i]), p.o.data(), p.o.size());
+  }
+}
+
+void partial_merge(AttnPartial& a, const AttnPartial& b) {
+  if (b.l == 0.f) return;
+  if (a.l == 0.f) {
+    a = b;
+    return;
+  }
+  float m = std::max(a.m, b.m);
+  float ca = std::exp(a.m - m), cb = std::exp(b.m - m);
+  a.l = a.l * ca + b.l * cb;
+  for (size_t j = 0; j < a.o.size(); ++j) a.o[j] = a.o[j] * ca + b.o[j] * cb;
+  a.m = m;
+}
+
+void partial_finish(const AttnPartial& p, float* out) {
+  for (size_t j = 0; j < p.o.size(); ++j) out[j] = p.l > 0.f ? p.o[j] / p.l : 0.f;
+}
+
+void attention_exact(const float* q, float scale, const RowStore& keys, const RowStore& values, int64_t n,
+                     float* out) {
+  TOPKV_CHECK(n <= keys.size() && n <= values.size(), "attention over {} rows but the stores hold {} / {}", n,
+              keys.size(), values.size());
+  std::vector<float> s((size_t)n);
+  std::vector<int64_t> ids((size_t)n);
+  for (int64_t i = 0; i < n; ++i) {
+    s[(size_t)i] = keys.dot(i, q) * scale;
+    ids[(size_t)i] = i;
+  }
+  AttnPartial p(values.dim());
+  partial_add_rows(p, s.data(), values, ids.data(), n);
+  partial_finish(p, out);
+}
+
+}  // namespace topkv

@@ -1,0 +1,13 @@
+// Constructors of the registered KvIndex backends (one .cpp per backend).
+// Each reads its build parameters from `params`; the factory then rejects any
+// parameter the backend did not read.
+#pragma once
+#include <memory>
+
+#include "index/kv_index.h"
+
+namespace topkv {
+
+std::unique_ptr<KvIndex> make_flat_index(const Params& params, const BuildOptions& opt);
+
+}  // namespace topkv

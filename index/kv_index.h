@@ -1,0 +1,168 @@
+// KvIndex: the one interface every per-(layer, KV head) key index implements.
+//
+// An index is built over a shared RowStore of keys (and, for backends that
+// summarise values, of values). It never owns the store; backends that can
+// read keys in place do so (flat, quest, centroid, multipole), those whose
+// library keeps its own copy (hnswlib, Faiss) say so in memory().
+//
+// Search takes the G query vectors of the KV head's query heads (GQA, G >= 1)
+// and returns the union of the ids each needs, with the exact inner product of
+// every returned key with every query (scores are raw q·k: the caller applies
+// the attention scale). Multipole-style backends also return the clusters they
+// did not select, with q·centroid, so the decode step can add them as an
+// approximate part of the log-sum-exp merge (DESIGN.md, "Multipole").
+//
+// Rows appended to the store after build() are found even before
+// add_new_rows() folds them into the structure: search scans that tail
+// exactly. add_new_rows() and search() on the same index are serialised by a
+// reader/writer lock (hnswlib's addPoint is not safe beside searchKnn), so a
+// runtime may fold rows in from another thread at any time.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "index/row_store.h"
+#include "src/common/binary_io.h"
+#include "src/common/options.h"
+
+namespace topkv {
+
+// How the G query heads of one KV head are served.
+enum class GqaMode : uint8_t {
+  Union = 0,  // each query head searches with budget k; the result is the union
+  Mean = 1,   // one search with the mean query; scores still exact per head
+};
+
+struct SearchParams {
+  int64_t k = 64;          // ids per query head (top-k backends) or token budget (quest, centroid)
+  int ef = 0;              // HNSW search list size; 0 = max(k, 64)
+  int nprobe = 0;          // IVF lists probed; 0 = backend default
+  double threshold = 0.0;  // centroid/multipole: keep clusters whose estimated share >= threshold
+                           // (0 = budget mode: keep best clusters until k tokens)
+  GqaMode gqa = GqaMode::Union;
+  int n_threads = 1;       // threads this one call may use
+};
+
+struct SearchStats {
+  int64_t keys_scored = 0;       // key rows dotted with a query while searching, summed over queries
+  int64_t summaries_scored = 0;  // centroids / page bounds / coarse nodes evaluated, summed over queries
+  int64_t tail_scanned = 0;      // rows past indexed_rows() scanned exactly
+};
+
+// Per-cluster summaries kept by centroid-type backends (Squeezed Attention's
+// centroids; Multipole Attention's far-field terms).
+struct ClusterSummaries {
+  int dim = 0, value_dim = 0;
+  std::vector<int64_t> counts;        // N_j: keys in cluster j
+  std::vector<float> key_centroids;   // [n_clusters][dim]: mean of the raw keys of cluster j
+  std::vector<float> value_means;     // [n_clusters][value_dim]: mean value (multipole only)
+  int64_t size() const { return (int64_t)counts.size(); }
+};
+
+struct SearchResult {
+  int nq = 0;
+  std::vector<int64_t> ids;     // distinct row ids, ascending
+  std::vector<float> scores;    // [nq][ids.size()]: exact q_g · key(id)
+  // Multipole: clusters not selected (their members are not in `ids`).
+  std::vector<int32_t> far_clusters;
+  std::vector<float> far_scores;                 // [nq][far_clusters.size()]: q_g · C_j
+  const ClusterSummaries* summaries = nullptr;   // valid until the index next changes
+  SearchStats stats;
+};
+
+struct MemoryReport {
+  size_t structure_bytes = 0;   // what the index itself holds: graph, lists, centroids, page bounds
+  size_t key_copy_bytes = 0;    // a private copy of the keys the backend's library insists on
+  size_t shared_store_bytes = 0;  // keys read in place from the shared store (not owned)
+  std::string note;             // e.g. "hnswlib keeps its own copy of every key"
+  size_t owned() const { return structure_bytes + key_copy_bytes; }
+};
+
+struct BuildOptions {
+  int n_threads = 0;      // 0 = all cores
+  uint64_t seed = 1234;
+  bool progress = false;  // draw a progress bar on stderr
+};
+
+class KvIndex {
+ public:
+  virtual ~KvIndex() = default;
+
+  // Creates an empty index of backend `spec.name` with its build parameters
+  // (e.g. "hnswlib:M=32,efc=200"). Unknown names or parameters are an Error.
+  static std::unique_ptr<KvIndex> create(const Spec& spec, const BuildOptions& opt = {});
+  static std::unique_ptr<KvIndex> create(const std::string& spec, const BuildOptions& opt = {});
+
+  const std::string& name() const { return name_; }
+  const Params& params() const { return params_; }
+  virtual bool needs_values() const { return false; }
+  // true: each query head's candidates are cut to its k best by exact score
+  // (flat, HNSW, IVF). false: the backend's own budget decides (quest, centroid).
+  virtual bool is_topk() const { return true; }
+
+  // Builds over every row currently in `keys`. `values` is required when
+  // needs_values(), ignored otherwise.
+  void build(std::shared_ptr<const RowStore> keys, std::shared_ptr<const RowStore> values = nullptr);
+  // Folds rows appended to the store since into the structure. Returns how many.
+  int64_t add_new_rows();
+  int64_t indexed_rows() const { return indexed_; }
+  int64_t size() const { return keys_ ? keys_->size() : 0; }
+  int dim() const { return keys_ ? keys_->dim() : 0; }
+  const RowStore& keys() const { return *keys_; }
+
+  // queries: nq x dim() fp32, row-major. Throws Error on bad input (no keys,
+  // nq < 1, k < 1, NaN/Inf in a query); k larger than the index returns all.
+  SearchResult search(const float* queries, int nq, const SearchParams& p) const;
+
+  MemoryReport memory() const;
+
+  // Saves the structure (never the keys: they live in the store). The file
+  // carries a format version, the backend and its parameters, and a
+  // fingerprint of the keys it was built on.
+  void save(const std::string& path) const;
+  // Loads an index saved by save(), attaching it to `keys` (and `values`),
+  // which must hold at least the rows it was built on.
+  static std::unique_ptr<KvIndex> load(const std::string& path, std::shared_ptr<const RowStore> keys,
+                                       std::shared_ptr<const RowStore> values = nullptr,
+                                       const BuildOptions& opt = {});
+
+ protected:
+  KvIndex(std::string name, Params params, const BuildOptions& opt)
+      : name_(std::move(name)), params_(std::move(params)), opt_(opt) {}
+
+  // What each backend writes. Rows are read from keys_ (and values_).
+  struct Candidates {
+    std::vector<int64_t> ids;  // may repeat across queries; rows < indexed_rows()
+    std::vector<int32_t> far_clusters;  // multipole: clusters not selected (union semantics is the
+    std::vector<float> far_scores;      //   backend's job); [nq][far] q·C_j
+    const ClusterSummaries* summaries = nullptr;
+    SearchStats stats;
+  };
+  virtual void build_impl(int64_t n_rows) = 0;               // rows [0, n_rows)
+  virtual void add_impl(int64_t from, int64_t to) = 0;       // rows [from, to)
+  virtual void search_impl(const float* queries, int nq, const SearchParams& p, Candidates& out) const = 0;
+  virtual MemoryReport memory_impl() const = 0;
+  virtual void save_impl(BinaryWriter& w) const = 0;
+  virtual void load_impl(BinaryReader& r) = 0;
+
+  int n_threads() const;  // opt_.n_threads resolved (0 -> hardware threads)
+
+  std::string name_;
+  Params params_;
+  BuildOptions opt_;
+  std::shared_ptr<const RowStore> keys_, values_;
+  int64_t indexed_ = 0;
+  mutable std::shared_mutex mu_;
+};
+
+// Names of the registered backends with a one-line description each.
+struct BackendInfo {
+  std::string name, description, params_help;
+};
+const std::vector<BackendInfo>& index_backends();
+
+}  // namespace topkv

@@ -1,0 +1,109 @@
+#include "src/common/binary_io.h"
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+namespace topkv {
+
+uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {
+  auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+BinaryWriter::BinaryWriter(std::string path, std::string_view magic8, uint32_t version)
+    : path_(std::move(path)), tmp_(path_ + ".tmp") {
+  TOPKV_CHECK(magic8.size() == 8, "internal: magic must be 8 bytes");
+  f_ = std::fopen(tmp_.c_str(), "wb");
+  TOPKV_CHECK(f_, "cannot create '{}': {} (check the directory exists and is writable)", tmp_,
+              std::strerror(errno));
+  bytes(magic8.data(), 8);
+  pod(version);
+}
+
+BinaryWriter::~BinaryWriter() {
+  if (f_) std::fclose(f_);
+  if (!committed_) std::remove(tmp_.c_str());
+}
+
+void BinaryWriter::bytes(const void* p, size_t n) {
+  if (n == 0) return;
+  hash_ = fnv1a64(p, n, hash_);
+  TOPKV_CHECK(std::fwrite(p, 1, n, f_) == n, "writing '{}' failed: {} (disk full?)", tmp_,
+              std::strerror(errno));
+}
+
+void BinaryWriter::str(std::string_view s) {
+  pod<uint64_t>(s.size());
+  bytes(s.data(), s.size());
+}
+
+void BinaryWriter::commit() {
+  uint64_t h = hash_;
+  TOPKV_CHECK(std::fwrite(&h, 8, 1, f_) == 1, "writing '{}' failed: {}", tmp_, std::strerror(errno));
+  TOPKV_CHECK(std::fflush(f_) == 0, "writing '{}' failed: {} (disk full?)", tmp_, std::strerror(errno));
+  std::fclose(f_);
+  f_ = nullptr;
+  std::error_code ec;
+  std::filesystem::rename(tmp_, path_, ec);
+  TOPKV_CHECK(!ec, "cannot rename '{}' to '{}': {}", tmp_, path_, ec.message());
+  committed_ = true;
+}
+
+BinaryReader::BinaryReader(const std::string& path, std::string_view magic8, uint32_t max_version,
+                           std::string_view what)
+    : path_(path), what_(what) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  TOPKV_CHECK(f, "cannot open {} '{}': {}", what_, path, std::strerror(errno));
+  std::fseek(f, 0, SEEK_END);
+  long size = std::ftell(f);
+  std::fseek(f, 0, SEEK_SET);
+  buf_.resize(size > 0 ? (size_t)size : 0);
+  size_t got = buf_.empty() ? 0 : std::fread(buf_.data(), 1, buf_.size(), f);
+  std::fclose(f);
+  TOPKV_CHECK(got == buf_.size(), "cannot read {} '{}'", what_, path);
+  TOPKV_CHECK(buf_.size() >= 8 + 4 + 8, "{} '{}' is too short ({} bytes) to be a topkv {}: truncated?",
+              what_, path, buf_.size(), what_);
+  TOPKV_CHECK(std::memcmp(buf_.data(), magic8.data(), 8) == 0,
+              "'{}' is not a topkv {} (bad magic bytes): wrong file?", path, what_);
+  std::memcpy(&version_, buf_.data() + 8, 4);
+  TOPKV_CHECK(version_ >= 1 && version_ <= max_version,
+              "{} '{}' has format version {}, this topkv reads versions 1..{}: rebuild it or upgrade topkv",
+              what_, path, version_, max_version);
+  end_ = buf_.size() - 8;
+  uint64_t stored, actual = fnv1a64(buf_.data(), end_);
+  std::memcpy(&stored, buf_.data() + end_, 8);
+  TOPKV_CHECK(stored == actual, "{} '{}' is corrupted or truncated (checksum mismatch): rebuild it", what_,
+              path);
+  pos_ = 12;
+}
+
+void BinaryReader::need(uint64_t count, size_t elem) const {
+  TOPKV_CHECK(elem == 0 || count <= (end_ - pos_) / elem,
+              "{} '{}' is malformed: a field claims {} items of {} bytes but {} bytes remain", what_, path_,
+              count, elem, end_ - pos_);
+}
+
+void BinaryReader::bytes(void* p, size_t n) {
+  need(n, 1);
+  if (n) std::memcpy(p, buf_.data() + pos_, n);
+  pos_ += n;
+}
+
+std::string BinaryReader::str() {
+  uint64_t n = pod<uint64_t>();
+  need(n, 1);
+  std::string s(reinterpret_cast<const char*>(buf_.data() + pos_), n);
+  pos_ += n;
+  return s;
+}
+
+void BinaryReader::expect_end() const {
+  TOPKV_CHECK(pos_ == end_, "{} '{}' is malformed: {} unexpected bytes at the end", what_, path_, end_ - pos_);
+}
+
+}  // namespace topkv

@@ -1,0 +1,48 @@
+// Parsing of the small option languages the CLI uses:
+//   backend specs   "hnswlib:M=32,efc=200"  -> name + key/value map
+//   sweeps          "16,32,64" or "16:256:x2" (16 to 256, doubling)
+//   sizes           "16G", "512M", "3.5GiB", "1024"
+#pragma once
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace topkv {
+
+// Key/value parameters with typed getters that reject bad values by name and
+// remember which keys were read, so unknown keys can be reported.
+class Params {
+ public:
+  Params() = default;
+  explicit Params(std::string_view kv_list);  // "a=1,b=x"; throws Error on syntax
+  bool has(const std::string& key) const { return kv_.count(key) != 0; }
+  int64_t get_int(const std::string& key, int64_t def) const;
+  double get_double(const std::string& key, double def) const;
+  bool get_bool(const std::string& key, bool def) const;
+  std::string get_str(const std::string& key, const std::string& def) const;
+  void set(const std::string& key, const std::string& value) { kv_[key] = value; }
+  const std::map<std::string, std::string>& map() const { return kv_; }
+  std::string str() const;  // canonical "a=1,b=x"
+  // Throws if a key was given that no getter asked for (typo protection).
+  void check_all_used(std::string_view context) const;
+
+ private:
+  std::map<std::string, std::string> kv_;
+  mutable std::set<std::string> used_;
+};
+
+struct Spec {
+  std::string name;
+  Params params;
+};
+Spec parse_spec(std::string_view spec);  // "name" or "name:k=v,..."
+
+std::vector<int64_t> parse_sweep(std::string_view s);
+std::vector<double> parse_double_list(std::string_view s);
+uint64_t parse_size(std::string_view s);       // bytes
+std::string format_bytes(double bytes);        // "1.50 GiB"
+
+}  // namespace topkv

@@ -1,0 +1,98 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "src/common/binary_io.h"
+#include "src/common/dtype.h"
+#include "src/common/options.h"
+#include "src/common/vec_math.h"
+
+using namespace topkv;
+
+TEST_CASE("fp16 and bf16 conversions round-trip and round to nearest") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  for (int i = 0; i < 10000; ++i) {
+    float x = nd(rng);
+    float h = f16_to_f32(f32_to_f16(x));
+    REQUIRE(std::fabs(h - x) <= std::fabs(x) * (1.0f / 2048) + 1e-7f);
+    float b = bf16_to_f32(f32_to_bf16(x));
+    REQUIRE(std::fabs(b - x) <= std::fabs(x) * (1.0f / 256));
+  }
+  CHECK(f16_to_f32(0x3c00) == 1.0f);
+  CHECK(f16_to_f32(0xc000) == -2.0f);
+  CHECK(f16_to_f32(0x0001) == Approx(5.960464477539063e-08f));  // smallest subnormal
+  CHECK(f32_to_f16(65504.f) == 0x7bff);
+  CHECK(std::isinf(f16_to_f32(f32_to_f16(1e6f))));
+  CHECK(std::isnan(bf16_to_f32(f32_to_bf16(std::nanf("")))));
+}
+
+TEST_CASE("dot products of every row type match a double-precision reference") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.5f, 1.f);
+  for (int dim : {1, 7, 64, 127, 128, 256, 257}) {
+    std::vector<float> a(dim), q(dim);
+    for (auto& x : a) x = nd(rng);
+    for (auto& x : q) x = nd(rng);
+    for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+      std::vector<uint8_t> row(dim * dtype_size(t));
+      from_f32(t, a.data(), row.data(), dim);
+      std::vector<float> back(dim);
+      to_f32(t, row.data(), back.data(), dim);
+      double ref = 0;
+      for (int i = 0; i < dim; ++i) ref += (double)back[i] * q[i];
+      REQUIRE(dot_row(t, row.data(), q.data(), dim) == Approx(ref).epsilon(1e-4).margin(1e-4));
+      // several queries at once
+      std::vector<float> qs(3 * dim), out(3);
+      for (auto& x : qs) x = nd(rng);
+      dot_rows_multi(t, row.data(), 1, dim, qs.data(), 3, out.data());
+      for (int g = 0; g < 3; ++g)
+        REQUIRE(out[g] == Approx(dot_row(t, row.data(), qs.data() + g * dim, dim)).epsilon(1e-5).margin(1e-5));
+    }
+  }
+}
+
+TEST_CASE("option parsing: specs, sweeps, sizes; errors name the problem") {
+  auto s = parse_spec("hnswlib:M=32, efc=200");
+  CHECK(s.name == "hnswlib");
+  CHECK(s.params.get_int("M", 16) == 32);
+  CHECK(s.params.get_int("efc", 0) == 200);
+  CHECK(parse_sweep("16:128:x2") == std::vector<int64_t>{16, 32, 64, 128});
+  CHECK(parse_sweep("10,20") == std::vector<int64_t>{10, 20});
+  CHECK(parse_size("16G") == 16ull << 30);
+  CHECK(parse_size("1.5K") == 1536);
+  CHECK_THROWS_WITH(parse_size("12Q"), Catch::Contains("unit"));
+  CHECK_THROWS_WITH(Params("M=x").get_int("M", 1), Catch::Contains("not an integer"));
+  Params p("M=1,typo=2");
+  p.get_int("M", 0);
+  CHECK_THROWS_WITH(p.check_all_used("x"), Catch::Contains("typo"));
+}
+
+TEST_CASE("binary files: round trip, truncation, corruption, foreign file, newer version") {
+  auto dir = std::filesystem::temp_directory_path() / "topkv_test_common";
+  std::filesystem::create_directories(dir);
+  std::string path = (dir / "a.bin").string();
+  {
+    BinaryWriter w(path, "TESTFILE", 2);
+    w.str("hello");
+    w.vec(std::vector<float>{1.f, 2.f, 3.f});
+    w.commit();
+  }
+  {
+    BinaryReader r(path, "TESTFILE", 2);
+    CHECK(r.str() == "hello");
+    CHECK(r.vec<float>() == std::vector<float>{1.f, 2.f, 3.f});
+    r.expect_end();
+  }
+  CHECK_THROWS_WITH(BinaryReader(path, "TESTFILE", 1), Catch::Contains("version 2"));
+  CHECK_THROWS_WITH(BinaryReader(path, "OTHERMAG", 2), Catch::Contains("bad magic"));
+  auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, size - 3);
+  CHECK_THROWS_WITH(BinaryReader(path, "TESTFILE", 2), Catch::Contains("checksum"));
+  std::filesystem::resize_file(path, 5);
+  CHECK_THROWS_WITH(BinaryReader(path, "TESTFILE", 2), Catch::Contains("too short"));
+  CHECK_THROWS_WITH(BinaryReader((dir / "missing").string(), "TESTFILE", 2), Catch::Contains("cannot open"));
+  std::filesystem::remove_all(dir);
+}
