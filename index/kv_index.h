@@ -45,6 +45,8 @@ struct SearchParams {
                            // (0 = budget mode: keep best clusters until k tokens)
   GqaMode gqa = GqaMode::Union;
   int n_threads = 1;       // threads this one call may use
+  double scale = 0.0;      // attention score scale for softmax-share estimates (centroid threshold
+                           // mode); 0 = 1/sqrt(dim). Scores returned are always raw q·k.
 };
 
 struct SearchStats {
