@@ -15,7 +15,8 @@ if [ ! -s "$OUT" ]; then
   rm -rf "$DEST"
   mkdir -p "$DEST"
   log=$(mktemp)
-  if ! "$PY" -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+  # --target installs into our own folder, so a Debian "externally managed" Python is fine.
+  if ! PIP_BREAK_SYSTEM_PACKAGES=1 "$PY" -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
         --root-user-action=ignore --target "$DEST" "$PKG" >"$log" 2>&1; then
     cat "$log" >&2; rm -f "$log"
     echo "fetch-model.sh: pip could not install $PKG (above); tests that need the model will skip" >&2

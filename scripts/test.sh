@@ -7,6 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# The real model (Gemma 3 270M) for the golden tests; without it they skip.
+scripts/fetch-model.sh >/dev/null || echo "test.sh: the model could not be installed; tests that need it will skip" >&2
 BUILD_DIR=${BUILD_DIR:-build}
 BUILD_TYPE=${BUILD_TYPE:-Release}
 JOBS=${JOBS:-$(nproc)}
