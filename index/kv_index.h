@@ -112,6 +112,7 @@ class KvIndex {
   // Folds rows appended to the store since into the structure. Returns how many.
   int64_t add_new_rows();
   int64_t indexed_rows() const { return indexed_; }
+  bool attached() const { return keys_ != nullptr; }  // built or loaded over a store
   int64_t size() const { return keys_ ? keys_->size() : 0; }
   int dim() const { return keys_ ? keys_->dim() : 0; }
   const RowStore& keys() const { return *keys_; }

@@ -1,0 +1,212 @@
+#include "offload/offloaded_layer.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "gpu/partial_attention.h"
+#include "src/common/error.h"
+#include "src/common/timer.h"
+
+namespace topkv {
+
+OffloadedLayer::OffloadedLayer(Config cfg) : cfg_(std::move(cfg)) {
+  TOPKV_CHECK(cfg_.kv_heads >= 1 && cfg_.n_heads % cfg_.kv_heads == 0,
+              "{} query heads cannot be grouped over {} KV heads", cfg_.n_heads, cfg_.kv_heads);
+  TOPKV_CHECK(cfg_.window >= 1 && cfg_.sinks >= 0, "window must be >= 1 and sinks >= 0");
+  TOPKV_CHECK(cfg_.streaming.empty() || (int)cfg_.streaming.size() == cfg_.kv_heads,
+              "internal: streaming mask has {} entries for {} KV heads", cfg_.streaming.size(), cfg_.kv_heads);
+  const size_t d = (size_t)cfg_.head_dim;
+  heads_.resize((size_t)cfg_.kv_heads);
+  for (int h = 0; h < cfg_.kv_heads; ++h) {
+    Head& hd = heads_[(size_t)h];
+    hd.streaming = !cfg_.streaming.empty() && cfg_.streaming[(size_t)h];
+    hd.sink_k.reserve((size_t)cfg_.sinks * d);
+    hd.sink_v.reserve((size_t)cfg_.sinks * d);
+    hd.win_k.assign((size_t)cfg_.window * d, 0.f);
+    hd.win_v.assign((size_t)cfg_.window * d, 0.f);
+    if (!hd.streaming) {
+      hd.keys = std::make_shared<RowStore>(cfg_.head_dim, cfg_.store_dtype);
+      hd.values = std::make_shared<RowStore>(cfg_.head_dim, cfg_.store_dtype);
+      hd.index = KvIndex::create(cfg_.index, cfg_.build);
+    }
+  }
+}
+
+int64_t OffloadedLayer::stored_rows(int h) const {
+  const Head& hd = heads_[(size_t)h];
+  return hd.keys ? hd.keys->size() : 0;
+}
+
+void OffloadedLayer::push_window(Head& h, int64_t pos, const float* k, const float* v) {
+  const size_t d = (size_t)cfg_.head_dim, slot = (size_t)(pos % cfg_.window);
+  std::copy(k, k + d, h.win_k.begin() + (ptrdiff_t)(slot * d));
+  std::copy(v, v + d, h.win_v.begin() + (ptrdiff_t)(slot * d));
+}
+
+void OffloadedLayer::prefill(const float* keys, const float* values, int64_t n) {
+  TOPKV_CHECK(n_tokens_ == 0, "prefill on a layer that already holds {} tokens", n_tokens_);
+  const size_t d = (size_t)cfg_.head_dim, tok = (size_t)cfg_.kv_heads * d;
+  n_sinks_ = (int)std::min<int64_t>(cfg_.sinks, n);
+  win_len_ = std::min<int64_t>(cfg_.window, n - n_sinks_);
+  win_start_ = n - win_len_;
+  const int64_t store_end = win_start_;
+  std::vector<float> rows;
+  for (int h = 0; h < cfg_.kv_heads; ++h) {
+    Head& hd = heads_[(size_t)h];
+    for (int64_t t = 0; t < n_sinks_; ++t) {
+      hd.sink_k.insert(hd.sink_k.end(), keys + t * tok + h * d, keys + t * tok + (h + 1) * d);
+      hd.sink_v.insert(hd.sink_v.end(), values + t * tok + h * d, values + t * tok + (h + 1) * d);
+    }
+    for (int64_t t = win_start_; t < n; ++t) push_window(hd, t, keys + t * tok + h * d, values + t * tok + h * d);
+    if (hd.streaming || store_end <= n_sinks_) continue;
+    // Gather this head's rows (token-major input -> contiguous rows) in blocks.
+    const int64_t block = 8192;
+    rows.resize((size_t)block * d);
+    for (const float* src : {keys, values}) {
+      RowStore& dst = src == keys ? *hd.keys : *hd.values;
+      for (int64_t t0 = n_sinks_; t0 < store_end; t0 += block) {
+        int64_t m = std::min(block, store_end - t0);
+        for (int64_t i = 0; i < m; ++i)
+          std::copy(src + (t0 + i) * tok + h * d, src + (t0 + i) * tok + (h + 1) * d, rows.begin() + (ptrdiff_t)(i * d));
+        dst.append_f32(rows.data(), m);
+      }
+    }
+  }
+  n_tokens_ = n;
+  // Build every retrieval head's index; heads in parallel, each single-threaded
+  // unless there are fewer heads than cores.
+  std::vector<int> todo;
+  for (int h = 0; h < cfg_.kv_heads; ++h)
+    if (heads_[(size_t)h].index && heads_[(size_t)h].keys->size() > 0) todo.push_back(h);
+#pragma omp parallel for schedule(dynamic, 1) if (todo.size() > 1)
+  for (size_t i = 0; i < todo.size(); ++i) {
+    Head& hd = heads_[(size_t)todo[i]];
+    hd.index->build(hd.keys, hd.values);
+  }
+}
+
+void OffloadedLayer::append(const float* key, const float* value) {
+  const size_t d = (size_t)cfg_.head_dim;
+  const int64_t pos = n_tokens_;
+  const bool to_sink = n_sinks_ < cfg_.sinks && win_len_ == 0;
+  for (int h = 0; h < cfg_.kv_heads; ++h) {
+    Head& hd = heads_[(size_t)h];
+    const float* k = key + h * d;
+    const float* v = value + h * d;
+    if (to_sink) {
+      hd.sink_k.insert(hd.sink_k.end(), k, k + d);
+      hd.sink_v.insert(hd.sink_v.end(), v, v + d);
+      continue;
+    }
+    if (win_len_ == cfg_.window && !hd.streaming) {  // oldest window token -> store
+      const size_t slot = (size_t)(win_start_ % cfg_.window);
+      hd.keys->append_f32(hd.win_k.data() + slot * d, 1);
+      hd.values->append_f32(hd.win_v.data() + slot * d, 1);
+      if (!hd.index->attached())
+        hd.index->build(hd.keys, hd.values);
+      else if (hd.keys->size() - hd.index->indexed_rows() >= cfg_.fold_every)
+        hd.index->add_new_rows();  // rows not folded yet are still found by the exact tail scan
+    }
+    push_window(hd, pos, k, v);
+  }
+  if (to_sink) {
+    ++n_sinks_;
+  } else if (win_len_ == cfg_.window) {
+    ++win_start_;
+  } else {
+    if (win_len_ == 0) win_start_ = pos;
+    ++win_len_;
+  }
+  ++n_tokens_;
+}
+
+void OffloadedLayer::attend(const float* queries, float scale, float* out, AttendStats* stats) const {
+  const int G = cfg_.n_heads / cfg_.kv_heads;
+  const size_t d = (size_t)cfg_.head_dim;
+  std::vector<AttendStats> per_head((size_t)cfg_.kv_heads);
+#pragma omp parallel for schedule(dynamic, 1) if (cfg_.kv_heads > 1)
+  for (int h = 0; h < cfg_.kv_heads; ++h) {
+    const Head& hd = heads_[(size_t)h];
+    AttendStats& st = per_head[(size_t)h];
+    const float* q = queries + (size_t)h * G * d;
+    std::vector<AttnPartial> parts((size_t)G, AttnPartial((int)d));
+    // Sinks + window: exact.
+    std::vector<float> s;
+    for (int g = 0; g < G; ++g) {
+      const float* qg = q + (size_t)g * d;
+      s.clear();
+      for (int t = 0; t < n_sinks_; ++t) s.push_back(dot_f32(hd.sink_k.data() + t * d, qg, d) * scale);
+      partial_add(parts[(size_t)g], s.data(), nullptr, hd.sink_v.data(), n_sinks_);
+      s.clear();
+      for (int64_t i = 0; i < win_len_; ++i) {
+        size_t slot = (size_t)((win_start_ + i) % cfg_.window);
+        s.push_back(dot_f32(hd.win_k.data() + slot * d, qg, d) * scale);
+      }
+      for (int64_t i = 0; i < win_len_; ++i) {  // ring order does not matter to the softmax
+        size_t slot = (size_t)((win_start_ + i) % cfg_.window);
+        partial_add(parts[(size_t)g], &s[(size_t)i], nullptr, hd.win_v.data() + slot * d, 1);
+      }
+    }
+    st.exact = n_sinks_ + win_len_;
+    // Store: search, then exact scores of the returned rows.
+    if (hd.index && hd.keys->size() > 0) {
+      SearchParams p = cfg_.search;
+      p.k = cfg_.k;
+      p.n_threads = 1;
+      if (p.scale == 0) p.scale = scale;
+      Timer t;
+      SearchResult r = hd.index->search(q, G, p);
+      st.search_s = t.seconds();
+      st.retrieved = (int64_t)r.ids.size();
+      st.far_clusters = (int64_t)r.far_clusters.size();
+      const size_t m = r.ids.size(), nf = r.far_clusters.size();
+      std::vector<float> logw(nf), fs(std::max(m, nf));
+      for (size_t j = 0; j < nf; ++j)
+        logw[j] = std::log((float)r.summaries->counts[(size_t)r.far_clusters[j]]);
+      std::vector<float> vbar;
+      if (nf) {
+        vbar.resize(nf * d);
+        for (size_t j = 0; j < nf; ++j)
+          std::copy_n(r.summaries->value_means.data() + (size_t)r.far_clusters[j] * d, d, vbar.data() + j * d);
+      }
+      for (int g = 0; g < G; ++g) {
+        AttnPartial retrieved((int)d);
+        for (size_t j = 0; j < m; ++j) fs[j] = r.scores[(size_t)g * m + j] * scale;
+        partial_add_rows(retrieved, fs.data(), *hd.values, r.ids.data(), (int64_t)m);
+        if (nf) {  // Multipole: far clusters as weighted rows (score + ln N_j, mean value)
+          for (size_t j = 0; j < nf; ++j) fs[j] = r.far_scores[(size_t)g * nf + j] * scale;
+          partial_add(retrieved, fs.data(), logw.data(), vbar.data(), (int64_t)nf);
+        }
+        partial_merge(parts[(size_t)g], retrieved);
+      }
+    }
+    for (int g = 0; g < G; ++g) partial_finish(parts[(size_t)g], out + ((size_t)h * G + g) * d);
+  }
+  if (stats) {
+    *stats = {};
+    for (auto& st : per_head) {
+      stats->retrieved += st.retrieved;
+      stats->far_clusters += st.far_clusters;
+      stats->exact += st.exact;
+      stats->search_s = std::max(stats->search_s, st.search_s);
+    }
+  }
+}
+
+size_t OffloadedLayer::host_bytes() const {
+  size_t b = 0;
+  for (auto& h : heads_) {
+    if (!h.keys) continue;
+    b += (size_t)h.keys->size() * h.keys->row_bytes() * 2;
+    if (h.index && h.index->indexed_rows() > 0) b += h.index->memory().owned();
+  }
+  return b;
+}
+
+size_t OffloadedLayer::window_bytes() const {
+  return heads_.size() * (size_t)(cfg_.sinks + cfg_.window) * cfg_.head_dim * 2 * sizeof(float);
+}
+
+}  // namespace topkv

@@ -1,0 +1,84 @@
+// OffloadedLayer: the KV of one retrieval layer, split three ways per KV head
+// (DESIGN.md, "One decode step"):
+//
+//   positions [0, S)            attention sinks       exact, always attended
+//   positions [S, N - W)        host store + index    searched, top-k attended
+//   positions [N - W, N)        window (recent)       exact, always attended
+//
+// The three parts are disjoint by construction — store row r is position
+// S + r, and a token enters the store only when it leaves the window — so the
+// log-sum-exp merge never counts a token twice. When the window is full its
+// oldest token moves to the store and to that head's index.
+//
+// Streaming heads (DuoAttention) keep only sinks + window: evicted tokens are
+// dropped and they have no index. This class is the CPU runtime and the
+// reference for the CUDA one; inputs are fp32, token-major:
+//   keys/values: [n_tokens][kv_heads][head_dim], queries: [n_heads][head_dim],
+//   output: [n_heads][head_dim], query head g reads KV head g / (n_heads / kv_heads).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "index/kv_index.h"
+#include "offload/policy.h"
+
+namespace topkv {
+
+struct AttendStats {
+  int64_t retrieved = 0;     // distinct store rows attended, summed over KV heads
+  int64_t far_clusters = 0;  // multipole summaries attended, summed over KV heads
+  int64_t exact = 0;         // sink + window tokens attended, summed over KV heads
+  double search_s = 0;       // wall time in index searches (max over parallel heads)
+};
+
+class OffloadedLayer {
+ public:
+  struct Config {
+    int n_heads = 1, kv_heads = 1, head_dim = 64;
+    int sinks = 4, window = 256;
+    int64_t k = 64;                 // this layer's k (or token budget)
+    SearchParams search;            // other search parameters (k is overwritten)
+    std::string index = "flat";     // KvIndex spec
+    DType store_dtype = DType::F16; // host store element type
+    std::vector<char> streaming;    // [kv_heads], 1 = streaming head (empty = none)
+    int fold_every = 16;            // fold store rows into the index once this many are pending
+    BuildOptions build;
+  };
+
+  explicit OffloadedLayer(Config cfg);
+
+  // Takes the prompt's keys and values (post-RoPE keys), fills sinks, store and
+  // window, and builds each retrieval head's index (heads in parallel).
+  void prefill(const float* keys, const float* values, int64_t n_tokens);
+  // Appends one generated token; evicts the window's oldest token if full.
+  void append(const float* key, const float* value);
+  // Attention output of each query head over sinks + window + retrieved (+ far).
+  void attend(const float* queries, float scale, float* out, AttendStats* stats = nullptr) const;
+
+  int64_t n_tokens() const { return n_tokens_; }
+  int64_t stored_rows(int kv_head) const;
+  const KvIndex* index(int kv_head) const { return heads_[(size_t)kv_head].index.get(); }
+  const Config& config() const { return cfg_; }
+  size_t host_bytes() const;   // stores + index structures
+  size_t window_bytes() const; // sinks + window (GPU-resident in the CUDA runtime)
+
+ private:
+  struct Head {
+    bool streaming = false;
+    std::shared_ptr<RowStore> keys, values;  // store rows = positions [S, N - W)
+    std::unique_ptr<KvIndex> index;
+    std::vector<float> sink_k, sink_v;       // [n_sinks][d]
+    std::vector<float> win_k, win_v;         // ring [window][d]
+  };
+  void push_window(Head& h, int64_t pos, const float* k, const float* v);
+
+  Config cfg_;
+  std::vector<Head> heads_;
+  int64_t n_tokens_ = 0;   // tokens seen
+  int n_sinks_ = 0;        // sinks filled (<= cfg_.sinks)
+  int64_t win_start_ = 0;  // position of the oldest window token
+  int64_t win_len_ = 0;
+};
+
+}  // namespace topkv

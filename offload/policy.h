@@ -1,0 +1,48 @@
+// The offloading policy: which layers and heads retrieve from host-memory
+// indexes, with what budget, and how large the GPU-resident part is.
+// Everything here can come from the command line or a JSON config file.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "index/kv_index.h"
+#include "offload/head_pattern.h"
+
+namespace topkv {
+
+enum class AttnMode : uint8_t { Dense, TopK };
+enum class KSchedule : uint8_t { Uniform, Linear };
+
+struct OffloadPolicy {
+  AttnMode attn = AttnMode::Dense;
+  std::string index = "flat";   // KvIndex spec: "name[:build params]"
+  SearchParams search;          // per-call search parameters; search.k is the mean k per layer
+  double k_fraction = 0.0;      // > 0: k = k_fraction x context tokens (e.g. 0.01 = 1%)
+  KSchedule k_schedule = KSchedule::Uniform;
+  int dense_layers = 0;         // the first N layers stay dense (as Quest does)
+  int sinks = 4;                // attention sinks kept with the window (StreamingLLM / DuoAttention)
+  int window = 256;             // recent tokens kept exactly (GPU-resident in the CUDA runtime)
+  std::string heads_file;       // DuoAttention pattern; empty = every head retrieves
+  double heads_threshold = 0.5; // gate < threshold -> streaming head
+  double heads_sparsity = -1.0; // in [0,1]: this fraction of heads stream (overrides threshold)
+
+  // Reads a JSON object with any of the fields above (names as here, k as "k",
+  // enums as strings). Unknown keys are an Error.
+  static OffloadPolicy from_json_file(const std::string& path);
+  void apply_json(const std::string& json_text, const std::string& origin);
+  std::string to_json() const;
+  void validate() const;  // Error on nonsense (negative window, k < 1, ...)
+};
+
+const char* attn_mode_name(AttnMode m);
+AttnMode parse_attn_mode(const std::string& s);
+KSchedule parse_k_schedule(const std::string& s);
+
+// Per-layer k for `n_layers` retrieval layers with the same total as
+// k_mean x n_layers: uniform, or rising linearly from the first to the last
+// layer (top-k paper, Sec. 4, Fig. 8). Every layer gets at least 1; the total is
+// exact (largest-remainder rounding).
+std::vector<int64_t> k_per_layer(int64_t k_mean, int n_layers, KSchedule schedule);
+
+}  // namespace topkv

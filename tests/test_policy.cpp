@@ -1,0 +1,62 @@
+#include <catch2/catch.hpp>
+#include <numeric>
+
+#include "offload/head_pattern.h"
+#include "offload/policy.h"
+
+using namespace topkv;
+
+TEST_CASE("k schedules keep the total and rise linearly") {
+  for (int L : {1, 2, 3, 7, 16, 31})
+    for (int64_t k : {1, 5, 64, 1000}) {
+      auto u = k_per_layer(k, L, KSchedule::Uniform);
+      auto l = k_per_layer(k, L, KSchedule::Linear);
+      REQUIRE(std::accumulate(u.begin(), u.end(), int64_t(0)) == k * L);
+      int64_t sum = std::accumulate(l.begin(), l.end(), int64_t(0));
+      if (k >= L) REQUIRE(sum == k * L);  // with k < L the floor of 1 per layer may exceed it
+      for (size_t i = 1; i < l.size(); ++i) REQUIRE(l[i] >= l[i - 1]);
+      for (auto x : l) REQUIRE(x >= 1);
+    }
+  auto l = k_per_layer(100, 4, KSchedule::Linear);
+  CHECK(l == std::vector<int64_t>{40, 80, 120, 160});
+  CHECK_THROWS_WITH(k_per_layer(0, 4, KSchedule::Uniform), Catch::Contains("at least 1"));
+}
+
+TEST_CASE("DuoAttention head patterns: parse, threshold, sparsity, and every bad file") {
+  std::string good = "# gates\n0.9\t0.1\t0.7\n0.2 0.05 1\n";
+  auto p = parse_head_pattern(good, "t.tsv", 2, 3, 0.5);
+  CHECK(p.n_streaming() == 3);
+  CHECK_FALSE(p.is_streaming(0, 0));
+  CHECK(p.is_streaming(0, 1));
+  CHECK(p.is_streaming(1, 0));
+  auto s = parse_head_pattern(good, "t.tsv", 2, 3, 0.5, 0.5);  // half the heads stream: the 3 lowest
+  CHECK(s.n_streaming() == 3);
+  CHECK(s.is_streaming(1, 1));
+  CHECK(parse_head_pattern(good, "t.tsv", 2, 3, 0.5, 0.0).n_streaming() == 0);
+  CHECK(parse_head_pattern(good, "t.tsv", 2, 3, 0.5, 1.0).n_streaming() == 6);
+  CHECK_THROWS_WITH(parse_head_pattern(good, "t.tsv", 3, 3), Catch::Contains("2 rows") && Catch::Contains("3 layers"));
+  CHECK_THROWS_WITH(parse_head_pattern(good, "t.tsv", 1, 3), Catch::Contains("more rows"));
+  CHECK_THROWS_WITH(parse_head_pattern(good, "t.tsv", 2, 4), Catch::Contains("3 values") && Catch::Contains("4 KV heads"));
+  CHECK_THROWS_WITH(parse_head_pattern(good, "t.tsv", 2, 2), Catch::Contains("more than"));
+  CHECK_THROWS_WITH(parse_head_pattern("0.5 abc\n", "t.tsv", 1, 2), Catch::Contains("'abc' is not a number"));
+  CHECK_THROWS_WITH(parse_head_pattern("0.5 nan\n", "t.tsv", 1, 2), Catch::Contains("outside [0, 1]"));
+  CHECK_THROWS_WITH(parse_head_pattern("0.5 1.5\n", "t.tsv", 1, 2), Catch::Contains("line 1, column 2"));
+  CHECK_THROWS_WITH(parse_head_pattern("0.5 -0.1\n", "t.tsv", 1, 2), Catch::Contains("outside"));
+  CHECK_THROWS_WITH(load_head_pattern("/nonexistent/heads.tsv", 1, 1), Catch::Contains("cannot open"));
+}
+
+TEST_CASE("policy config files: fields, unknown keys, bad values") {
+  OffloadPolicy p;
+  p.apply_json(R"({"attn":"topk","index":"flat","k":128,"k_schedule":"linear","window":64,"sinks":8})", "c.json");
+  CHECK(p.attn == AttnMode::TopK);
+  CHECK(p.search.k == 128);
+  CHECK(p.k_schedule == KSchedule::Linear);
+  OffloadPolicy q;
+  q.apply_json(p.to_json(), "roundtrip");
+  CHECK(q.to_json() == p.to_json());
+  CHECK_THROWS_WITH(p.apply_json(R"({"kk":1})", "c.json"), Catch::Contains("unknown key 'kk'"));
+  CHECK_THROWS_WITH(p.apply_json(R"({"k":"many"})", "c.json"), Catch::Contains("wrong type"));
+  CHECK_THROWS_WITH(p.apply_json(R"({"window":0})", "c.json"), Catch::Contains("window"));
+  CHECK_THROWS_WITH(p.apply_json(R"({"attn":"sparse"})", "c.json"), Catch::Contains("dense or topk"));
+  CHECK_THROWS_WITH(p.apply_json("{", "c.json"), Catch::Contains("not valid JSON"));
+}
