@@ -15,7 +15,8 @@ as llama.cpp does with parse_special; SentencePiece itself matches
 user-defined pieces. transformers then computes logits for those ids.
 
 Run where PyTorch + transformers + gguf are installed (the GPU host):
-    python3 scripts/make_golden.py MODEL.gguf OUTDIR
+    python3 scripts/make_golden.py MODEL.gguf OUTDIR [--tokens-only]
+(--tokens-only needs only sentencepiece, protobuf, numpy and gguf.)
 Writes OUTDIR/gemma3_golden_tokens.json and OUTDIR/gemma3_golden_logits.json,
 committed under tests/data/.
 """
@@ -24,12 +25,9 @@ import os
 import re
 import sys
 
-import torch
-import transformers
 import sentencepiece as spm
 from gguf import GGUFReader
 from sentencepiece import sentencepiece_model_pb2 as spm_pb2
-from transformers import AutoModelForCausalLM
 
 TOKEN_PROMPTS = [
     "Hello, world!",
@@ -69,7 +67,11 @@ def sentencepiece_encoder(model_path):
     proto.normalizer_spec.escape_whitespaces = True
     for p, sc, t in zip(pieces, scores, types):
         e = proto.pieces.add()
-        e.piece, e.score, e.type = p, float(sc), int(t)  # GGUF token types are SentencePiece's
+        # llama.cpp's converter stores user-defined pieces "pre-normalised"
+        # (▁ -> space) because llama.cpp matches them on raw text; SentencePiece
+        # matches them on normalised text, so restore the ▁.
+        e.piece = p.replace(" ", "\u2581") if int(t) == 4 else p
+        e.score, e.type = float(sc), int(t)  # GGUF token types are SentencePiece's
     # SentencePiece insists the unk piece has type UNKNOWN; the GGUF marks <unk> as control.
     proto.pieces[proto.trainer_spec.unk_id].type = spm_pb2.ModelProto.SentencePiece.UNKNOWN
     sp = spm.SentencePieceProcessor(model_proto=proto.SerializeToString())
@@ -104,6 +106,11 @@ def main():
         print(len(ids), ids[:12], flush=True)
     with open(os.path.join(out_dir, "gemma3_golden_tokens.json"), "w", encoding="utf-8") as fh:
         json.dump(tokens, fh, ensure_ascii=False, indent=1)
+    if "--tokens-only" in sys.argv:
+        return
+    import torch  # the logits need PyTorch + transformers (the GPU host has them)
+    import transformers
+    from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, torch_dtype=torch.float32)
     model.eval()
