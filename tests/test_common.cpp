@@ -54,7 +54,7 @@ TEST_CASE("dot products of every row type match a double-precision reference") {
   }
 }
 
-TEST_CASE("option parsing: specs, sweeps, sizes; errors name the problem") {
+TEST_CASE("option parsing: specs, sweeps, sizes, and errors that name the problem") {
   auto s = parse_spec("hnswlib:M=32, efc=200");
   CHECK(s.name == "hnswlib");
   CHECK(s.params.get_int("M", 16) == 32);
