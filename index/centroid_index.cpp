@@ -22,8 +22,14 @@ static_assert(RowStore::kMaxChunks * RowStore::kChunkRows <= INT32_MAX, "member 
 
 namespace {
 
-// Faiss parallelises with OpenMP at the calling thread's default team size;
-// this sets that for the scope (the setting is per thread, others keep theirs).
+// Faiss runs its k-means and flat search with OpenMP at the calling thread's
+// default team size, and its matrix products in BLAS, which (OpenBLAS, as
+// scripts/setup.sh installs it) has its own thread pool. OpenMP workers
+// spinning between Faiss's parallel loops then fight the BLAS threads for the
+// cores: a 1200-key build took seconds on two cores. So Faiss runs with one
+// OpenMP thread (its loops are O(n·k), the products O(n·k·dim) stay parallel
+// in BLAS) and our own loops take n_threads explicitly. The setting is per
+// calling thread; others keep theirs.
 class OmpThreadScope {
  public:
   explicit OmpThreadScope(int n) : prev_(omp_get_max_threads()) { omp_set_num_threads(n); }
@@ -54,27 +60,31 @@ void spherical_kmeans(const float* x, int64_t n, int d, int64_t k, int iters, ui
   cp.max_points_per_centroid = INT_MAX;   // the sample cap is ours (max_train)
   cp.seed = (int)(seed % 2147483647u);
   faiss::Clustering km(d, (int)k, cp);
+  OmpThreadScope one(1);
   km.train((faiss::Index::idx_t)n, x, index, weights);
 }
 
 // Label of the nearest (largest inner product) entry of `index` for each of
 // the rows [from, to) of `keys`, normalised first.
 void assign_rows(const RowStore& keys, int64_t from, int64_t to, const faiss::IndexFlatIP& index,
-                 int32_t* out, Progress* progress) {
+                 int32_t* out, int threads, Progress& progress) {
   const int d = keys.dim();
   const int64_t block = 8192;
   std::vector<float> x((size_t)std::min(block, to - from) * d), dist;
   std::vector<faiss::Index::idx_t> label;
   for (int64_t lo = from; lo < to; lo += block) {
     int64_t m = std::min(block, to - lo);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t i = 0; i < m; ++i) keys.row_f32(lo + i, x.data() + (size_t)i * d);
     normalise_rows(x.data(), m, d);
     dist.resize((size_t)m);
     label.resize((size_t)m);
-    index.search(m, x.data(), 1, dist.data(), label.data());
+    {
+      OmpThreadScope one(1);
+      index.search(m, x.data(), 1, dist.data(), label.data());
+    }
     for (int64_t i = 0; i < m; ++i) out[lo - from + i] = (int32_t)std::max<faiss::Index::idx_t>(label[(size_t)i], 0);
-    if (progress) progress->add(m);
+    progress.add(m);
   }
 }
 
@@ -128,12 +138,11 @@ void ClusterIndex::build_impl(int64_t n) {
   const int d = keys_->dim();
   sum_.dim = d;
   if (n == 0) return;
-  OmpThreadScope threads(n_threads());
 
   // 1. Spherical k-means on (a sample of) the normalised keys of each block,
   //    and every key of the block to the centroid of largest cosine. Blocks
   //    (Multipole §3.3's blockwise clustering) keep the build linear in n:
-  //    one k-means over a million keys into 50k centroids is hours of CPU.
+  //    one k-means of a million keys into 50k centroids is ~10^14 flops.
   const int64_t block = block_ > 0 ? block_ : n;
   const int64_t n_blocks = std::max<int64_t>(1, std::llround((double)n / (double)block));  // last: 0.5..1.5 blocks
   std::vector<int32_t> assign((size_t)n);
@@ -144,18 +153,18 @@ void ClusterIndex::build_impl(int64_t n) {
     const int64_t kb = std::clamp<int64_t>(std::llround((double)len / (double)ratio_), 1, len);
     auto rows = training_rows(len, std::min(len, std::max(max_train_, kb)), opt_.seed + (uint64_t)b);
     std::vector<float> x(rows.size() * d);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(n_threads())
     for (int64_t i = 0; i < (int64_t)rows.size(); ++i) keys_->row_f32(lo + rows[(size_t)i], x.data() + (size_t)i * d);
     normalise_rows(x.data(), (int64_t)rows.size(), d);
     faiss::IndexFlatIP km_index(d);
     spherical_kmeans(x.data(), (int64_t)rows.size(), d, kb, (int)iters_, opt_.seed + (uint64_t)b, nullptr, km_index);
-    assign_rows(*keys_, lo, hi, km_index, assign.data() + lo, &bar);
+    assign_rows(*keys_, lo, hi, km_index, assign.data() + lo, n_threads(), bar);
     for (int64_t i = lo; i < hi; ++i) assign[(size_t)i] += (int32_t)k;
     k += kb;
   }
   bar.finish();
 
-  // 3. Member lists, dropping clusters that got no key.
+  // 2. Member lists, dropping clusters that got no key.
   std::vector<int64_t> size((size_t)k, 0);
   for (int32_t a : assign) ++size[(size_t)a];
   std::vector<int32_t> remap((size_t)k, -1);
@@ -188,7 +197,10 @@ void ClusterIndex::build_coarse() {
   spherical_kmeans(y.data(), nf, d, k, (int)iters_, opt_.seed + 1, w.data(), km_index);
   std::vector<float> dist((size_t)nf);
   std::vector<faiss::Index::idx_t> label((size_t)nf);
-  km_index.search(nf, y.data(), 1, dist.data(), label.data());
+  {
+    OmpThreadScope one(1);
+    km_index.search(nf, y.data(), 1, dist.data(), label.data());
+  }
 
   std::vector<int32_t> remap((size_t)k, -1);
   int32_t nc = 0;
@@ -242,21 +254,43 @@ void ClusterIndex::append_coarse_means(std::vector<float>& means, int dv) const 
 void ClusterIndex::add_impl(int64_t from, int64_t to) {
   const int d = keys_->dim();
   const int64_t nf = n_fine();
-  OmpThreadScope threads(n_threads());
-  // The build's cosine assignment, against the current centroids.
-  std::vector<float> unit(sum_.key_centroids.begin(), sum_.key_centroids.begin() + nf * d);
-  normalise_rows(unit.data(), nf, d);
-  faiss::IndexFlatIP index(d);
-  index.add(nf, unit.data());
-  std::vector<int32_t> assign((size_t)(to - from));
-  assign_rows(*keys_, from, to, index, assign.data(), nullptr);
-  for (int64_t i = from; i < to; ++i) {
-    int32_t j = assign[(size_t)(i - from)];
-    members_[(size_t)j].push_back((int32_t)i);
-    ++sum_.counts[(size_t)j];
-    if (levels_ == 2) ++sum_.counts[(size_t)(nf + parent_[(size_t)j])];
-    add_to_means(sum_.key_centroids, *keys_, i, j);
-    after_add(i, j);
+  // The build's cosine assignment against the current centroids: for a fixed
+  // key, argmax_j cos(k, C_j) = argmax_j k·C_j / |C_j|, so the centroid table
+  // is scored in place (each row read once per batch of new keys) and needs
+  // only its norms; the batch's centroids stay fixed while it is scored
+  // (the batched sequential k-means update of Multipole §3.3).
+  auto inv_norm_of = [&](int64_t j) {
+    float nrm = std::sqrt(dot_f32(centroid(j), centroid(j), (size_t)d));
+    return nrm > 0.f ? 1.f / nrm : 0.f;
+  };
+  std::vector<float> inv_norm((size_t)nf);
+  for (int64_t j = 0; j < nf; ++j) inv_norm[(size_t)j] = inv_norm_of(j);
+  const int64_t batch = 64;
+  std::vector<float> x((size_t)batch * d), s((size_t)nf * batch);
+  std::vector<int32_t> assign((size_t)batch);
+  for (int64_t lo = from; lo < to; lo += batch) {
+    const int m = (int)std::min(batch, to - lo);
+    for (int i = 0; i < m; ++i) keys_->row_f32(lo + i, x.data() + (size_t)i * d);
+    score_summary_rows(centroid(0), nf, d, x.data(), m, s.data(), n_threads());
+    for (int i = 0; i < m; ++i) {
+      int32_t best = 0;
+      float best_cos = -INFINITY;
+      for (int64_t j = 0; j < nf; ++j) {
+        float c = s[(size_t)j * m + i] * inv_norm[(size_t)j];
+        if (c > best_cos) best_cos = c, best = (int32_t)j;
+      }
+      assign[(size_t)i] = best;
+    }
+    for (int i = 0; i < m; ++i) {
+      const int64_t row = lo + i;
+      const int32_t j = assign[(size_t)i];
+      members_[(size_t)j].push_back((int32_t)row);
+      ++sum_.counts[(size_t)j];
+      if (levels_ == 2) ++sum_.counts[(size_t)(nf + parent_[(size_t)j])];
+      add_to_means(sum_.key_centroids, *keys_, row, j);
+      after_add(row, j);
+      inv_norm[(size_t)j] = inv_norm_of(j);
+    }
   }
 }
 

@@ -50,7 +50,8 @@ std::vector<int32_t> take_best_until(const std::vector<int32_t>& candidates, int
   std::vector<int32_t> out;
   if (v.empty() || budget <= 0) return out;
   // First round: as many items as the budget needs at the average size, with slack.
-  size_t want = (size_t)std::min<int64_t>((int64_t)v.size(), 2 * (budget * (int64_t)v.size() / std::max<int64_t>(total, 1)) + 8);
+  const double share = std::min(1.0, (double)budget / (double)std::max<int64_t>(total, 1));
+  size_t want = std::min(v.size(), (size_t)(2.0 * share * (double)v.size()) + 8);
   size_t done = 0;
   int64_t covered = 0;
   while (covered < budget && done < v.size()) {
