@@ -9,5 +9,8 @@
 namespace topkv {
 
 std::unique_ptr<KvIndex> make_flat_index(const Params& params, const BuildOptions& opt);
+std::unique_ptr<KvIndex> make_quest_index(const Params& params, const BuildOptions& opt);
+std::unique_ptr<KvIndex> make_centroid_index(const Params& params, const BuildOptions& opt);
+std::unique_ptr<KvIndex> make_multipole_index(const Params& params, const BuildOptions& opt);
 
 }  // namespace topkv

@@ -16,6 +16,25 @@ const std::vector<Entry>& registry() {
   static const std::vector<Entry> r = {
       {{"flat", "exact maximum inner product over every key (multi-threaded scan); the oracle", "(none)"},
        make_flat_index},
+      {{"quest",
+        "Quest pages: element-wise min/max of each page of consecutive keys; takes the pages with the largest "
+        "q.k upper bound until k tokens (token budget, not top-k)",
+        "page=16 (keys per page). Budget only: SearchParams threshold is not used"},
+       make_quest_index},
+      {{"centroid",
+        "Squeezed Attention: k-means clusters of keys (Faiss, cosine); keeps clusters by q.centroid until k "
+        "tokens, or those whose estimated softmax share >= threshold; levels=2 adds a coarse lookup",
+        "ratio=20 (keys per centroid), iters=10 (k-means iterations), block=8192 (keys per k-means block, "
+        "0 = one k-means over all keys), max_train=65536 (keys sampled per k-means), levels=1|2 (2 = hierarchical), coarse_ratio=5 (fine centroids per coarse one; levels=2), "
+        "expand=4 (levels=2: expand the best coarse clusters until they hold expand*k keys, or those with "
+        "share >= threshold/expand)"},
+       make_centroid_index},
+      {{"multipole",
+        "Multipole Attention: centroid clusters plus mean values; clusters not kept come back as far-field "
+        "terms (N_j, q.C_j, mean value) for the attention merge, so no token is dropped",
+        "ratio=16 (keys per centroid), iters=10, block=8192, max_train=65536, levels=1|2, coarse_ratio=5, expand=4 "
+        "(as centroid); needs the value store"},
+       make_multipole_index},
   };
   return r;
 }

@@ -114,6 +114,15 @@ SearchResult KvIndex::search(const float* queries, int nq, const SearchParams& p
   r.far_clusters = std::move(c.far_clusters);
   r.far_scores = std::move(c.far_scores);
   r.summaries = c.summaries;
+  if (snq != nq && !r.far_clusters.empty()) {
+    // Mean mode searched once; far-cluster scores are per query head like key scores.
+    const size_t nf = r.far_clusters.size();
+    r.far_scores.assign((size_t)nq * nf, 0.f);
+    for (size_t t = 0; t < nf; ++t) {
+      const float* cen = r.summaries->key_centroids.data() + (size_t)r.far_clusters[t] * d;
+      for (int g = 0; g < nq; ++g) r.far_scores[(size_t)g * nf + t] = dot_f32(cen, queries + (size_t)g * d, (size_t)d);
+    }
+  }
 
   if (is_topk() && (int64_t)m > p.k) {
     // Each query head keeps its k best; the result is the union of those.

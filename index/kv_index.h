@@ -56,9 +56,13 @@ struct SearchStats {
 };
 
 // Per-cluster summaries kept by centroid-type backends (Squeezed Attention's
-// centroids; Multipole Attention's far-field terms).
+// centroids; Multipole Attention's far-field terms). Rows [0, n_fine) are the
+// clusters of keys; a hierarchical index (levels=2) appends its coarse
+// clusters after them, each summarising the union of its fine clusters, so a
+// far cluster may be either kind and is used the same way.
 struct ClusterSummaries {
   int dim = 0, value_dim = 0;
+  int64_t n_fine = 0;                 // rows that are clusters of keys (the rest are coarse)
   std::vector<int64_t> counts;        // N_j: keys in cluster j
   std::vector<float> key_centroids;   // [n_clusters][dim]: mean of the raw keys of cluster j
   std::vector<float> value_means;     // [n_clusters][value_dim]: mean value (multipole only)

@@ -1,0 +1,489 @@
+// centroid: Squeezed Attention's centroid lookup, and ClusterIndex, the
+// clustering shared with `multipole` (see index/cluster_index.h for the
+// algorithm and the papers it follows).
+#include <faiss/Clustering.h>
+#include <faiss/IndexFlat.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <random>
+
+#include "index/backends.h"
+#include "index/cluster_index.h"
+#include "index/summary_select.h"
+#include "src/common/error.h"
+#include "src/common/progress.h"
+
+namespace topkv {
+
+static_assert(RowStore::kMaxChunks * RowStore::kChunkRows <= INT32_MAX, "member lists hold row ids as int32");
+
+namespace {
+
+// Faiss runs its k-means and flat search with OpenMP at the calling thread's
+// default team size, and its matrix products in BLAS, which (OpenBLAS, as
+// scripts/setup.sh installs it) has its own thread pool. OpenMP workers
+// spinning between Faiss's parallel loops then fight the BLAS threads for the
+// cores: a 1200-key build took seconds on two cores. So Faiss runs with one
+// OpenMP thread (its loops are O(n·k), the products O(n·k·dim) stay parallel
+// in BLAS) and our own loops take n_threads explicitly. The setting is per
+// calling thread; others keep theirs.
+class OmpThreadScope {
+ public:
+  explicit OmpThreadScope(int n) : prev_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~OmpThreadScope() { omp_set_num_threads(prev_); }
+
+ private:
+  int prev_;
+};
+
+void normalise_rows(float* x, int64_t n, int d) {
+  for (int64_t i = 0; i < n; ++i) {
+    float* r = x + (size_t)i * d;
+    float nrm = std::sqrt(dot_f32(r, r, (size_t)d));
+    if (nrm > 0.f)
+      for (int j = 0; j < d; ++j) r[j] /= nrm;
+  }
+}
+
+// Spherical k-means (unit centroids, inner-product assignment) of n unit rows
+// into k clusters; on return `index` holds the k centroids.
+void spherical_kmeans(const float* x, int64_t n, int d, int64_t k, int iters, uint64_t seed, const float* weights,
+                      faiss::IndexFlatIP& index) {
+  faiss::ClusteringParameters cp;
+  cp.niter = iters;
+  cp.spherical = true;
+  cp.verbose = false;
+  cp.min_points_per_centroid = 1;         // a centroid per ~20 keys is the point, not a mistake to warn about
+  cp.max_points_per_centroid = INT_MAX;   // the sample cap is ours (max_train)
+  cp.seed = (int)(seed % 2147483647u);
+  faiss::Clustering km(d, (int)k, cp);
+  OmpThreadScope one(1);
+  km.train((faiss::Index::idx_t)n, x, index, weights);
+}
+
+// Label of the nearest (largest inner product) entry of `index` for each of
+// the rows [from, to) of `keys`, normalised first.
+void assign_rows(const RowStore& keys, int64_t from, int64_t to, const faiss::IndexFlatIP& index,
+                 int32_t* out, int threads, Progress& progress) {
+  const int d = keys.dim();
+  const int64_t block = 8192;
+  std::vector<float> x((size_t)std::min(block, to - from) * d), dist;
+  std::vector<faiss::Index::idx_t> label;
+  for (int64_t lo = from; lo < to; lo += block) {
+    int64_t m = std::min(block, to - lo);
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t i = 0; i < m; ++i) keys.row_f32(lo + i, x.data() + (size_t)i * d);
+    normalise_rows(x.data(), m, d);
+    dist.resize((size_t)m);
+    label.resize((size_t)m);
+    {
+      OmpThreadScope one(1);
+      index.search(m, x.data(), 1, dist.data(), label.data());
+    }
+    for (int64_t i = 0; i < m; ++i) out[lo - from + i] = (int32_t)std::max<faiss::Index::idx_t>(label[(size_t)i], 0);
+    progress.add(m);
+  }
+}
+
+// The rows [0, n) chosen for training: all of them, or m in ascending order by
+// Knuth's selection sampling (Algorithm S), which needs no index array.
+std::vector<int64_t> training_rows(int64_t n, int64_t m, uint64_t seed) {
+  std::vector<int64_t> rows;
+  rows.reserve((size_t)m);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int64_t i = 0; i < n && (int64_t)rows.size() < m; ++i)
+    if ((double)(n - i) * u(rng) < (double)(m - (int64_t)rows.size())) rows.push_back(i);
+  return rows;
+}
+
+}  // namespace
+
+ClusterIndex::ClusterIndex(std::string name, const Params& p, const BuildOptions& opt, int64_t default_ratio)
+    : KvIndex(std::move(name), p, opt) {
+  ratio_ = p.get_int("ratio", default_ratio);
+  iters_ = p.get_int("iters", 10);
+  max_train_ = p.get_int("max_train", 65536);
+  block_ = p.get_int("block", 8192);
+  levels_ = p.get_int("levels", 1);
+  coarse_ratio_ = p.get_int("coarse_ratio", 5);
+  expand_ = p.get_double("expand", 4.0);
+  TOPKV_CHECK(ratio_ >= 1, "{}: ratio={} must be at least 1 (keys per centroid)", name_, ratio_);
+  TOPKV_CHECK(iters_ >= 1 && iters_ <= 1000, "{}: iters={} is out of range (1..1000 k-means iterations)", name_,
+              iters_);
+  TOPKV_CHECK(block_ >= 0, "{}: block={} must be >= 0 (keys per k-means block; 0 = one k-means over all)",
+              name_, block_);
+  TOPKV_CHECK(max_train_ >= 1, "{}: max_train={} must be at least 1 (keys sampled for k-means)", name_, max_train_);
+  TOPKV_CHECK(levels_ == 1 || levels_ == 2, "{}: levels={} must be 1 (flat lookup) or 2 (hierarchical)", name_,
+              levels_);
+  TOPKV_CHECK(coarse_ratio_ >= 2, "{}: coarse_ratio={} must be at least 2 (fine centroids per coarse one)", name_,
+              coarse_ratio_);
+  TOPKV_CHECK(expand_ >= 1.0, "{}: expand={} must be at least 1 (coarse clusters hold expand*k keys)", name_,
+              expand_);
+  if (levels_ == 1)
+    TOPKV_CHECK(!p.has("coarse_ratio") && !p.has("expand"),
+                "{}: coarse_ratio and expand apply only to the hierarchical lookup: add levels=2", name_);
+}
+
+// ---- build ------------------------------------------------------------------
+
+void ClusterIndex::build_impl(int64_t n) {
+  sum_ = ClusterSummaries{};
+  members_.clear();
+  parent_.clear();
+  children_.clear();
+  const int d = keys_->dim();
+  sum_.dim = d;
+  if (n == 0) return;
+
+  // 1. Spherical k-means on (a sample of) the normalised keys of each block,
+  //    and every key of the block to the centroid of largest cosine. Blocks
+  //    (Multipole §3.3's blockwise clustering) keep the build linear in n:
+  //    one k-means of a million keys into 50k centroids is ~10^14 flops.
+  const int64_t block = block_ > 0 ? block_ : n;
+  const int64_t n_blocks = std::max<int64_t>(1, std::llround((double)n / (double)block));  // last: 0.5..1.5 blocks
+  std::vector<int32_t> assign((size_t)n);
+  int64_t k = 0;  // clusters so far, over all blocks
+  Progress bar(name_ + ": cluster keys", n, "keys", opt_.progress);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const int64_t lo = b * block, hi = b + 1 == n_blocks ? n : lo + block, len = hi - lo;
+    const int64_t kb = std::clamp<int64_t>(std::llround((double)len / (double)ratio_), 1, len);
+    auto rows = training_rows(len, std::min(len, std::max(max_train_, kb)), opt_.seed + (uint64_t)b);
+    std::vector<float> x(rows.size() * d);
+#pragma omp parallel for schedule(static) num_threads(n_threads())
+    for (int64_t i = 0; i < (int64_t)rows.size(); ++i) keys_->row_f32(lo + rows[(size_t)i], x.data() + (size_t)i * d);
+    normalise_rows(x.data(), (int64_t)rows.size(), d);
+    faiss::IndexFlatIP km_index(d);
+    spherical_kmeans(x.data(), (int64_t)rows.size(), d, kb, (int)iters_, opt_.seed + (uint64_t)b, nullptr, km_index);
+    assign_rows(*keys_, lo, hi, km_index, assign.data() + lo, n_threads(), bar);
+    for (int64_t i = lo; i < hi; ++i) assign[(size_t)i] += (int32_t)k;
+    k += kb;
+  }
+  bar.finish();
+
+  // 2. Member lists, dropping clusters that got no key.
+  std::vector<int64_t> size((size_t)k, 0);
+  for (int32_t a : assign) ++size[(size_t)a];
+  std::vector<int32_t> remap((size_t)k, -1);
+  int32_t nf = 0;
+  for (int64_t j = 0; j < k; ++j)
+    if (size[(size_t)j] > 0) remap[(size_t)j] = nf++;
+  members_.resize((size_t)nf);
+  for (int64_t j = 0; j < k; ++j)
+    if (remap[(size_t)j] >= 0) members_[(size_t)remap[(size_t)j]].reserve((size_t)size[(size_t)j]);
+  for (int64_t i = 0; i < n; ++i) members_[(size_t)remap[(size_t)assign[(size_t)i]]].push_back((int32_t)i);
+  sum_.n_fine = nf;
+  sum_.counts.resize((size_t)nf);
+  for (int32_t j = 0; j < nf; ++j) sum_.counts[(size_t)j] = (int64_t)members_[(size_t)j].size();
+  sum_.key_centroids = cluster_means(*keys_);
+
+  if (levels_ == 2) build_coarse();
+  after_build();
+}
+
+// Squeezed §3.3: k-means over the fine centroids (normalised, weighted by
+// their counts) gives the coarse level.
+void ClusterIndex::build_coarse() {
+  const int d = sum_.dim;
+  const int64_t nf = n_fine();
+  const int64_t k = std::clamp<int64_t>(std::llround((double)nf / (double)coarse_ratio_), 1, nf);
+  std::vector<float> y(sum_.key_centroids.begin(), sum_.key_centroids.begin() + nf * d), w((size_t)nf);
+  normalise_rows(y.data(), nf, d);
+  for (int64_t j = 0; j < nf; ++j) w[(size_t)j] = (float)sum_.counts[(size_t)j];
+  faiss::IndexFlatIP km_index(d);
+  spherical_kmeans(y.data(), nf, d, k, (int)iters_, opt_.seed + 1, w.data(), km_index);
+  std::vector<float> dist((size_t)nf);
+  std::vector<faiss::Index::idx_t> label((size_t)nf);
+  {
+    OmpThreadScope one(1);
+    km_index.search(nf, y.data(), 1, dist.data(), label.data());
+  }
+
+  std::vector<int32_t> remap((size_t)k, -1);
+  int32_t nc = 0;
+  for (int64_t j = 0; j < nf; ++j) {
+    auto& r = remap[(size_t)std::max<faiss::Index::idx_t>(label[(size_t)j], 0)];
+    if (r < 0) r = nc++;
+  }
+  parent_.resize((size_t)nf);
+  children_.assign((size_t)nc, {});
+  sum_.counts.reserve((size_t)(nf + nc));
+  sum_.counts.resize((size_t)(nf + nc), 0);
+  for (int64_t j = 0; j < nf; ++j) {
+    int32_t c = remap[(size_t)std::max<faiss::Index::idx_t>(label[(size_t)j], 0)];
+    parent_[(size_t)j] = c;
+    children_[(size_t)c].push_back((int32_t)j);
+    sum_.counts[(size_t)(nf + c)] += sum_.counts[(size_t)j];
+  }
+  append_coarse_means(sum_.key_centroids, d);
+}
+
+std::vector<float> ClusterIndex::cluster_means(const RowStore& store) const {
+  const int dv = store.dim();
+  const int64_t nf = n_fine();
+  std::vector<float> means((size_t)nf * dv, 0.f);
+#pragma omp parallel for schedule(dynamic, 64) num_threads(n_threads())
+  for (int64_t j = 0; j < nf; ++j) {
+    float* mu = means.data() + (size_t)j * dv;
+    for (int32_t r : members_[(size_t)j]) axpy_row(store.dtype(), 1.f, store.row(r), mu, (size_t)dv);
+    float inv = 1.f / (float)members_[(size_t)j].size();
+    for (int t = 0; t < dv; ++t) mu[t] *= inv;
+  }
+  append_coarse_means(means, dv);
+  return means;
+}
+
+void ClusterIndex::append_coarse_means(std::vector<float>& means, int dv) const {
+  const int64_t nf = n_fine(), nc = (int64_t)children_.size();
+  means.reserve((size_t)(nf + nc) * dv);
+  means.resize((size_t)(nf + nc) * dv, 0.f);
+  for (int64_t c = 0; c < nc; ++c) {
+    float* mu = means.data() + (size_t)(nf + c) * dv;
+    for (int32_t j : children_[(size_t)c])
+      axpy_f32((float)sum_.counts[(size_t)j], means.data() + (size_t)j * dv, mu, (size_t)dv);
+    float inv = 1.f / (float)sum_.counts[(size_t)(nf + c)];
+    for (int t = 0; t < dv; ++t) mu[t] *= inv;
+  }
+}
+
+// ---- appends ----------------------------------------------------------------
+
+void ClusterIndex::add_impl(int64_t from, int64_t to) {
+  const int d = keys_->dim();
+  const int64_t nf = n_fine();
+  // The build's cosine assignment against the current centroids: for a fixed
+  // key, argmax_j cos(k, C_j) = argmax_j k·C_j / |C_j|, so the centroid table
+  // is scored in place (each row read once per batch of new keys) and needs
+  // only its norms; the batch's centroids stay fixed while it is scored
+  // (the batched sequential k-means update of Multipole §3.3).
+  auto inv_norm_of = [&](int64_t j) {
+    float nrm = std::sqrt(dot_f32(centroid(j), centroid(j), (size_t)d));
+    return nrm > 0.f ? 1.f / nrm : 0.f;
+  };
+  std::vector<float> inv_norm((size_t)nf);
+  for (int64_t j = 0; j < nf; ++j) inv_norm[(size_t)j] = inv_norm_of(j);
+  const int64_t batch = 64;
+  std::vector<float> x((size_t)batch * d), s((size_t)nf * batch);
+  std::vector<int32_t> assign((size_t)batch);
+  for (int64_t lo = from; lo < to; lo += batch) {
+    const int m = (int)std::min(batch, to - lo);
+    for (int i = 0; i < m; ++i) keys_->row_f32(lo + i, x.data() + (size_t)i * d);
+    score_summary_rows(centroid(0), nf, d, x.data(), m, s.data(), n_threads());
+    for (int i = 0; i < m; ++i) {
+      int32_t best = 0;
+      float best_cos = -INFINITY;
+      for (int64_t j = 0; j < nf; ++j) {
+        float c = s[(size_t)j * m + i] * inv_norm[(size_t)j];
+        if (c > best_cos) best_cos = c, best = (int32_t)j;
+      }
+      assign[(size_t)i] = best;
+    }
+    for (int i = 0; i < m; ++i) {
+      const int64_t row = lo + i;
+      const int32_t j = assign[(size_t)i];
+      members_[(size_t)j].push_back((int32_t)row);
+      ++sum_.counts[(size_t)j];
+      if (levels_ == 2) ++sum_.counts[(size_t)(nf + parent_[(size_t)j])];
+      add_to_means(sum_.key_centroids, *keys_, row, j);
+      after_add(row, j);
+      inv_norm[(size_t)j] = inv_norm_of(j);
+    }
+  }
+}
+
+void ClusterIndex::add_to_means(std::vector<float>& means, const RowStore& store, int64_t row, int32_t fine) const {
+  const int dv = store.dim();
+  std::vector<float> x((size_t)dv);
+  store.row_f32(row, x.data());
+  auto update = [&](int64_t r) {  // mu += (x - mu) / N
+    float* mu = means.data() + (size_t)r * dv;
+    float inv = 1.f / (float)sum_.counts[(size_t)r];
+    for (int t = 0; t < dv; ++t) mu[t] += (x[(size_t)t] - mu[t]) * inv;
+  };
+  update(fine);
+  if (levels_ == 2) update(n_fine() + parent_[(size_t)fine]);
+}
+
+// ---- search -----------------------------------------------------------------
+
+void ClusterIndex::select_for_head(const float* q, int g, const SearchParams& p, double s, Lookup& lk,
+                                   std::vector<int32_t>& kept, std::vector<int32_t>& expanded,
+                                   int64_t& scored) const {
+  const int nq = lk.nq, d = sum_.dim;
+  const int64_t nf = n_fine(), nc = n_coarse();
+  const bool budget = p.threshold == 0.0;
+  auto fine_x = [&](int32_t j) { return lk.fine_score[(size_t)j * nq + g]; };
+  auto coarse_x = [&](int32_t c) { return lk.coarse_score[(size_t)c * nq + g]; };
+  auto count = [&](int64_t r) { return sum_.counts[(size_t)r]; };
+
+  std::vector<int32_t> candidates;
+  LogSumExp rest;  // ln Σ M_c·exp(s·y_c) over the coarse clusters not expanded
+  if (levels_ == 1) {
+    candidates.resize((size_t)nf);
+    for (int64_t j = 0; j < nf; ++j) candidates[(size_t)j] = (int32_t)j;
+  } else {
+    std::vector<int32_t> all((size_t)nc);
+    for (int64_t c = 0; c < nc; ++c) all[(size_t)c] = (int32_t)c;
+    if (budget) {
+      int64_t want = (int64_t)std::min(expand_ * (double)p.k, 9.0e18);
+      expanded = take_best_until(all, want, coarse_x, [&](int32_t c) { return count(nf + c); });
+    } else {
+      LogSumExp z;
+      for (int64_t c = 0; c < nc; ++c) z.add((float)(std::log((double)count(nf + c)) + s * coarse_x((int32_t)c)));
+      double cut = std::log(p.threshold / expand_) + z.value();
+      for (int64_t c = 0; c < nc; ++c)
+        if (s * coarse_x((int32_t)c) >= cut) expanded.push_back((int32_t)c);
+    }
+    std::vector<char> is_expanded((size_t)nc, 0);
+    for (int32_t c : expanded) {
+      is_expanded[(size_t)c] = 1;
+      for (int32_t j : children_[(size_t)c]) {
+        lk.fine_score[(size_t)j * nq + g] = dot_f32(centroid(j), q, (size_t)d);
+        candidates.push_back(j);
+      }
+    }
+    scored += (int64_t)candidates.size();
+    if (!budget)
+      for (int64_t c = 0; c < nc; ++c)
+        if (!is_expanded[(size_t)c]) rest.add((float)(std::log((double)count(nf + c)) + s * coarse_x((int32_t)c)));
+  }
+
+  if (budget) {
+    kept = take_best_until(candidates, p.k, fine_x, count);
+  } else {
+    // S_j >= T  <=>  s·x_j - ln Z >= ln T, Z = Σ N_i·exp(s·x_i) (+ unexpanded coarse mass).
+    LogSumExp z = rest;
+    for (int32_t j : candidates) z.add((float)(std::log((double)count(j)) + s * fine_x(j)));
+    double cut = std::log(p.threshold) + z.value();
+    for (int32_t j : candidates)
+      if (s * fine_x(j) >= cut) kept.push_back(j);
+  }
+}
+
+void ClusterIndex::search_impl(const float* q, int nq, const SearchParams& p, Candidates& out) const {
+  TOPKV_CHECK(std::isfinite(p.threshold) && p.threshold >= 0.0 && p.threshold <= 1.0,
+              "{}: threshold={} must be a share in [0, 1] (0 = budget mode: keep clusters until k tokens)",
+              name_, p.threshold);
+  TOPKV_CHECK(std::isfinite(p.scale) && p.scale >= 0.0, "{}: scale={} must be >= 0 (0 = 1/sqrt(dim))", name_,
+              p.scale);
+  const int d = sum_.dim;
+  const int64_t nf = n_fine(), nc = n_coarse();
+  const double s = p.scale > 0.0 ? p.scale : 1.0 / std::sqrt((double)d);
+  Lookup lk;
+  lk.nq = nq;
+  lk.fine_score.assign((size_t)nf * nq, NAN);
+  if (levels_ == 1) {
+    score_summary_rows(centroid(0), nf, d, q, nq, lk.fine_score.data(), p.n_threads);
+    out.stats.summaries_scored = nf * nq;
+  } else {
+    lk.coarse_score.resize((size_t)nc * nq);
+    score_summary_rows(centroid(nf), nc, d, q, nq, lk.coarse_score.data(), p.n_threads);
+    out.stats.summaries_scored = nc * nq;
+  }
+
+  std::vector<std::vector<int32_t>> kept((size_t)nq), expanded((size_t)nq);
+  std::vector<int64_t> scored((size_t)nq, 0);
+  const int threads = std::max(1, std::min(p.n_threads, nq));
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int g = 0; g < nq; ++g)
+    select_for_head(q + (size_t)g * d, g, p, s, lk, kept[(size_t)g], expanded[(size_t)g], scored[(size_t)g]);
+
+  lk.fine_selected.assign((size_t)nf, 0);
+  lk.coarse_expanded.assign((size_t)nc, 0);
+  for (int g = 0; g < nq; ++g) {
+    out.stats.summaries_scored += scored[(size_t)g];
+    for (int32_t j : kept[(size_t)g]) lk.fine_selected[(size_t)j] = 1;
+    for (int32_t c : expanded[(size_t)g]) lk.coarse_expanded[(size_t)c] = 1;
+  }
+  for (int64_t j = 0; j < nf; ++j)
+    if (lk.fine_selected[(size_t)j]) out.ids.insert(out.ids.end(), members_[(size_t)j].begin(), members_[(size_t)j].end());
+  out.summaries = &sum_;
+  after_lookup(q, lk, out);
+}
+
+// ---- memory, save, load -----------------------------------------------------
+
+MemoryReport ClusterIndex::memory_impl() const {
+  size_t lists = 0;
+  for (auto& m : members_) lists += m.capacity() * sizeof(int32_t) + sizeof(m);
+  for (auto& c : children_) lists += c.capacity() * sizeof(int32_t) + sizeof(c);
+  size_t bytes = sum_.counts.capacity() * sizeof(int64_t) + sum_.key_centroids.capacity() * sizeof(float) +
+                 parent_.capacity() * sizeof(int32_t) + lists + extra_bytes();
+  return {bytes, 0, 0, "centroids (fp32), counts and member lists; keys read in place from the store"};
+}
+
+void ClusterIndex::save_impl(BinaryWriter& w) const {
+  w.pod<int64_t>(n_fine());
+  w.pod<int64_t>(n_coarse());
+  w.vec(sum_.counts);
+  w.vec(sum_.key_centroids);
+  std::vector<int32_t> flat;
+  flat.reserve((size_t)indexed_);
+  for (auto& m : members_) flat.insert(flat.end(), m.begin(), m.end());
+  w.vec(flat);
+  w.vec(parent_);
+  save_extra(w);
+}
+
+void ClusterIndex::load_impl(BinaryReader& r) {
+  const std::string& path = r.path();
+  auto bad = [&](const std::string& why) { fail("{} index '{}' is malformed: {}", name_, path, why); };
+  const int d = keys_->dim();
+  const int64_t nf = r.pod<int64_t>(), nc = r.pod<int64_t>();
+  if (nf < 0 || nc < 0 || nf > indexed_ || nc > nf) bad(fmt::format("{} fine / {} coarse clusters", nf, nc));
+  if (nf > 0 && (levels_ == 2) != (nc > 0)) bad(fmt::format("{} coarse clusters with levels={}", nc, levels_));
+  sum_ = ClusterSummaries{};
+  sum_.dim = d;
+  sum_.n_fine = nf;
+  sum_.counts = r.vec<int64_t>();
+  sum_.key_centroids = r.vec<float>();
+  if (sum_.counts.size() != (size_t)(nf + nc) || sum_.key_centroids.size() != (size_t)(nf + nc) * d)
+    bad("cluster table sizes do not match the cluster count and key dimension");
+  auto flat = r.vec<int32_t>();
+  if ((int64_t)flat.size() != indexed_) bad(fmt::format("{} listed rows for {} indexed", flat.size(), indexed_));
+  std::vector<char> seen((size_t)indexed_, 0);
+  members_.assign((size_t)nf, {});
+  size_t at = 0;
+  for (int64_t j = 0; j < nf; ++j) {
+    int64_t cnt = sum_.counts[(size_t)j];
+    if (cnt < 1 || cnt > (int64_t)(flat.size() - at)) bad(fmt::format("cluster {} claims {} rows", j, cnt));
+    for (int64_t t = 0; t < cnt; ++t) {
+      int32_t row = flat[at++];
+      if (row < 0 || row >= indexed_ || seen[(size_t)row]) bad(fmt::format("row {} listed twice or out of range", row));
+      seen[(size_t)row] = 1;
+    }
+    members_[(size_t)j].assign(flat.begin() + (long)(at - cnt), flat.begin() + (long)at);
+  }
+  parent_ = r.vec<int32_t>();
+  if (parent_.size() != (size_t)(nc > 0 ? nf : 0)) bad("coarse parent table has the wrong size");
+  children_.assign((size_t)nc, {});
+  std::vector<int64_t> below((size_t)nc, 0);
+  for (int64_t j = 0; j < (int64_t)parent_.size(); ++j) {
+    int32_t c = parent_[(size_t)j];
+    if (c < 0 || c >= nc) bad(fmt::format("fine cluster {} has coarse parent {}", j, c));
+    children_[(size_t)c].push_back((int32_t)j);
+    below[(size_t)c] += sum_.counts[(size_t)j];
+  }
+  for (int64_t c = 0; c < nc; ++c)
+    if (below[(size_t)c] != sum_.counts[(size_t)(nf + c)] || children_[(size_t)c].empty())
+      bad(fmt::format("coarse cluster {} count disagrees with its fine clusters", c));
+  load_extra(r);
+}
+
+// ---- the `centroid` backend -------------------------------------------------
+
+namespace {
+class CentroidIndex final : public ClusterIndex {
+ public:
+  CentroidIndex(const Params& p, const BuildOptions& opt) : ClusterIndex("centroid", p, opt, 20) {}
+};
+}  // namespace
+
+std::unique_ptr<KvIndex> make_centroid_index(const Params& params, const BuildOptions& opt) {
+  return std::make_unique<CentroidIndex>(params, opt);
+}
+
+}  // namespace topkv

@@ -1,0 +1,106 @@
+// ClusterIndex: k-means clusters of keys with a centroid lookup, the one
+// clustering implementation behind `centroid` (Squeezed Attention, Hooper et
+// al. 2024, /work/shared/papers/squeezed-attention.md) and `multipole`
+// (Multipole Attention, /work/shared/papers/multipole-attention.md), which
+// adds per-cluster value means and the far-field clusters on top.
+//
+// Build (Squeezed §3.1): spherical k-means (Faiss) over L2-normalised keys —
+// a sample of at most max_train of them — then every key is assigned to the
+// centroid of largest cosine. The keys are clustered in blocks of `block`
+// consecutive rows (Multipole §3.3's blockwise k-means, W = 8K tokens; the
+// last block holds 0.5 to 1.5 blocks), each into len/ratio clusters, so the
+// build is linear in n; block=0 runs one k-means over all keys (Squeezed).
+// Cluster j keeps its member row ids, its count
+// N_j and its centroid C_j = mean of its RAW keys (the ClusterSummaries rows).
+// levels=2 (Squeezed §3.3) clusters the fine centroids again (normalised,
+// weighted by N_j) into coarse clusters; coarse cluster c keeps its fine
+// children, M_c = Σ N_j and D_c = mean of the raw keys below it.
+//
+// Search, per query head q (GQA union: each head selects for itself):
+//   score x_j = q·C_j. Budget mode (threshold 0): clusters by x_j descending
+//   until k tokens are covered. Threshold mode: the estimated softmax share
+//   S_j = exp(s·x_j) / Σ_i N_i·exp(s·x_i) (s = SearchParams::scale, 0 ->
+//   1/sqrt(dim)) of every kept cluster is >= threshold (one global threshold).
+//   levels=2: coarse scores first; budget mode expands the best coarse
+//   clusters until they hold expand·k keys, threshold mode every coarse
+//   cluster whose share is >= threshold/expand; only the fine centroids of
+//   expanded coarse clusters are scored. The share denominator sums the
+//   scored fine clusters and the unexpanded coarse ones, so it estimates the
+//   softmax over all keys (the paper's level-2 denominator counts only the
+//   remaining centroids, which inflates shares).
+//
+// Appends (Multipole §3.3's fast update, without re-clustering): each new key
+// joins the cluster whose centroid has the largest cosine with it; N_j and
+// the running mean C_j (and its coarse parent's) are updated.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "index/kv_index.h"
+
+namespace topkv {
+
+class ClusterIndex : public KvIndex {
+ public:
+  bool is_topk() const override { return false; }
+
+ protected:
+  // default_ratio: keys per fine centroid when the spec does not say
+  // (Squeezed uses 5% centroids = 20, Multipole one per 16 tokens).
+  ClusterIndex(std::string name, const Params& p, const BuildOptions& opt, int64_t default_ratio);
+
+  // What one search's centroid lookup decided, over all query heads.
+  struct Lookup {
+    int nq = 0;
+    std::vector<float> fine_score;      // [fine][nq] q_g·C_j; NaN where head g did not score j
+    std::vector<float> coarse_score;    // [coarse][nq] q_g·D_c (levels=2)
+    std::vector<char> fine_selected;    // [fine] kept by some head: its members are returned
+    std::vector<char> coarse_expanded;  // [coarse] expanded by some head (levels=2)
+  };
+
+  void build_impl(int64_t n_rows) override;
+  void add_impl(int64_t from, int64_t to) override;
+  void search_impl(const float* queries, int nq, const SearchParams& p, Candidates& out) const override;
+  MemoryReport memory_impl() const override;
+  void save_impl(BinaryWriter& w) const override;
+  void load_impl(BinaryReader& r) override;
+
+  // Extension points (multipole). after_build: the clusters are set;
+  // after_add: row `row` has just joined fine cluster `fine` (counts and key
+  // centroids already updated); after_lookup: the selection is done.
+  virtual void after_build() {}
+  virtual void after_add(int64_t row, int32_t fine) {}
+  virtual void after_lookup(const float* queries, const Lookup& lk, Candidates& out) const {}
+  virtual void save_extra(BinaryWriter&) const {}
+  virtual void load_extra(BinaryReader&) {}
+  virtual size_t extra_bytes() const { return 0; }
+
+  // Means of `store`'s rows per cluster, laid out like sum_.key_centroids:
+  // fine rows from their members, coarse rows count-weighted from their fine.
+  std::vector<float> cluster_means(const RowStore& store) const;
+  // Running-mean update of `means` for row `row` of `store` that joined fine
+  // cluster `fine` (and so its coarse parent); counts must already include it.
+  void add_to_means(std::vector<float>& means, const RowStore& store, int64_t row, int32_t fine) const;
+  // Appends the coarse rows to fine-only `means` (rows of dv floats).
+  void append_coarse_means(std::vector<float>& means, int dv) const;
+
+  int64_t n_fine() const { return sum_.n_fine; }
+  int64_t n_coarse() const { return sum_.size() - sum_.n_fine; }
+  const float* centroid(int64_t row) const { return sum_.key_centroids.data() + (size_t)row * sum_.dim; }
+
+  ClusterSummaries sum_;                        // fine rows, then coarse rows
+  std::vector<std::vector<int32_t>> members_;   // fine j -> its row ids
+  std::vector<int32_t> parent_;                 // fine j -> coarse c (levels=2)
+  std::vector<std::vector<int32_t>> children_;  // coarse c -> its fine clusters (levels=2)
+
+  int64_t ratio_, iters_, max_train_, block_, levels_, coarse_ratio_;
+  double expand_;
+
+ private:
+  void build_coarse();
+  void select_for_head(const float* q, int g, const SearchParams& p, double scale, Lookup& lk,
+                       std::vector<int32_t>& kept, std::vector<int32_t>& expanded, int64_t& scored) const;
+};
+
+}  // namespace topkv

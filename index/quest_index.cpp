@@ -1,0 +1,146 @@
+// quest: query-aware page selection (Tang et al., "Quest", ICML 2024,
+// /work/shared/papers/quest.md, Algorithm 1).
+//
+// Keys are grouped into pages of P consecutive rows. Each page keeps the
+// element-wise max M and min m of its keys (fp32). For a query q the page's
+// criticality is the upper bound of q·k over its keys,
+//   U = Σ_i max(q_i·m_i, q_i·M_i) = q⁺·M + q⁻·m,   q⁺ = max(q, 0), q⁻ = min(q, 0),
+// so a page is stored as one row [M | m] of 2·dim floats and scored as one dot
+// product with [q⁺ | q⁻]. Pages are taken by bound, largest first, until the
+// token budget k is covered, and every row of a taken page is returned (the
+// base class then scores them exactly). With GQA in union mode each query
+// head picks its own pages.
+//
+// Keys are read in place from the store; the index owns only the bounds
+// (8·dim bytes per page, 1/P of an fp32 key copy).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "index/backends.h"
+#include "index/summary_select.h"
+#include "src/common/error.h"
+
+namespace topkv {
+
+namespace {
+
+class QuestIndex final : public KvIndex {
+ public:
+  QuestIndex(const Params& p, const BuildOptions& opt) : KvIndex("quest", p, opt) {
+    page_ = p.get_int("page", 16);
+    TOPKV_CHECK(page_ >= 1 && page_ <= 65536, "quest: page={} is out of range (1..65536 keys per page)", page_);
+  }
+  bool is_topk() const override { return false; }
+
+ protected:
+  int64_t n_pages() const { return (indexed_ + page_ - 1) / page_; }
+  // Rows of page p among the first n indexed rows.
+  int64_t page_rows(int64_t p, int64_t n) const { return std::min(page_, n - p * page_); }
+
+  void build_impl(int64_t n_rows) override {
+    bounds_.clear();
+    extend(0, n_rows);
+  }
+  void add_impl(int64_t from, int64_t to) override { extend(from, to); }
+
+  // Folds rows [from, to) into the bounds: the last partial page first grows,
+  // then new pages start (Algorithm 1, "Criticality estimation" stage 1).
+  void extend(int64_t from, int64_t to) {
+    const int d = keys_->dim();
+    const size_t w = 2 * (size_t)d;
+    const int64_t first_page = from / page_, end_page = (to + page_ - 1) / page_;
+    const int64_t old_pages = (int64_t)(bounds_.size() / w);
+    // Appends come a few rows at a time: grow by 1/8 rather than doubling, so
+    // a long context's bounds do not hold up to twice the memory they need.
+    const size_t need = (size_t)end_page * w;
+    if (need > bounds_.capacity()) bounds_.reserve(bounds_.empty() ? need : need + need / 8);
+    bounds_.resize(need);
+    const int threads = (int)std::max<int64_t>(1, std::min<int64_t>(n_threads(), end_page - first_page));
+#pragma omp parallel num_threads(threads)
+    {
+      std::vector<float> k((size_t)d);
+#pragma omp for schedule(static)
+      for (int64_t p = first_page; p < end_page; ++p) {
+        float* mx = bounds_.data() + (size_t)p * w;
+        float* mn = mx + d;
+        int64_t lo = std::max(from, p * page_), hi = std::min(to, (p + 1) * page_);
+        if (p >= old_pages) {  // a new page starts at its first row
+          keys_->row_f32(lo, mx);
+          std::copy(mx, mx + d, mn);
+          ++lo;
+        }
+        for (int64_t i = lo; i < hi; ++i) {
+          keys_->row_f32(i, k.data());
+          for (int j = 0; j < d; ++j) {
+            mx[j] = std::max(mx[j], k[(size_t)j]);
+            mn[j] = std::min(mn[j], k[(size_t)j]);
+          }
+        }
+      }
+    }
+  }
+
+  void search_impl(const float* q, int nq, const SearchParams& p, Candidates& out) const override {
+    const int d = keys_->dim();
+    const int64_t n = indexed_, pages = n_pages();
+    // [q⁺ | q⁻] per head, so that [M | m] · [q⁺ | q⁻] is the page's upper bound.
+    std::vector<float> qx((size_t)nq * 2 * d);
+    for (int g = 0; g < nq; ++g)
+      for (int j = 0; j < d; ++j) {
+        float x = q[(size_t)g * d + j];
+        qx[(size_t)g * 2 * d + j] = std::max(x, 0.f);
+        qx[(size_t)g * 2 * d + d + j] = std::min(x, 0.f);
+      }
+    std::vector<float> bound((size_t)pages * nq);
+    score_summary_rows(bounds_.data(), pages, 2 * d, qx.data(), nq, bound.data(), p.n_threads);
+    out.stats.summaries_scored = pages * nq;
+
+    std::vector<int32_t> all((size_t)pages);
+    for (int64_t i = 0; i < pages; ++i) all[(size_t)i] = (int32_t)i;
+    std::vector<char> taken((size_t)pages, 0);
+    for (int g = 0; g < nq; ++g) {
+      auto chosen = take_best_until(
+          all, p.k, [&](int32_t i) { return bound[(size_t)i * nq + g]; },
+          [&](int32_t i) { return page_rows(i, n); });
+      for (int32_t i : chosen) taken[(size_t)i] = 1;
+    }
+    for (int64_t i = 0; i < pages; ++i) {
+      if (!taken[(size_t)i]) continue;
+      for (int64_t r = i * page_, e = r + page_rows(i, n); r < e; ++r) out.ids.push_back(r);
+    }
+  }
+
+  MemoryReport memory_impl() const override {
+    return {bounds_.capacity() * sizeof(float), 0, 0,
+            "per page of keys: element-wise min and max (fp32); keys read in place from the store"};
+  }
+
+  void save_impl(BinaryWriter& w) const override {
+    w.pod<int64_t>(page_);
+    w.vec(bounds_);
+  }
+
+  void load_impl(BinaryReader& r) override {
+    int64_t page = r.pod<int64_t>();
+    TOPKV_CHECK(page == page_, "quest index '{}' is malformed: page size {} in the data, {} in its parameters",
+                r.path(), page, page_);
+    bounds_ = r.vec<float>();
+    TOPKV_CHECK(bounds_.size() == (size_t)n_pages() * 2 * keys_->dim(),
+                "quest index '{}' is malformed: {} bound values for {} pages of dimension {}", r.path(),
+                bounds_.size(), n_pages(), keys_->dim());
+  }
+
+ private:
+  int64_t page_ = 16;
+  std::vector<float> bounds_;  // [page][max(dim) | min(dim)]
+};
+
+}  // namespace
+
+std::unique_ptr<KvIndex> make_quest_index(const Params& params, const BuildOptions& opt) {
+  return std::make_unique<QuestIndex>(params, opt);
+}
+
+}  // namespace topkv
