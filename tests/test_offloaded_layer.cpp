@@ -135,3 +135,36 @@ TEST_CASE("streaming heads attend to sinks and window only") {
   attention_exact(q.data(), 0.125f, K, V, K.size(), ref.data());
   for (int j = 0; j < d; ++j) REQUIRE(out[j] == Approx(ref[j]).margin(1e-5));
 }
+
+TEST_CASE("multipole far clusters make the offloaded layer closer to dense than centroid retrieval alone") {
+  std::mt19937 rng(21);
+  const int d = 64, n_heads = 4;
+  const int64_t n = 3000;
+  Kv kv = random_kv(n, n_heads, 1, d, rng);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  double err_c = 0, err_m = 0, norm = 0;
+  auto c = config(n_heads, 1, d, 4, 16, /*k=*/150);
+  c.index = "centroid";
+  OffloadedLayer centroid(c);
+  c.index = "multipole";
+  OffloadedLayer multipole(c);
+  centroid.prefill(kv.k.data(), kv.v.data(), n);
+  multipole.prefill(kv.k.data(), kv.v.data(), n);
+  for (int trial = 0; trial < 8; ++trial) {
+    std::vector<float> q((size_t)n_heads * d), oc(q.size()), om(q.size());
+    for (auto& x : q) x = nd(rng);
+    AttendStats sc, sm;
+    centroid.attend(q.data(), 0.125f, oc.data(), &sc);
+    multipole.attend(q.data(), 0.125f, om.data(), &sm);
+    CHECK(sc.far_clusters == 0);
+    CHECK(sm.far_clusters > 0);
+    auto ref = dense(kv, n, q, 0.125f);
+    for (size_t i = 0; i < ref.size(); ++i) {
+      err_c += (oc[i] - ref[i]) * (oc[i] - ref[i]);
+      err_m += (om[i] - ref[i]) * (om[i] - ref[i]);
+      norm += ref[i] * ref[i];
+    }
+  }
+  INFO("relative L2 error: centroid " << std::sqrt(err_c / norm) << ", multipole " << std::sqrt(err_m / norm));
+  CHECK(err_m < 0.7 * err_c);
+}
