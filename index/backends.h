@@ -9,5 +9,8 @@
 namespace topkv {
 
 std::unique_ptr<KvIndex> make_flat_index(const Params& params, const BuildOptions& opt);
+std::unique_ptr<KvIndex> make_hnswlib_index(const Params& params, const BuildOptions& opt);
+std::unique_ptr<KvIndex> make_faiss_hnsw_index(const Params& params, const BuildOptions& opt);
+std::unique_ptr<KvIndex> make_faiss_ivf_index(const Params& params, const BuildOptions& opt);
 
 }  // namespace topkv
