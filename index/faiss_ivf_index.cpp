@@ -71,11 +71,11 @@ class FaissIvfIndex final : public KvIndex {
     ivf->cp.seed = (int)opt_.seed;
     ivf->cp.min_points_per_centroid = 1;  // an explicit nlist near n is the user's choice: no stderr warning
     ivf->cp.max_points_per_centroid = 1 << 30;  // we sample (max_train) ourselves
-    ScopedOmpThreads threads(n_threads());
 
     // k-means over a uniform sample of the keys (all of them when n is small).
     const int64_t max_train = max_train_ > 0 ? max_train_ : 256 * nlist;
     const int64_t n_train = std::max(nlist, std::min(n, max_train));
+    ScopedOmpThreads threads(omp_threads_for(n_train, n_threads()));
     std::vector<float> train((size_t)n_train * dim());
     if (n_train == n) {
       copy_rows_f32(keys(), 0, n, train.data());
@@ -156,7 +156,7 @@ class FaissIvfIndex final : public KvIndex {
   // IndexIVF::add over rows [from, to): Faiss numbers vectors in add order, so
   // its ids are our row ids.
   void add_rows(int64_t from, int64_t to) {
-    ScopedOmpThreads threads(n_threads());
+    ScopedOmpThreads threads(omp_threads_for(to - from, n_threads()));
     Progress bar("faiss-ivf build", to - from, "keys", opt_.progress && to - from >= 10000);
     for_each_f32_block(keys(), from, to, RowStore::kChunkRows, [&](int64_t, int64_t n, const float* x) {
       faiss_guard("faiss-ivf: adding keys", [&] { index_->add(n, x); });

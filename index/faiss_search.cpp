@@ -35,9 +35,12 @@ struct NegatedIp final : faiss::DistanceComputer {
 
 // One visited table per thread, reused by every search of every index on that
 // thread: advance() invalidates all marks in O(1) (a memset every 249 calls).
+// Advancing before use (HNSW::search advances after) keeps a search that was
+// cut short by an exception from leaving marks the next one would see.
 faiss::VisitedTable& thread_visited_table(size_t ntotal) {
   thread_local faiss::VisitedTable vt(0);
   if (vt.visited.size() < ntotal) vt.visited.resize(ntotal, 0);  // new slots never equal visno >= 1
+  vt.advance();
   return vt;
 }
 
@@ -126,7 +129,6 @@ void faiss_hnsw_search(const faiss::IndexHNSW& index, const float* q, int k, int
   std::vector<idx_t> I((size_t)k);
   std::vector<float> D((size_t)k);
   int nres = search_level0(hnsw, dis, k, I.data(), D.data(), candidates, vt, ef);
-  vt.advance();
 
   faiss::maxheap_reorder(nres, D.data(), I.data());  // nearest (largest q·x) first
   for (int i = 0; i < nres; ++i) {
