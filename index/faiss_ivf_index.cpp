@@ -96,7 +96,8 @@ class FaissIvfIndex final : public KvIndex {
   void add_impl(int64_t from, int64_t to) override { add_rows(from, to); }
 
   void search_impl(const float* q, int nq, const SearchParams& p, Candidates& out) const override {
-    const int k = (int)std::min<int64_t>(p.k, index_->ntotal);
+    if (p.k >= index_->ntotal) return take_all_rows(index_->ntotal, out);
+    const int k = (int)p.k;
     const int nprobe = (int)std::min<int64_t>(p.nprobe > 0 ? p.nprobe : nprobe_, (int64_t)index_->nlist);
     std::vector<int64_t> labels((size_t)nq * k);
     std::vector<float> scores((size_t)nq * k);
