@@ -4,6 +4,7 @@
 // (Their Faiss search paths are checked against stock Faiss in
 // test_faiss_search.cpp.)
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
@@ -113,8 +114,10 @@ TEST_CASE("ANN backends reach their measured recall@10 on clustered keys") {
   Clustered gen(64, 8, 11);
   auto keys = make_store(gen.keys(4000), 64);
   auto queries = gen.queries(100);
-  // {ef or nprobe, floor}: floors are the measured recall (in the WARN line) minus a margin.
-  const std::vector<std::pair<int, double>> setting_and_floor = {{32, 0.80}, {32, 0.80}, {8, 0.93}, {8, 0.93}};
+  // {ef or nprobe, floor}: the floors are the recall measured here (serial
+  // builds are reproducible: hnswlib 0.842, faiss-hnsw 0.908, ivf flat 0.979,
+  // ivf fp16 0.977) minus a margin.
+  const std::vector<std::pair<int, double>> setting_and_floor = {{32, 0.80}, {32, 0.85}, {8, 0.93}, {8, 0.93}};
   for (size_t b = 0; b < kSpecs.size(); ++b) {
     INFO(kSpecs[b]);
     auto idx = KvIndex::create(kSpecs[b], one_thread());
@@ -138,11 +141,13 @@ TEST_CASE("a larger ef / nprobe reaches the library: more keys scored, recall ne
     const std::vector<int> values = is_ivf(spec) ? std::vector<int>{1, 2, 4, 8, 16, 64}
                                                  : std::vector<int>{10, 20, 40, 80, 160, 3000 + 16};
     std::vector<RecallRun> runs;
+    std::string table;  // shown on failure
     for (int v : values) {
       runs.push_back(measure(*idx, queries, knob(spec, 10, v)));
-      WARN(spec << " setting " << v << ": recall@10 " << runs.back().recall << ", keys scored/query "
-                << runs.back().keys_scored / 60);
+      table += fmt::format("\n  setting {}: recall@10 {:.3f}, keys scored/query {}", v, runs.back().recall,
+                           runs.back().keys_scored / 60);
     }
+    INFO(table);
     for (size_t i = 1; i < runs.size(); ++i) {
       INFO("setting " << values[i]);
       CHECK(runs[i].keys_scored > runs[i - 1].keys_scored);
@@ -181,8 +186,8 @@ TEST_CASE("faiss-ivf: automatic nlist, training on a max_train sample, nprobe cl
     CHECK(all.stats.summaries_scored == 20);
   }
   auto run = measure(*b, q, params_k(10, 0, 4));
-  WARN("faiss-ivf nlist=20 trained on 300 keys, nprobe=4: recall@10 " << run.recall);
-  CHECK(run.recall >= 0.8);
+  INFO("faiss-ivf nlist=20 trained on 300 keys, nprobe=4: recall@10 " << run.recall);  // measured 0.995
+  CHECK(run.recall >= 0.9);
 }
 
 TEST_CASE("concurrent searches with different ef / nprobe give the sequential answers") {
