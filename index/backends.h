@@ -12,5 +12,8 @@ std::unique_ptr<KvIndex> make_flat_index(const Params& params, const BuildOption
 std::unique_ptr<KvIndex> make_quest_index(const Params& params, const BuildOptions& opt);
 std::unique_ptr<KvIndex> make_centroid_index(const Params& params, const BuildOptions& opt);
 std::unique_ptr<KvIndex> make_multipole_index(const Params& params, const BuildOptions& opt);
+std::unique_ptr<KvIndex> make_hnswlib_index(const Params& params, const BuildOptions& opt);
+std::unique_ptr<KvIndex> make_faiss_hnsw_index(const Params& params, const BuildOptions& opt);
+std::unique_ptr<KvIndex> make_faiss_ivf_index(const Params& params, const BuildOptions& opt);
 
 }  // namespace topkv

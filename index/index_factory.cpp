@@ -35,6 +35,19 @@ const std::vector<Entry>& registry() {
         "ratio=16 (keys per centroid), iters=10, block=8192, max_train=65536, levels=1|2, coarse_ratio=5, expand=4 "
         "(as centroid); needs the value store"},
        make_multipole_index},
+      {{"hnswlib",
+        "hnswlib 0.6.2 HNSW graph over inner product (own fp32 key copy); ef per search call",
+        "M=16 (links per node; 2M on level 0), efc=200 (build candidate list)"},
+       make_hnswlib_index},
+      {{"faiss-hnsw",
+        "Faiss IndexHNSWFlat over inner product (own fp32 key copy); ef per search call",
+        "M=16 (links per node; 2M on level 0), efc=200 (build candidate list)"},
+       make_faiss_hnsw_index},
+      {{"faiss-ivf",
+        "Faiss inverted file over inner product: k-means lists, flat or fp16 codes (own key copy); nprobe per call",
+        "nlist=0 (lists; 0 = 4*sqrt(n), >= 39 keys per list; clipped to n), nprobe=32 (default lists probed), "
+        "codec=flat|fp16, max_train=0 (k-means sample; 0 = 256*nlist)"},
+       make_faiss_ivf_index},
   };
   return r;
 }

@@ -1,0 +1,49 @@
+#include "index/ann_util.h"
+
+#include <faiss/impl/io.h>
+#include <faiss/index_io.h>
+
+namespace topkv {
+
+void copy_rows_f32(const RowStore& store, int64_t from, int64_t to, float* out) {
+  const size_t d = (size_t)store.dim();
+  store.for_each_span(from, to, [&](int64_t first, int64_t n, const void* rows) {
+    to_f32(store.dtype(), rows, out + (size_t)(first - from) * d, (size_t)n * d);
+  });
+}
+
+namespace {
+// faiss::IOWriter / IOReader over topkv's checksummed files: the Faiss index
+// is streamed in place, never staged in a second buffer.
+struct BinaryIOWriter final : faiss::IOWriter {
+  explicit BinaryIOWriter(BinaryWriter& w) : w(w) { name = "topkv index file"; }
+  size_t operator()(const void* ptr, size_t size, size_t nitems) override {
+    w.bytes(ptr, size * nitems);
+    return nitems;
+  }
+  BinaryWriter& w;
+};
+
+struct BinaryIOReader final : faiss::IOReader {
+  explicit BinaryIOReader(BinaryReader& r) : r(r) { name = r.path(); }
+  size_t operator()(void* ptr, size_t size, size_t nitems) override {
+    // BinaryReader throws a topkv::Error when the file holds fewer bytes.
+    r.bytes(ptr, size * nitems);
+    return nitems;
+  }
+  BinaryReader& r;
+};
+}  // namespace
+
+void write_faiss_index(BinaryWriter& w, const faiss::Index& index) {
+  BinaryIOWriter out(w);
+  faiss_guard("saving the Faiss index", [&] { faiss::write_index(&index, &out); });
+}
+
+std::unique_ptr<faiss::Index> read_faiss_index(BinaryReader& r) {
+  BinaryIOReader in(r);
+  return faiss_guard("loading the Faiss index",
+                     [&] { return std::unique_ptr<faiss::Index>(faiss::read_index(&in)); });
+}
+
+}  // namespace topkv

@@ -1,0 +1,117 @@
+// faiss-hnsw: Faiss 1.7.3 IndexHNSWFlat with METRIC_INNER_PRODUCT. Faiss keeps
+// an fp32 copy of every key in its flat storage (reported in memory()).
+//
+// Build and appends go through IndexHNSW::add (OpenMP, limited to the
+// BuildOptions' threads); searches go through faiss_hnsw_search()
+// (index/faiss_search.h), which runs Faiss's HNSW search on the calling thread
+// with the call's ef: IndexHNSW::search both costs O(ntotal) per query and, in
+// 1.7.3, ignores a per-call efSearch (see that header).
+#include <faiss/IndexFlat.h>
+#include <faiss/IndexHNSW.h>
+
+#include "index/ann_util.h"
+#include "index/backends.h"
+#include "index/faiss_search.h"
+#include "src/common/progress.h"
+
+namespace topkv {
+
+namespace {
+
+class FaissHnswIndex final : public KvIndex {
+ public:
+  FaissHnswIndex(const Params& p, const BuildOptions& opt) : KvIndex("faiss-hnsw", p, opt) {
+    m_ = p.get_int("M", 16);
+    efc_ = p.get_int("efc", 200);
+    TOPKV_CHECK(m_ >= 2 && m_ <= 2048, "faiss-hnsw: M={} is out of range: use 2..2048 (16-48 is typical)", m_);
+    TOPKV_CHECK(efc_ >= 1 && efc_ <= 1 << 20,
+                "faiss-hnsw: efc={} is out of range: use 1..1048576 (40-400 is typical)", efc_);
+  }
+
+ protected:
+  void build_impl(int64_t n) override {
+    index_.reset();
+    if (n == 0) return;
+    index_ = std::make_unique<faiss::IndexHNSWFlat>(dim(), (int)m_, faiss::METRIC_INNER_PRODUCT);
+    index_->hnsw.efConstruction = (int)efc_;
+    index_->hnsw.rng = faiss::RandomGenerator((int64_t)opt_.seed);
+    add_rows(0, n);
+  }
+
+  void add_impl(int64_t from, int64_t to) override { add_rows(from, to); }
+
+  void search_impl(const float* q, int nq, const SearchParams& p, Candidates& out) const override {
+    const int64_t n = index_->ntotal;
+    if (p.k >= n) return take_all_rows(n, out);
+    const int k = (int)p.k;
+    const int64_t ef_asked = p.ef > 0 ? p.ef : std::max<int64_t>(p.k, 64);
+    const int ef = (int)std::max<int64_t>(k, std::min(ef_asked, n));  // ef >= n already visits every reachable key
+    FaissSearchCounts counts;
+    std::vector<int64_t> ids;
+    std::vector<float> scores;
+    for (int g = 0; g < nq; ++g) {
+      faiss_hnsw_search(*index_, q + (size_t)g * dim(), k, ef, ids, scores, counts);
+      out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+    }
+    out.stats.keys_scored = counts.keys_scored;
+  }
+
+  MemoryReport memory_impl() const override {
+    MemoryReport m;
+    m.note = "Faiss keeps its own fp32 copy of every key in the flat storage under the graph";
+    if (!index_) return m;
+    const auto& h = index_->hnsw;
+    const auto* storage = static_cast<const faiss::IndexFlatCodes*>(index_->storage);
+    m.key_copy_bytes = storage->codes.capacity();
+    m.structure_bytes = h.neighbors.capacity() * sizeof(faiss::HNSW::storage_idx_t) +
+                        h.offsets.capacity() * sizeof(size_t) + h.levels.capacity() * sizeof(int) +
+                        (h.assign_probas.capacity() + h.cum_nneighbor_per_level.capacity()) * 8;
+    return m;
+  }
+
+  void save_impl(BinaryWriter& w) const override {
+    w.pod<uint8_t>(index_ ? 1 : 0);
+    if (index_) write_faiss_index(w, *index_);
+  }
+
+  void load_impl(BinaryReader& r) override {
+    index_.reset();
+    uint8_t has = r.pod<uint8_t>();
+    TOPKV_CHECK(has == (indexed_ > 0 ? 1 : 0), "faiss-hnsw index '{}': graph flag {} does not match {} rows",
+                r.path(), has, indexed_);
+    if (!has) return;
+    std::unique_ptr<faiss::Index> any = read_faiss_index(r);
+    auto* h = dynamic_cast<faiss::IndexHNSWFlat*>(any.get());
+    TOPKV_CHECK(h, "faiss-hnsw index '{}' holds a Faiss index of another type", r.path());
+    TOPKV_CHECK(h->metric_type == faiss::METRIC_INNER_PRODUCT && h->d == dim() && h->ntotal == indexed_,
+                "faiss-hnsw index '{}' does not match its header (metric {}, d={}, {} vectors; expected "
+                "inner product, d={}, {} rows)",
+                r.path(), (int)h->metric_type, h->d, h->ntotal, dim(), indexed_);
+    any.release();
+    index_.reset(h);
+  }
+
+ private:
+  // IndexHNSW::add over rows [from, to), in blocks so the fp32 staging buffer
+  // stays small; Faiss copies each block into its storage.
+  void add_rows(int64_t from, int64_t to) {
+    ScopedOmpThreads threads(omp_threads_for(to - from, n_threads()));
+    Progress bar("faiss-hnsw build", to - from, "keys", opt_.progress && to - from >= 10000);
+    for_each_f32_block(keys(), from, to, RowStore::kChunkRows, [&](int64_t, int64_t n, const float* x) {
+      faiss_guard("faiss-hnsw: adding keys", [&] { index_->add(n, x); });
+      bar.add(n);
+    });
+    bar.finish();
+  }
+
+  int64_t m_, efc_;
+  std::unique_ptr<faiss::IndexHNSWFlat> index_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvIndex> make_faiss_hnsw_index(const Params& params, const BuildOptions& opt) {
+  return std::make_unique<FaissHnswIndex>(params, opt);
+}
+
+}  // namespace topkv
