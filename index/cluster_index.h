@@ -62,6 +62,12 @@ class ClusterIndex : public KvIndex {
   void build_impl(int64_t n_rows) override;
   void add_impl(int64_t from, int64_t to) override;
   void search_impl(const float* queries, int nq, const SearchParams& p, Candidates& out) const override;
+  // A member id (int32) per key + per fine centroid an fp32 centroid, a count
+  // and (multipole) an fp32 mean value, assumed of the key's dimension.
+  double bytes_per_key_estimate(int dim) const override {
+    double per_centroid = dim * 4.0 + 8.0 + (needs_values() ? dim * 4.0 : 0.0);
+    return 4.0 + per_centroid / (double)ratio_ * (levels_ == 2 ? 1.0 + 1.0 / (double)coarse_ratio_ : 1.0);
+  }
   MemoryReport memory_impl() const override;
   void save_impl(BinaryWriter& w) const override;
   void load_impl(BinaryReader& r) override;

@@ -56,6 +56,10 @@ class FaissHnswIndex final : public KvIndex {
     out.stats.keys_scored = counts.keys_scored;
   }
 
+  // fp32 key + 2M level-0 neighbours + M per upper level (1/(M-1) levels expected) + offset + level.
+  double bytes_per_key_estimate(int dim) const override {
+    return dim * 4.0 + (2.0 * m_ + (double)m_ / (m_ - 1)) * 4.0 + 8.0 + 4.0;
+  }
   MemoryReport memory_impl() const override {
     MemoryReport m;
     m.note = "Faiss keeps its own fp32 copy of every key in the flat storage under the graph";

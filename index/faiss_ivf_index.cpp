@@ -109,6 +109,8 @@ class FaissIvfIndex final : public KvIndex {
     out.stats.summaries_scored = counts.summaries_scored;
   }
 
+  // Codes (fp32 or fp16 per element) + an 8-byte id per key; centroids are negligible.
+  double bytes_per_key_estimate(int dim) const override { return dim * (codec_ == "flat" ? 4.0 : 2.0) + 8.0; }
   MemoryReport memory_impl() const override {
     MemoryReport m;
     m.note = codec_ == "flat" ? "Faiss keeps its own fp32 copy of every key in the inverted lists"

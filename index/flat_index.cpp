@@ -15,6 +15,7 @@ class FlatIndex final : public KvIndex {
   FlatIndex(const Params& p, const BuildOptions& opt) : KvIndex("flat", p, opt) {}
 
  protected:
+  double bytes_per_key_estimate(int) const override { return 0.0; }
   void build_impl(int64_t) override {}
   void add_impl(int64_t, int64_t) override {}
   void save_impl(BinaryWriter&) const override {}

@@ -285,6 +285,10 @@ class HnswlibIndex final : public KvIndex {
     out.stats.keys_scored = tl_distances - counted_before;
   }
 
+  // fp32 key + level-0 links (2M + count) + label + upper-level links + per-element tables and lock.
+  double bytes_per_key_estimate(int dim) const override {
+    return dim * 4.0 + (2.0 * m_ + 1) * 4.0 + 8.0 + (m_ + 1.0) * 4.0 / (m_ - 1) + sizeof(void*) + sizeof(int) + 40.0;
+  }
   MemoryReport memory_impl() const override {
     MemoryReport m;
     m.note = "hnswlib keeps its own fp32 copy of every key beside its level-0 links";

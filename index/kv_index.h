@@ -110,6 +110,10 @@ class KvIndex {
   // true: each query head's candidates are cut to its k best by exact score
   // (flat, HNSW, IVF). false: the backend's own budget decides (quest, centroid).
   virtual bool is_topk() const { return true; }
+  // Bytes the structure will hold per indexed key of dimension `dim`
+  // (structure + any private key copy, not the shared store), from the
+  // backend's parameters: what a memory plan needs before any key exists.
+  virtual double bytes_per_key_estimate(int dim) const = 0;
 
   // Builds over every row currently in `keys`. `values` is required when
   // needs_values(), ignored otherwise.

@@ -112,6 +112,7 @@ class QuestIndex final : public KvIndex {
     }
   }
 
+  double bytes_per_key_estimate(int dim) const override { return 2.0 * dim * sizeof(float) / (double)page_; }
   MemoryReport memory_impl() const override {
     return {bounds_.capacity() * sizeof(float), 0, 0,
             "per page of keys: element-wise min and max (fp32); keys read in place from the store"};

@@ -362,3 +362,27 @@ TEST_CASE("every backend: bad inputs give a clear Error") {
     CHECK_THROWS_WITH(KvIndex::load(tmp.file("future.idx"), x.keys, x.values), Catch::Contains("version 99"));
   }
 }
+
+TEST_CASE("every backend's bytes-per-key estimate is within 2x of what it holds after a build") {
+  std::mt19937 rng(77);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int d = 64, n = 20000;
+  auto K = std::make_shared<RowStore>(d, DType::F16), V = std::make_shared<RowStore>(d, DType::F16);
+  std::vector<float> rows((size_t)n * d);
+  for (auto& x : rows) x = nd(rng) + 0.2f;
+  K->append_f32(rows.data(), n);
+  V->append_f32(rows.data(), n);
+  for (auto& b : index_backends()) {
+    if (b.name == "flat") continue;
+    BuildOptions opt;
+    opt.n_threads = 1;
+    auto idx = KvIndex::create(b.name, opt);
+    double est = idx->bytes_per_key_estimate(d);
+    idx->build(K, V);
+    double got = (double)idx->memory().owned() / n;
+    INFO(b.name << ": estimate " << est << " B/key, measured " << got << " B/key");
+    CHECK(est > 0);
+    CHECK(est < 2.0 * got);
+    CHECK(got < 2.0 * est);
+  }
+}
