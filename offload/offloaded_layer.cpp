@@ -45,9 +45,9 @@ void OffloadedLayer::push_window(Head& h, int64_t pos, const float* k, const flo
   std::copy(v, v + d, h.win_v.begin() + (ptrdiff_t)(slot * d));
 }
 
-void OffloadedLayer::prefill(const float* keys, const float* values, int64_t n) {
+void OffloadedLayer::prefill(const float* keys, const float* values, int64_t n, size_t tok, size_t hs) {
   TOPKV_CHECK(n_tokens_ == 0, "prefill on a layer that already holds {} tokens", n_tokens_);
-  const size_t d = (size_t)cfg_.head_dim, tok = (size_t)cfg_.kv_heads * d;
+  const size_t d = (size_t)cfg_.head_dim;
   n_sinks_ = (int)std::min<int64_t>(cfg_.sinks, n);
   win_len_ = std::min<int64_t>(cfg_.window, n - n_sinks_);
   win_start_ = n - win_len_;
@@ -56,10 +56,10 @@ void OffloadedLayer::prefill(const float* keys, const float* values, int64_t n) 
   for (int h = 0; h < cfg_.kv_heads; ++h) {
     Head& hd = heads_[(size_t)h];
     for (int64_t t = 0; t < n_sinks_; ++t) {
-      hd.sink_k.insert(hd.sink_k.end(), keys + t * tok + h * d, keys + t * tok + (h + 1) * d);
-      hd.sink_v.insert(hd.sink_v.end(), values + t * tok + h * d, values + t * tok + (h + 1) * d);
+      hd.sink_k.insert(hd.sink_k.end(), keys + t * tok + h * hs, keys + t * tok + h * hs + d);
+      hd.sink_v.insert(hd.sink_v.end(), values + t * tok + h * hs, values + t * tok + h * hs + d);
     }
-    for (int64_t t = win_start_; t < n; ++t) push_window(hd, t, keys + t * tok + h * d, values + t * tok + h * d);
+    for (int64_t t = win_start_; t < n; ++t) push_window(hd, t, keys + t * tok + h * hs, values + t * tok + h * hs);
     if (hd.streaming || store_end <= n_sinks_) continue;
     // Gather this head's rows (token-major input -> contiguous rows) in blocks.
     const int64_t block = 8192;
@@ -69,7 +69,7 @@ void OffloadedLayer::prefill(const float* keys, const float* values, int64_t n) 
       for (int64_t t0 = n_sinks_; t0 < store_end; t0 += block) {
         int64_t m = std::min(block, store_end - t0);
         for (int64_t i = 0; i < m; ++i)
-          std::copy(src + (t0 + i) * tok + h * d, src + (t0 + i) * tok + (h + 1) * d, rows.begin() + (ptrdiff_t)(i * d));
+          std::copy_n(src + (t0 + i) * tok + h * hs, d, rows.begin() + (ptrdiff_t)(i * d));
         dst.append_f32(rows.data(), m);
       }
     }

@@ -50,7 +50,13 @@ class OffloadedLayer {
 
   // Takes the prompt's keys and values (post-RoPE keys), fills sinks, store and
   // window, and builds each retrieval head's index (heads in parallel).
-  void prefill(const float* keys, const float* values, int64_t n_tokens);
+  // Element (token t, KV head h, dim j) is at base + t*token_stride + h*head_stride + j;
+  // the short form is token-major [t][kv_heads][head_dim].
+  void prefill(const float* keys, const float* values, int64_t n_tokens, size_t token_stride,
+               size_t head_stride);
+  void prefill(const float* keys, const float* values, int64_t n_tokens) {
+    prefill(keys, values, n_tokens, (size_t)cfg_.kv_heads * cfg_.head_dim, (size_t)cfg_.head_dim);
+  }
   // Appends one generated token; evicts the window's oldest token if full.
   void append(const float* key, const float* value);
   // Attention output of each query head over sinks + window + retrieved (+ far).
