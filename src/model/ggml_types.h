@@ -21,20 +21,26 @@ struct GgmlTypeInfo {
   size_t block_bytes;   // bytes per block
 };
 
-// Info for a supported type. `supported` false for any other code (name is
-// then the ggml name where known, e.g. "IQ2_XXS", else "type 123").
+// Whether topkv reads this type code. ggml_type_info throws Error for an
+// unsupported type; ggml_type_name names every ggml type code (e.g. "IQ2_XXS"
+// for 16) so a file using one is rejected by name, and "unknown" otherwise.
 bool ggml_type_supported(uint32_t code);
 GgmlTypeInfo ggml_type_info(GgmlType t);
 std::string_view ggml_type_name(uint32_t code);
-// Bytes for a row of n elements (n must be a multiple of the block size).
+// Bytes for a row of n elements (n must be a multiple of the block size;
+// throws Error otherwise).
 size_t ggml_row_bytes(GgmlType t, int64_t n);
 
 // dst[0..n) = dequantised src (n a multiple of the block size).
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
-// sum_i dequant(row)[i] * x[i] over n elements.
+// sum_i dequant(row)[i] * x[i] over n elements: fused dequantise+dot per
+// block (AVX2 when built for it), x stays fp32.
 float dot_quant_row(GgmlType t, const void* row, const float* x, int64_t n);
+// The plain reference: dequantise each block, accumulate in double.
+float dot_quant_row_ref(GgmlType t, const void* row, const float* x, int64_t n);
 // Quantise fp32 to a type (for the GGUF writer / synthetic models). Round to
-// nearest as ggml's reference quantize_row_*_ref does.
+// nearest as ggml's reference quantize_row_*_ref does for F16..Q5_1; the
+// K-quants use a simple min/max encoder (quants_quantize.cpp says how).
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 
 }  // namespace topkv
