@@ -39,6 +39,12 @@ std::vector<Sampler::Candidate> Sampler::distribution(std::span<const float> log
   for (int64_t i = 0; i < keep; ++i) total += weight(c[i].id);
   int64_t sorted = keep < n ? keep : 0, cut = 0;
   double mass = 0;
+  if (p_.top_p >= 1.f) {  // nucleus off: every kept token, in any order
+    c.resize(keep);
+    for (auto& e : c) e.prob = (float)(weight(e.id) / total);
+    if (keep == n) std::sort(c.begin(), c.end(), by_logit);
+    return c;
+  }
   while (true) {
     // Nucleus: the smallest prefix of the sorted kept set whose mass reaches p.
     for (; cut < sorted && mass < p_.top_p; ++cut) mass += weight(c[cut].id) / total;
@@ -54,10 +60,22 @@ std::vector<Sampler::Candidate> Sampler::distribution(std::span<const float> log
 
 int32_t Sampler::sample(std::span<const float> logits) {
   if (p_.temperature <= 0.f) return argmax(logits);
-  const auto d = distribution(logits);
   // A uniform double from 53 random bits: the same on every platform, unlike
   // std::uniform_real_distribution.
   const double u = (double)(rng_() >> 11) * 0x1.0p-53;
+  if (p_.top_k == 0 && p_.top_p >= 1.f) {  // plain temperature: no sort needed
+    TOPKV_CHECK(!logits.empty(), "cannot sample from an empty vocabulary");
+    const float mx = *std::max_element(logits.begin(), logits.end());
+    double total = 0;
+    for (float l : logits) total += std::exp((double)(l - mx) / p_.temperature);
+    double acc = 0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      acc += std::exp((double)(logits[i] - mx) / p_.temperature) / total;
+      if (u < acc) return (int32_t)i;
+    }
+    return argmax(logits);  // u within rounding of 1
+  }
+  const auto d = distribution(logits);
   double acc = 0;
   for (const auto& e : d) {
     acc += e.prob;
