@@ -96,11 +96,25 @@ TEST_CASE("gemma3 270M: logits agree with Hugging Face transformers (golden top-
     const int32_t got_top = (int32_t)(std::max_element(got, got + V) - got);
     argmax_agree += got_top == want_top;
     CAPTURE(p, diff, want_top, got_top);
-    // The file is quantised (Q4_K_M / Q5_0 / Q8_0) and HF runs the original
-    // weights, so logits differ by quantisation noise, not by a broken op.
-    CHECK(diff < 1.5);
+    // transformers loaded this GGUF (weights dequantised to float32), so the
+    // two runs share weights and differ only by fp32 summation order: 3e-5
+    // measured; 1e-2 leaves room for another BLAS or thread count.
+    CHECK(diff < 1e-2);
   }
   WARN("golden: " << ids.size() << " positions, max |logit diff| over the top-20 " << worst << ", argmax agrees at "
                   << argmax_agree << "/" << ids.size());
-  CHECK(argmax_agree == (int)ids.size());
+  REQUIRE(argmax_agree == (int)ids.size());
+
+  // transformers' greedy continuation of the same ids, token for token.
+  if (j.contains("greedy_continuation_ids")) {
+    const auto want = j.at("greedy_continuation_ids").get<std::vector<int32_t>>();
+    Model g(file, *be, {.n_ctx = (int64_t)(ids.size() + want.size()), .max_chunk = 64});
+    std::vector<float> logits = g.prefill(ids, 64);
+    std::vector<int32_t> got;
+    for (size_t i = 0; i < want.size(); ++i) {
+      got.push_back(argmax(logits));
+      if (i + 1 < want.size()) logits = g.decode(got.back());
+    }
+    REQUIRE(got == want);
+  }
 }
