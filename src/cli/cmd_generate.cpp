@@ -114,6 +114,10 @@ void run_generate(const GenerateArgs& a) {
   };
   TOPKV_CHECK(a.n_predict >= 0, "-n must be >= 0, got {}", a.n_predict);
   TOPKV_CHECK(a.chunk > 0, "--chunk must be positive, got {}", a.chunk);
+  SamplerParams sp;
+  sp.temperature = a.temp, sp.top_k = a.top_k, sp.top_p = a.top_p;
+  sp.seed = a.seed_given ? a.seed : std::random_device{}();
+  Sampler sampler(sp);  // checks the sampling options before the model loads
   const std::string path = a.model.empty() ? default_model_path() : a.model;
   std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   const Tokenizer tok = Tokenizer::from_gguf(*file);
@@ -146,11 +150,6 @@ void run_generate(const GenerateArgs& a) {
   note(fmt::format("topkv: weights {} ({}; --weights {} would take {}), KV cache {} ({} positions, {}), "
                    "{} prompt tokens", a.weights, mib(model.weight_bytes()), other,
                    mib(model.weight_bytes_other_mode()), mib(model.kv_bytes()), n_ctx, a.kv_type, prompt.size()));
-
-  SamplerParams sp;
-  sp.temperature = a.temp, sp.top_k = a.top_k, sp.top_p = a.top_p;
-  sp.seed = a.seed_given ? a.seed : std::random_device{}();
-  Sampler sampler(sp);
 
   // Prefill, with a bar for prompts longer than one chunk.
   Progress bar("prefill", (int64_t)prompt.size(), "tok", prompt.size() > (size_t)mo.max_chunk);
