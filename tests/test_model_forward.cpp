@@ -224,6 +224,14 @@ TEST_CASE("gemma3: sliding-window ring wraps, global layers see everything") {
     REQUIRE(m.config().attn_scale == Approx(1.f / 16));
     REQUIRE(m.config().layers[1].rope.base == Approx(1e6f));
     REQUIRE(m.config().layers[0].rope.base == Approx(1e4f));
+    // Memory accounting: the weights touched are the weights counted, in
+    // both modes, and the two modes report each other's size.
+    REQUIRE(m.touch_weights() == m.weight_bytes());
+    Model f(file, *be, {.n_ctx = 64, .max_chunk = 7, .weights = WeightMode::F32});
+    REQUIRE(f.touch_weights() == f.weight_bytes());
+    REQUIRE(f.weight_bytes() == m.weight_bytes_other_mode());
+    REQUIRE(m.weight_bytes() == f.weight_bytes_other_mode());
+    REQUIRE(f.weight_bytes() > 3 * m.weight_bytes());  // Q8_0 is ~1.06 bytes per value
   }
 }
 
