@@ -47,7 +47,7 @@ void attention_per_token(const float* q, int T, int n_head, int64_t pos0, const 
                          float scale, float* out) {
   const int hd = c.head_dim, n_kv = c.n_kv_heads, group = n_head / n_kv;
   const size_t es = dtype_size(c.dtype);
-#pragma omp parallel
+#pragma omp parallel if (T * n_kv > 1)
   {
     std::vector<float> scores;
     std::vector<float> mx(group), sum(group);

@@ -73,7 +73,7 @@ class CpuBackend final : public Backend {
     for (int t = 0; t < T; ++t)
       TOPKV_CHECK(ids[t] >= 0 && ids[t] < table.rows, "token id {} is outside the vocabulary (0..{})", ids[t],
                   table.rows - 1);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T > 1)
     for (int t = 0; t < T; ++t) {
       float* o = out + (size_t)t * table.cols;
       cpu::weight_row_f32(table, ids[t], o);

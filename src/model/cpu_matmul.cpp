@@ -28,6 +28,7 @@ namespace topkv::cpu {
 namespace {
 
 constexpr int64_t kTileRows = 64;
+constexpr int64_t kParallelMacs = 1 << 18;
 
 // Each OpenMP thread calls sgemm on its own tile, so BLAS must not start its
 // own threads on top (2 cores shared: oversubscription halves throughput).
@@ -74,7 +75,8 @@ float weight_row_dot(const Weight& w, int64_t r, const float* x) {
 void matmul(const float* x, const Weight& w, int T, float* y) {
   const int64_t out = w.rows, in = w.cols;
   if (T < kGemmMinTokens) {
-#pragma omp parallel for schedule(static)
+    // A small product runs on the calling thread: waking the team costs more.
+#pragma omp parallel for schedule(static) if ((int64_t)T * out * in >= kParallelMacs)
     for (int64_t r = 0; r < out; ++r)
       for (int t = 0; t < T; ++t) y[(size_t)t * out + r] = weight_row_dot(w, r, x + (size_t)t * in);
     return;
