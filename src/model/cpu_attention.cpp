@@ -1,8 +1,9 @@
 // Attention of a chunk of queries over one layer's KV cache on the CPU
 // (contract in backend.h, Backend::attention).
 //   decode and short chunks (T < kGemmMinTokens): one task per (token, KV
-//     head); the group's query heads share each pass over the keys
-//     (dot_rows_multi), then V rows accumulate (axpy_row).
+//     head, split of kSplitKeys keys); the group's query heads share each pass
+//     over the keys (dot_rows_multi), V rows accumulate (axpy_row), and the
+//     splits' partials merge exactly.
 //   prefill chunks: one task per (KV head, query head, block of kQueryBlock
 //     tokens), walking the keys in tiles of kKeyTile with the online softmax
 //     (running max m, sum l, unnormalised output o, rescaled when m grows —
@@ -25,6 +26,7 @@ namespace {
 
 constexpr int kQueryBlock = 64;
 constexpr int64_t kKeyTile = 512;
+constexpr int64_t kSplitKeys = 1024;  // decode: keys per split (per task)
 
 // The slots holding positions [lo, lo + n) as at most two runs of consecutive
 // slots (the ring wraps once at most, since n <= capacity).
@@ -43,46 +45,79 @@ SlotRuns slot_runs(int64_t lo, int64_t n, int64_t capacity) {
 // Keys a query at position p sees: [lo, p].
 int64_t first_visible(int64_t p, int64_t window) { return window > 0 ? std::max<int64_t>(0, p - window + 1) : 0; }
 
+// Decode: one task per (token, KV head, split of the keys). The group's
+// query heads share each pass over the keys (dot_rows_multi); a split keeps
+// the partial (m, l, o) of DESIGN.md and the splits merge exactly afterwards,
+// so one token over a long context still spreads over every thread
+// (flash-decoding's split-K).
 void attention_per_token(const float* q, int T, int n_head, int64_t pos0, const KvLayerCache& c, int64_t window,
                          float scale, float* out) {
   const int hd = c.head_dim, n_kv = c.n_kv_heads, group = n_head / n_kv;
   const size_t es = dtype_size(c.dtype);
-#pragma omp parallel if (T * n_kv > 1)
+  const int64_t most_keys = window > 0 ? std::min<int64_t>(window, pos0 + T) : pos0 + T;
+  const int n_split = (int)((most_keys + kSplitKeys - 1) / kSplitKeys);
+  // Partials [t][kh][split][g]: running max, sum, unnormalised output.
+  const size_t n_part = (size_t)T * n_kv * n_split * group;
+  std::vector<float> pm(n_part), pl(n_part), po(n_part * hd);
+#pragma omp parallel if (T * n_kv * n_split > 1)
   {
     std::vector<float> scores;
-    std::vector<float> mx(group), sum(group);
-#pragma omp for schedule(dynamic, 1) collapse(2)
+#pragma omp for schedule(dynamic, 1) collapse(3)
     for (int t = 0; t < T; ++t)
-      for (int kh = 0; kh < n_kv; ++kh) {
-        const int64_t p = pos0 + t, lo = first_visible(p, window), n = p - lo + 1;
-        const float* qg = q + ((size_t)t * n_head + (size_t)kh * group) * hd;
-        float* og = out + ((size_t)t * n_head + (size_t)kh * group) * hd;
-        scores.resize((size_t)n * group);
-        const auto* kbase = c.k.as<uint8_t>() + kh * c.head_stride() * es;
-        const auto* vbase = c.v.as<uint8_t>() + kh * c.head_stride() * es;
-        const SlotRuns runs = slot_runs(lo, n, c.capacity);
-        for (int s = 0, done = 0; s < runs.n; done += (int)runs.count[s], ++s)
-          dot_rows_multi(c.dtype, kbase + runs.start[s] * hd * es, (size_t)runs.count[s], (size_t)hd, qg,
-                         (size_t)group, scores.data() + (size_t)done * group);
-        std::fill(mx.begin(), mx.end(), -INFINITY);
-        std::fill(sum.begin(), sum.end(), 0.f);
-        for (int64_t r = 0; r < n; ++r)
-          for (int g = 0; g < group; ++g) mx[g] = std::max(mx[g], scores[r * group + g] * scale);
-        for (int64_t r = 0; r < n; ++r)
-          for (int g = 0; g < group; ++g) {
-            float& e = scores[r * group + g];
-            e = std::exp(e * scale - mx[g]);
-            sum[g] += e;
-          }
-        std::memset(og, 0, (size_t)group * hd * sizeof(float));
-        int64_t r = 0;
-        for (int s = 0; s < runs.n; ++s)
-          for (int64_t i = 0; i < runs.count[s]; ++i, ++r) {
-            const uint8_t* vrow = vbase + (runs.start[s] + i) * hd * es;
-            for (int g = 0; g < group; ++g) axpy_row(c.dtype, scores[r * group + g] / sum[g], vrow, og + g * hd, hd);
-          }
-      }
+      for (int kh = 0; kh < n_kv; ++kh)
+        for (int sp = 0; sp < n_split; ++sp) {
+          const int64_t p = pos0 + t, first = first_visible(p, window), len = p - first + 1;
+          const int64_t lo = first + len * sp / n_split, n = first + len * (sp + 1) / n_split - lo;  // may be 0
+          const size_t part = (((size_t)t * n_kv + kh) * n_split + sp) * group;
+          float *m = pm.data() + part, *l = pl.data() + part, *o = po.data() + part * hd;
+          std::fill(m, m + group, -INFINITY);
+          std::fill(l, l + group, 0.f);
+          std::fill(o, o + (size_t)group * hd, 0.f);
+          if (n == 0) continue;
+          const float* qg = q + ((size_t)t * n_head + (size_t)kh * group) * hd;
+          scores.resize((size_t)n * group);
+          const auto* kbase = c.k.as<uint8_t>() + kh * c.head_stride() * es;
+          const auto* vbase = c.v.as<uint8_t>() + kh * c.head_stride() * es;
+          const SlotRuns runs = slot_runs(lo, n, c.capacity);
+          for (int s = 0, done = 0; s < runs.n; done += (int)runs.count[s], ++s)
+            dot_rows_multi(c.dtype, kbase + runs.start[s] * hd * es, (size_t)runs.count[s], (size_t)hd, qg,
+                           (size_t)group, scores.data() + (size_t)done * group);
+          for (int64_t r = 0; r < n; ++r)
+            for (int g = 0; g < group; ++g) m[g] = std::max(m[g], scores[r * group + g] * scale);
+          for (int64_t r = 0; r < n; ++r)
+            for (int g = 0; g < group; ++g) {
+              float& e = scores[r * group + g];
+              e = std::exp(e * scale - m[g]);
+              l[g] += e;
+            }
+          int64_t r = 0;
+          for (int s = 0; s < runs.n; ++s)
+            for (int64_t i = 0; i < runs.count[s]; ++i, ++r) {
+              const uint8_t* vrow = vbase + (runs.start[s] + i) * hd * es;
+              for (int g = 0; g < group; ++g) axpy_row(c.dtype, scores[r * group + g], vrow, o + g * hd, hd);
+            }
+        }
   }
+  // Merge the splits: m = max m_s, l = sum l_s e^(m_s - m), o = sum o_s e^(m_s - m); out = o / l.
+  for (int t = 0; t < T; ++t)
+    for (int kh = 0; kh < n_kv; ++kh)
+      for (int g = 0; g < group; ++g) {
+        const size_t base = ((size_t)t * n_kv + kh) * n_split * group + g;
+        float mx = -INFINITY;
+        for (int sp = 0; sp < n_split; ++sp) mx = std::max(mx, pm[base + (size_t)sp * group]);
+        float* og = out + ((size_t)t * n_head + (size_t)kh * group + g) * hd;
+        std::fill(og, og + hd, 0.f);
+        float sum = 0.f;
+        for (int sp = 0; sp < n_split; ++sp) {
+          const size_t i = base + (size_t)sp * group;
+          if (pl[i] == 0.f) continue;  // an empty split
+          const float w = std::exp(pm[i] - mx);
+          sum += pl[i] * w;
+          axpy_f32(w, po.data() + i * hd, og, hd);
+        }
+        const float inv = 1.f / sum;
+        for (int d = 0; d < hd; ++d) og[d] *= inv;
+      }
 }
 
 // Rows [slot, slot + n) of one KV head as fp32: a pointer into an fp32
