@@ -2,6 +2,7 @@
 // streamed to stdout as they come, statistics on stderr and in --json.
 // Attention is dense over the whole cache here (the CPU runtime); the
 // retrieval path plugs in behind the same command later.
+#include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -196,7 +197,7 @@ void run_generate(const GenerateArgs& a) {
     nlohmann::json j = {{"model", path},
                         {"arch", arch_name(cfg.arch)},
                         {"backend", backend->name()},
-                        {"threads", a.threads},
+                        {"threads", omp_get_max_threads()},
                         {"weights", a.weights},
                         {"weight_bytes", model.weight_bytes()},
                         {"kv_type", a.kv_type},
@@ -241,7 +242,9 @@ void register_generate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option_function<uint64_t>("--seed", [a](uint64_t s) { a->seed = s, a->seed_given = true; },
                                      "Random seed for sampling (default: random; the same seed repeats a run)");
-  cmd->add_option("--threads", a->threads, "CPU threads (default: OpenMP's, i.e. all cores or OMP_NUM_THREADS)");
+  cmd->add_option("--threads", a->threads,
+                  "CPU threads (default: OpenMP's, i.e. all cores or OMP_NUM_THREADS; waiting threads sleep unless "
+                  "OMP_WAIT_POLICY says otherwise)");
   cmd->add_option("--weights", a->weights,
                   "quant: keep the file's quantised rows (mapped, smallest); f32: dequantise once at load "
                   "(about 4 bytes per parameter; the memory of both is printed)")
