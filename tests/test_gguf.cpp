@@ -287,6 +287,9 @@ TEST_CASE("the writer rejects bad tensors and leaves no file behind on failure")
 TEST_CASE("malformed GGUF files give an Error that names the problem") {
   TempDir td;
   SECTION("not GGUF") {
+    CHECK_THROWS_WITH(GgufFile::open(td.file("missing.gguf")), Catch::Contains("cannot open") &&
+                                                                Catch::Contains("missing.gguf"));
+    CHECK_THROWS_WITH(GgufFile::open(td.dir.string()), Catch::Contains("not a regular file"));
     expect_error(td, "", {"empty"});
     expect_error(td, "GG", {"not a GGUF file"});
     expect_error(td, std::string("ggjt\x03\0\0\0", 8) + std::string(100, '\0'), {"not a GGUF file", "old GGML"});
@@ -366,10 +369,12 @@ TEST_CASE("truncating or flipping bytes of a valid file never crashes") {
   std::string path = td.file("ok.gguf");
   write_small_model(path, 64);
   const std::string good = read_all(path);
-  std::string bad_path = td.file("fuzz.gguf");
-  int opened = 0, rejected = 0;
+  int opened = 0, rejected = 0, n_files = 0;
   // Touch everything a caller might: metadata strings, arrays, every tensor row.
+  // (A new file each time: truncating one in place is slow on disks mounted
+  // with `discard`.)
   auto exercise = [&](const std::string& bytes) {
+    std::string bad_path = td.file(fmt::format("fuzz{}.gguf", n_files++));
     write_all(bad_path, bytes);
     try {
       auto f = GgufFile::open(bad_path);

@@ -64,7 +64,7 @@ const GgmlType kAllTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, Gg
 
 }  // namespace
 
-TEST_CASE("type table: names, block geometry, row sizes; unsupported types rejected by name") {
+TEST_CASE("type table: names, block geometry, row sizes, and unsupported types rejected by name") {
   struct { GgmlType t; const char* name; int64_t elems; size_t bytes; } expect[] = {
       {GgmlType::F32, "F32", 1, 4},      {GgmlType::F16, "F16", 1, 2},      {GgmlType::BF16, "BF16", 1, 2},
       {GgmlType::Q8_0, "Q8_0", 32, 34},  {GgmlType::Q4_0, "Q4_0", 32, 18},  {GgmlType::Q4_1, "Q4_1", 32, 20},
