@@ -20,7 +20,7 @@ using namespace topkv::test;
 
 // ---- unicode ----------------------------------------------------------------------
 
-TEST_CASE("UTF-8 decoding is strict and never loses a byte; classes cover the scripts") {
+TEST_CASE("UTF-8 decoding is strict and never loses a byte - classes cover the scripts") {
   for (uint32_t cp : std::initializer_list<uint32_t>{0x24u, 0xA2u, 0x939u, 0x20ACu, 0xD55Cu, 0x10348u, 0x10FFFFu}) {
     const std::string s = utf8(cp);
     const Utf8Char c = utf8_decode(s, 0);
@@ -88,7 +88,7 @@ TEST_CASE("SPM merge order: highest score first, leftmost on ties, greedy not op
   CHECK(encode({{"▁", 0}, {"中", 0}, {"文", 0}, {"▁中", -1}, {"▁中文", -2}}, " 中文") == V{"▁中文"});
 }
 
-TEST_CASE("SPM byte fallback spells unknown characters as <0xXX>; unk only without byte pieces") {
+TEST_CASE("SPM byte fallback spells unknown characters as <0xXX> - unk only without byte pieces") {
   Tokenizer t(spm_vocab(common_pieces()));
   const std::string emoji = utf8(0x1F600);  // F0 9F 98 80
   auto ids = t.encode("a" + emoji + "b", false, false);
@@ -130,7 +130,7 @@ TEST_CASE("SPM special tokens: control only with parse_special, user-defined alw
         std::vector<int32_t>{id_of(t, "a"), kTwoSpaces, id_of(t, "▁"), id_of(t, "b")});
 }
 
-TEST_CASE("SPM add_space_prefix: a space before text at the start and after specials; decode drops it") {
+TEST_CASE("SPM add_space_prefix: a space before text at the start and after specials - decode drops it") {
   Tokenizer t(spm_vocab(common_pieces(), /*add_space_prefix=*/true));
   CHECK(t.encode("hello", false, false) == std::vector<int32_t>{id_of(t, "▁hello")});
   CHECK(t.encode("hello", true, false) == std::vector<int32_t>{2, id_of(t, "▁hello")});
@@ -143,7 +143,7 @@ TEST_CASE("SPM add_space_prefix: a space before text at the start and after spec
   CHECK(g.encode("hello", false, false) != t.encode("hello", false, false));
 }
 
-TEST_CASE("SPM and BPE round trip random UTF-8 and random bytes exactly; fast merge == reference") {
+TEST_CASE("SPM and BPE round trip random UTF-8 and random bytes exactly - fast merge == reference") {
   std::mt19937 rng(1234);
   std::vector<Tokenizer> toks;
   toks.emplace_back(spm_vocab(common_pieces(), false));
@@ -209,7 +209,7 @@ TEST_CASE("Llama 3 pre-tokenizer splits like the regex on hand-made cases") {
                         "c"});  // invalid bytes: "other" characters
 }
 
-TEST_CASE("BPE merge order by rank, leftmost on ties; ignore_merges takes whole-word tokens") {
+TEST_CASE("BPE merge order by rank, leftmost on ties - ignore_merges takes whole-word tokens") {
   auto encode = [](std::vector<std::string> merges, const std::string& text, std::vector<std::string> extra = {},
                    std::string pre = "llama-bpe") {
     Tokenizer t(bpe_vocab(merges, extra, pre));
@@ -293,7 +293,7 @@ TEST_CASE("StreamDecoder never splits a UTF-8 character and equals decode()") {
   CHECK(all == "hellohello world");
 }
 
-TEST_CASE("chat templates: Gemma, Llama 3, Llama 2; unknown formats ask for --raw") {
+TEST_CASE("chat templates: Gemma, Llama 3, Llama 2 - unknown formats ask for --raw") {
   Tokenizer g(spm_vocab(common_pieces()));
   REQUIRE(g.chat_format() == ChatFormat::Gemma);
   const std::string prompt = g.apply_chat_template("hello");

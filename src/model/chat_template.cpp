@@ -7,7 +7,8 @@
 //           <|start_header_id|>assistant<|end_header_id|>\n\n
 //   Llama 2 <s>[INST] {text} [/INST]
 // (Hugging Face templates of google/gemma-3-*-it, meta-llama/Meta-Llama-3-*-Instruct,
-// meta-llama/Llama-2-*-chat, without a system prompt.)
+// meta-llama/Llama-2-*-chat, without a system prompt. The user text goes in
+// verbatim; Hugging Face's Llama 2 template also strips its outer spaces.)
 #include "src/common/error.h"
 #include "src/model/tokenizer_impl.h"
 
