@@ -6,7 +6,8 @@ namespace topkv::cli {
 
 void register_info(CLI::App& app);
 void register_bench(CLI::App& app);  // bench recall (and later bench decode)
-void register_tokenize(CLI::App& app);
 void register_model(CLI::App& app);  // model synth, model info
+void register_tokenize(CLI::App& app);
+void register_generate(CLI::App& app);  // generate: prompt in, tokens out (src/cli/cmd_generate.cpp)
 
 }  // namespace topkv::cli

@@ -1,0 +1,129 @@
+// The ops a transformer forward pass calls, behind one interface so that a
+// CUDA backend can slot in beside the CPU one (src/model/cpu_backend.cpp).
+// Ops are coarse (a whole norm over T rows, a whole attention over a chunk)
+// so that a device backend launches few kernels per layer.
+//
+// Memory: every float* an op takes lives in the backend's memory (host memory
+// for the CPU backend, device memory for a CUDA one) and comes from
+// Backend::alloc; token ids and positions are host values. Weights are
+// prepared once by Backend::prepare_weight and stay where the backend put
+// them. Layouts are row-major and spelled out on each op:
+//   activations  x[T][dim]               one row per token of the chunk
+//   heads        q[T][n_head][head_dim]  (the output of the q projection as is)
+//   weights      W[rows][cols]           cols contiguous = GGUF ne[0]; a
+//                                        projection is W[out][in]
+//   KV cache     see KvLayerCache below
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "src/common/dtype.h"
+#include "src/model/ggml_types.h"
+
+namespace topkv {
+
+// A block of backend memory; shared ownership so views can be copied freely.
+struct Buffer {
+  std::shared_ptr<void> mem;
+  size_t bytes = 0;
+  template <typename T> T* as() const { return static_cast<T*>(mem.get()); }
+  float* f32() const { return as<float>(); }
+};
+
+// A weight as the backend holds it: rows x cols of `type`, row r at
+// data + r * row_bytes. For `--weights f32` the backend dequantises at
+// prepare time and `type` is F32; otherwise it references the mapped file.
+struct Weight {
+  std::string name;
+  GgmlType type = GgmlType::F32;
+  int64_t rows = 0, cols = 0;
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;
+  std::shared_ptr<void> owned;  // set when the backend made its own copy
+  const uint8_t* row(int64_t r) const { return data + (size_t)r * row_bytes; }
+  size_t bytes() const { return (size_t)rows * row_bytes; }
+};
+
+enum class WeightMode { Quant, F32 };  // keep the file's types / dequantise once at load
+WeightMode parse_weight_mode(const std::string& s);  // "quant" | "f32"; throws Error
+
+// RoPE of one layer. theta_i = freq_scale * pos * base^(-2i/n_rot) / factor_i
+// for pair i < n_rot/2 (factor_i from `rope_freqs`, 1 when absent); dims past
+// n_rot are left as they are.
+//   Interleaved (llama.cpp LLAMA_ROPE_TYPE_NORM): pairs (2i, 2i+1). GGUF llama
+//     files store q/k permuted for this pairing (convert_hf_to_gguf permute).
+//   NeoX (gemma3): pairs (i, i + n_rot/2), as Hugging Face rotate_half.
+enum class RopeStyle { Interleaved, NeoX };
+struct RopeParams {
+  RopeStyle style = RopeStyle::Interleaved;
+  int n_rot = 0;
+  float base = 10000.f;
+  float freq_scale = 1.f;              // 1/factor of "linear" RoPE scaling
+  const float* freq_factors = nullptr; // host, n_rot/2 values, or null
+};
+
+enum class GluKind { SiLU, GeluTanh };  // out = act(gate) * up
+
+// KV cache of one layer: k and v each [n_kv_heads][capacity][head_dim] of
+// `dtype`. Token position p lives in slot p % capacity, so a layer that keeps
+// the whole context has capacity = context, and a sliding-window layer keeps
+// a ring of capacity >= window + chunk - 1 (the chunk's keys are written
+// before its queries attend, and the oldest key its first query needs must
+// not be overwritten by its last token).
+struct KvLayerCache {
+  DType dtype = DType::F32;
+  int n_kv_heads = 0, head_dim = 0;
+  int64_t capacity = 0;
+  Buffer k, v;
+  size_t head_stride() const { return (size_t)capacity * head_dim; }  // elements
+  size_t bytes() const { return 2 * (size_t)n_kv_heads * head_stride() * dtype_size(dtype); }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // ---- memory ---------------------------------------------------------------
+  virtual Buffer alloc(size_t bytes) = 0;  // uninitialised
+  virtual void to_host(const Buffer& src, size_t offset_bytes, void* dst, size_t bytes) = 0;
+  virtual void from_host(const void* src, const Buffer& dst, size_t offset_bytes, size_t bytes) = 0;
+  // A weight for the ops below from `src` (which references the mapped file
+  // and must outlive the returned weight when it is kept quantised).
+  virtual Weight prepare_weight(const Weight& src, WeightMode mode) = 0;
+  virtual KvLayerCache alloc_kv(int n_kv_heads, int head_dim, int64_t capacity, DType dtype) = 0;
+
+  // ---- ops (out may alias x where noted) ------------------------------------
+  // out[t][:] = scale * dequant(table.row(ids[t])), t < T. ids are host values.
+  virtual void embed(const Weight& table, const int32_t* ids, int T, float scale, float* out) = 0;
+  // RMSNorm of `rows` rows of `dim`: out = x / sqrt(mean(x^2) + eps) * w
+  // (w an F32 weight of 1 x dim). QK-norm is the same op with rows = T*heads,
+  // dim = head_dim. out may alias x.
+  virtual void rms_norm(const float* x, const Weight& w, int64_t rows, int dim, float eps, float* out) = 0;
+  // In place on x[T][n_heads][head_dim]; token t is at position pos0 + t.
+  virtual void rope(float* x, int T, int n_heads, int head_dim, int64_t pos0, const RopeParams& p) = 0;
+  // y[T][w.rows] = x[T][w.cols] * W^T. y must not alias x.
+  virtual void matmul(const float* x, const Weight& w, int T, float* y) = 0;
+  // out[i] = act(gate[i]) * up[i], i < n. out may alias gate or up.
+  virtual void glu(GluKind kind, const float* gate, const float* up, int64_t n, float* out) = 0;
+  // y[i] += x[i], i < n.
+  virtual void add(const float* x, int64_t n, float* y) = 0;
+  // Writes k, v [T][n_kv_heads][head_dim] of positions pos0.. into the cache.
+  virtual void kv_write(KvLayerCache& cache, const float* k, const float* v, int T, int64_t pos0) = 0;
+  // Causal attention of q[T][n_head][head_dim] (positions pos0..pos0+T-1,
+  // already in the cache) over the cache: query at p sees keys at
+  // max(0, p - window + 1) .. p (window 0 = no limit). GQA: query head h reads
+  // KV head h / (n_head / n_kv_heads). Scores are scale * q.k, softmax in fp32.
+  // out[T][n_head][head_dim]; must not alias q.
+  virtual void attention(const float* q, int T, int n_head, int64_t pos0, const KvLayerCache& cache,
+                         int64_t window, float scale, float* out) = 0;
+};
+
+struct CpuBackendOptions {
+  int threads = 0;  // OpenMP threads; 0 keeps the OpenMP default
+};
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& opt = {});
+
+}  // namespace topkv

@@ -1,0 +1,170 @@
+// The CPU backend: every op of backend.h on host memory, parallel with
+// OpenMP. Plain-loop twins of these ops live in src/model/reference.cpp and
+// tests/test_cpu_ops.cpp compares the two.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "src/common/error.h"
+#include "src/common/vec_math.h"
+#include "src/model/backend.h"
+#include "src/model/cpu_kernels.h"
+
+namespace topkv {
+
+WeightMode parse_weight_mode(const std::string& s) {
+  if (s == "quant") return WeightMode::Quant;
+  if (s == "f32") return WeightMode::F32;
+  fail("unknown weight mode '{}': use 'quant' (keep the file's quantised rows) or 'f32' (dequantise at load)", s);
+}
+
+namespace {
+
+constexpr size_t kAlign = 64;
+
+Buffer host_alloc(size_t bytes) {
+  void* p = std::aligned_alloc(kAlign, std::max<size_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign));
+  TOPKV_CHECK(p, "out of host memory allocating {} bytes", bytes);
+  return Buffer{std::shared_ptr<void>(p, std::free), bytes};
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const CpuBackendOptions& opt) {
+    if (opt.threads > 0) omp_set_num_threads(opt.threads);
+  }
+  std::string name() const override { return "cpu"; }
+
+  Buffer alloc(size_t bytes) override { return host_alloc(bytes); }
+  void to_host(const Buffer& src, size_t off, void* dst, size_t bytes) override {
+    std::memcpy(dst, src.as<uint8_t>() + off, bytes);
+  }
+  void from_host(const void* src, const Buffer& dst, size_t off, size_t bytes) override {
+    std::memcpy(dst.as<uint8_t>() + off, src, bytes);
+  }
+
+  Weight prepare_weight(const Weight& src, WeightMode mode) override {
+    if (mode == WeightMode::Quant || src.type == GgmlType::F32) return src;
+    Weight w = src;
+    Buffer buf = host_alloc((size_t)src.rows * src.cols * sizeof(float));
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < src.rows; ++r) cpu::weight_row_f32(src, r, buf.f32() + (size_t)r * src.cols);
+    w.type = GgmlType::F32;
+    w.row_bytes = (size_t)src.cols * sizeof(float);
+    w.data = buf.as<uint8_t>();
+    w.owned = buf.mem;
+    return w;
+  }
+
+  KvLayerCache alloc_kv(int n_kv_heads, int head_dim, int64_t capacity, DType dtype) override {
+    KvLayerCache c;
+    c.dtype = dtype, c.n_kv_heads = n_kv_heads, c.head_dim = head_dim, c.capacity = capacity;
+    const size_t half = c.bytes() / 2;
+    c.k = host_alloc(half);
+    c.v = host_alloc(half);
+    return c;
+  }
+
+  void embed(const Weight& table, const int32_t* ids, int T, float scale, float* out) override {
+    for (int t = 0; t < T; ++t)
+      TOPKV_CHECK(ids[t] >= 0 && ids[t] < table.rows, "token id {} is outside the vocabulary (0..{})", ids[t],
+                  table.rows - 1);
+#pragma omp parallel for schedule(static) if (T > 1)
+    for (int t = 0; t < T; ++t) {
+      float* o = out + (size_t)t * table.cols;
+      cpu::weight_row_f32(table, ids[t], o);
+      if (scale != 1.f)
+        for (int64_t i = 0; i < table.cols; ++i) o[i] *= scale;
+    }
+  }
+
+  void rms_norm(const float* x, const Weight& w, int64_t rows, int dim, float eps, float* out) override {
+    TOPKV_CHECK(w.type == GgmlType::F32 && w.rows * w.cols == dim, "norm weight {} must be F32 of {} values",
+                w.name, dim);
+    const float* g = reinterpret_cast<const float*>(w.data);
+#pragma omp parallel for schedule(static) if (rows * dim > 16384)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + (size_t)r * dim;
+      float* o = out + (size_t)r * dim;
+      const float inv = 1.f / std::sqrt(dot_f32(xr, xr, (size_t)dim) / (float)dim + eps);
+      for (int i = 0; i < dim; ++i) o[i] = xr[i] * inv * g[i];
+    }
+  }
+
+  void rope(float* x, int T, int n_heads, int head_dim, int64_t pos0, const RopeParams& p) override {
+    const int half = p.n_rot / 2;
+    std::vector<double> inv_freq(half);
+    for (int i = 0; i < half; ++i)
+      inv_freq[i] = p.freq_scale * std::pow((double)p.base, -2.0 * i / p.n_rot) /
+                    (p.freq_factors ? p.freq_factors[i] : 1.f);
+#pragma omp parallel for schedule(static) if (T > 1)
+    for (int t = 0; t < T; ++t) {
+      std::vector<float> cs(half), sn(half);
+      const double pos = (double)(pos0 + t);
+      for (int i = 0; i < half; ++i) {
+        const double th = pos * inv_freq[i];
+        cs[i] = (float)std::cos(th), sn[i] = (float)std::sin(th);
+      }
+      for (int h = 0; h < n_heads; ++h) {
+        float* v = x + ((size_t)t * n_heads + h) * head_dim;
+        const int stride = p.style == RopeStyle::NeoX ? 1 : 2, other = p.style == RopeStyle::NeoX ? half : 1;
+        for (int i = 0; i < half; ++i) {
+          float& a = v[i * stride];
+          float& b = v[i * stride + other];
+          const float a0 = a, b0 = b;
+          a = a0 * cs[i] - b0 * sn[i];
+          b = a0 * sn[i] + b0 * cs[i];
+        }
+      }
+    }
+  }
+
+  void matmul(const float* x, const Weight& w, int T, float* y) override { cpu::matmul(x, w, T, y); }
+
+  void glu(GluKind kind, const float* gate, const float* up, int64_t n, float* out) override {
+    if (kind == GluKind::SiLU) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
+    } else {
+      constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = 0.5f * g * (1.f + std::tanh(kC * (g + 0.044715f * g * g * g))) * up[i];
+      }
+    }
+  }
+
+  void add(const float* x, int64_t n, float* y) override {
+    for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+  }
+
+  void kv_write(KvLayerCache& c, const float* k, const float* v, int T, int64_t pos0) override {
+    const size_t es = dtype_size(c.dtype), row = (size_t)c.head_dim;
+    for (int t = 0; t < T; ++t) {
+      const int64_t slot = (pos0 + t) % c.capacity;
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        const size_t src = ((size_t)t * c.n_kv_heads + h) * row, dst = (h * c.head_stride() + slot * row) * es;
+        from_f32(c.dtype, k + src, c.k.as<uint8_t>() + dst, row);
+        from_f32(c.dtype, v + src, c.v.as<uint8_t>() + dst, row);
+      }
+    }
+  }
+
+  void attention(const float* q, int T, int n_head, int64_t pos0, const KvLayerCache& c, int64_t window,
+                 float scale, float* out) override {
+    cpu::attention(q, T, n_head, pos0, c, window, scale, out);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& opt) {
+  return std::make_unique<CpuBackend>(opt);
+}
+
+}  // namespace topkv
