@@ -1,7 +1,8 @@
 // topkv generate: a GGUF model, a prompt (text, file or stdin), tokens
 // streamed to stdout as they come, statistics on stderr and in --json.
-// Attention is dense over the whole cache here (the CPU runtime); the
-// retrieval path plugs in behind the same command later.
+// Attention is dense over the whole cache (--attn dense) or, with --attn topk,
+// the retrieval layers decode from the offloaded runtime: host store + per-head
+// index + sinks + window (offload/offload_runtime.h).
 #include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -16,7 +17,9 @@
 #include <random>
 #include <sstream>
 
+#include "offload/offload_runtime.h"
 #include "src/cli/commands.h"
+#include "src/cli/policy_options.h"
 #include "src/common/error.h"
 #include "src/common/progress.h"
 #include "src/common/timer.h"
@@ -107,7 +110,7 @@ void ensure_passive_openmp_wait() {
   execv("/proc/self/exe", argv.data());  // returns only on failure: carry on spinning
 }
 
-void run_generate(const GenerateArgs& a) {
+void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
   ensure_passive_openmp_wait();
   if (a.quiet) Progress::set_global_enabled(false);
   const auto note = [&](const std::string& s) {
@@ -143,6 +146,8 @@ void run_generate(const GenerateArgs& a) {
   mo.kv_dtype = parse_dtype(a.kv_type);
   TOPKV_CHECK(mo.kv_dtype != DType::BF16, "--kv-type must be f32 or f16");
   mo.weights = parse_weight_mode(a.weights);
+  std::unique_ptr<OffloadRuntime> offload;
+  if (policy.attn == AttnMode::TopK) offload = std::make_unique<OffloadRuntime>(cfg, policy, !a.quiet);
   Timer load_timer;
   Model model(file, *backend, mo);
   model.touch_weights();  // page the mapped weights in now, not inside the timed prefill
@@ -157,8 +162,14 @@ void run_generate(const GenerateArgs& a) {
   Progress bar("prefill", (int64_t)prompt.size(), "tok", prompt.size() > (size_t)mo.max_chunk);
   Timer prefill_timer;
   std::vector<float> logits = model.prefill(prompt, mo.max_chunk, false, [&](int64_t done) { bar.set(done); });
-  const double prefill_s = prefill_timer.seconds();
   bar.finish();
+  if (offload) {  // hand the retrieval layers' KV to the host stores and build their indexes
+    offload->take_prefill(model);
+    model.set_attention_override(offload.get());
+    note(fmt::format("topkv: {}; {} keys indexed in {:.2f} s, host store + index {}", offload->describe(),
+                     offload->stats().keys_indexed, offload->stats().build_s, mib(offload->host_bytes())));
+  }
+  const double prefill_s = prefill_timer.seconds();  // index build included
 
   // Each step: sample from the current logits, print, then (unless done)
   // run the sampled token to get the next logits. decode tok/s counts those
@@ -190,6 +201,14 @@ void run_generate(const GenerateArgs& a) {
   if (stop == "context") note(fmt::format("topkv: stopped: the context ({} tokens) is full; raise -c", n_ctx));
 
   const double prefill_tps = prompt.size() / prefill_s, decode_tps = n_decode > 0 ? n_decode / decode_s : 0.0;
+  if (offload && offload->stats().steps > 0) {
+    const OffloadStats& st = offload->stats();
+    note(fmt::format("topkv: top-k decode: {:.1f} keys retrieved + {:.1f} exact per layer and KV head per step; "
+                     "{:.2f} ms search, {:.2f} ms offloaded attention per step", (double)st.retrieved / st.steps /
+                     offload->retrieval_layers().size() / cfg.n_head_kv, (double)st.exact / st.steps /
+                     offload->retrieval_layers().size() / cfg.n_head_kv, st.search_s * 1e3 / st.steps,
+                     st.attend_s * 1e3 / st.steps));
+  }
   note(fmt::format("topkv: prompt {} tokens, prefill {:.2f} s ({:.1f} tok/s); generated {} tokens, decode {:.1f} "
                    "tok/s; stop: {}; peak RSS {}", prompt.size(), prefill_s, prefill_tps, n_gen, decode_tps, stop,
                    mib(peak_rss_bytes())));
@@ -216,7 +235,22 @@ void run_generate(const GenerateArgs& a) {
                         {"top_k", sp.top_k},
                         {"top_p", sp.top_p},
                         {"seed", sp.seed},
-                        {"peak_rss_bytes", peak_rss_bytes()}};
+                        {"peak_rss_bytes", peak_rss_bytes()},
+                        {"attn", attn_mode_name(policy.attn)}};
+    if (offload) {
+      const OffloadStats& st = offload->stats();
+      j["offload"] = {{"policy", nlohmann::json::parse(policy.to_json())},
+                      {"retrieval_layers", offload->retrieval_layers()},
+                      {"k_per_layer", offload->k_per_layer()},
+                      {"keys_indexed", st.keys_indexed},
+                      {"index_build_s", st.build_s},
+                      {"host_bytes", offload->host_bytes()},
+                      {"steps", st.steps},
+                      {"retrieved_per_step", st.steps ? (double)st.retrieved / st.steps : 0.0},
+                      {"exact_per_step", st.steps ? (double)st.exact / st.steps : 0.0},
+                      {"search_ms_per_step", st.steps ? st.search_s * 1e3 / st.steps : 0.0},
+                      {"attention_ms_per_step", st.steps ? st.attend_s * 1e3 / st.steps : 0.0}};
+    }
     write_json_atomic(a.json_path, j);
   }
 }
@@ -257,7 +291,9 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--json", a->json_path,
                   "Write statistics here: prompt tokens, prefill and decode tok/s, peak RSS, memory");
   cmd->add_flag("-q,--quiet", a->quiet, "No progress bar or information on stderr (errors still go there)");
-  cmd->callback([a] { run_generate(*a); });
+  auto pol = std::make_shared<PolicyArgs>();
+  add_policy_options(cmd, pol);
+  cmd->callback([a, pol, cmd] { run_generate(*a, pol->resolve(*cmd)); });
 }
 
 }  // namespace topkv::cli

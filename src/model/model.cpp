@@ -153,8 +153,12 @@ void Model::layer(int il, int T) {
   }
   be_.rope(q, T, nh, hd, n_past_, lc.rope);
   be_.rope(k, T, nkv, hd, n_past_, lc.rope);
-  be_.kv_write(cache_[il], k, v, T, n_past_);
-  be_.attention(q, T, nh, n_past_, cache_[il], lc.window, cfg_.attn_scale, att);
+  if (override_ && override_->overrides(il)) {
+    overridden_attention(il, T);  // reads q_, k_, v_, writes att_
+  } else {
+    be_.kv_write(cache_[il], k, v, T, n_past_);
+    be_.attention(q, T, nh, n_past_, cache_[il], lc.window, cfg_.attn_scale, att);
+  }
   be_.matmul(att, L.wo, T, xb);
   if (cfg_.post_norms) be_.rms_norm(xb, L.post_attn_norm, T, d, eps, xb);
   be_.add(xb, (int64_t)T * d, x);
@@ -166,6 +170,40 @@ void Model::layer(int il, int T) {
   be_.matmul(gate, L.ffn_down, T, xb);
   if (cfg_.post_norms) be_.rms_norm(xb, L.post_ffw_norm, T, d, eps, xb);
   be_.add(xb, (int64_t)T * d, x);
+}
+
+// Attention of an overridden layer: token by token (each appends its own key
+// before attending, so later tokens of the chunk see earlier ones).
+void Model::overridden_attention(int il, int T) {
+  const size_t qn = (size_t)T * cfg_.n_head * cfg_.head_dim, kn = (size_t)T * cfg_.n_head_kv * cfg_.head_dim;
+  host_q_.resize(qn);
+  host_k_.resize(kn);
+  host_v_.resize(kn);
+  host_att_.resize(qn);
+  be_.to_host(q_, 0, host_q_.data(), qn * sizeof(float));
+  be_.to_host(k_, 0, host_k_.data(), kn * sizeof(float));
+  be_.to_host(v_, 0, host_v_.data(), kn * sizeof(float));
+  const size_t qs = (size_t)cfg_.n_head * cfg_.head_dim, ks = (size_t)cfg_.n_head_kv * cfg_.head_dim;
+  for (int t = 0; t < T; ++t)
+    override_->decode_attention(il, host_q_.data() + t * qs, host_k_.data() + t * ks, host_v_.data() + t * ks,
+                                n_past_ + t, cfg_.attn_scale, host_att_.data() + t * qs);
+  be_.from_host(host_att_.data(), att_, 0, qn * sizeof(float));
+}
+
+void Model::read_kv(int il, std::vector<float>& k, std::vector<float>& v) const {
+  TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "layer {} is out of range (0..{})", il, cfg_.n_layer - 1);
+  const KvLayerCache& c = cache_[(size_t)il];
+  TOPKV_CHECK(c.capacity >= n_past_, "layer {} keeps only its last {} positions (sliding window); its keys "
+              "cannot be read back", il, c.capacity);
+  const size_t hd = (size_t)c.head_dim, n = (size_t)n_past_, es = dtype_size(c.dtype);
+  k.resize((size_t)c.n_kv_heads * n * hd);
+  v.resize(k.size());
+  std::vector<uint8_t> tmp(n * hd * es);
+  for (int h = 0; h < c.n_kv_heads; ++h)
+    for (auto [src, dst] : {std::pair{&c.k, &k}, std::pair{&c.v, &v}}) {
+      be_.to_host(*src, (size_t)h * c.head_stride() * es, tmp.data(), tmp.size());
+      to_f32(c.dtype, tmp.data(), dst->data() + (size_t)h * n * hd, n * hd);
+    }
 }
 
 }  // namespace topkv

@@ -19,6 +19,7 @@
 #include <span>
 #include <vector>
 
+#include "src/model/attention_override.h"
 #include "src/model/backend.h"
 #include "src/model/gguf.h"
 #include "src/model/model_config.h"
@@ -60,6 +61,14 @@ class Model {
   // faults). Returns the bytes touched.
   size_t touch_weights() const;
 
+  // From now on the layers `ov` overrides take their decode attention from it
+  // (the offloaded top-k runtime); null restores dense attention. Set it after
+  // the prompt is prefilled and ov->take_prefill(*this) has run.
+  void set_attention_override(AttentionOverride* ov) { override_ = ov; }
+  // The keys and values of positions [0, n_past()) of a full-context layer, as
+  // fp32 [n_head_kv][n_past][head_dim] in host memory.
+  void read_kv(int layer, std::vector<float>& k, std::vector<float>& v) const;
+
   // Memory: the weights as held (mapped quantised rows, or f32 copies), what
   // the other weight mode would take, and the KV cache.
   size_t weight_bytes() const { return weight_bytes_; }
@@ -73,6 +82,7 @@ class Model {
   };
   void forward_chunk(const int32_t* ids, int T, bool all_logits, float* logits_out);
   void layer(int il, int T);
+  void overridden_attention(int il, int T);
 
   std::shared_ptr<const GgufFile> file_;
   Backend& be_;
@@ -84,6 +94,8 @@ class Model {
   std::vector<KvLayerCache> cache_;
   size_t weight_bytes_ = 0, weight_bytes_other_ = 0;
   int64_t n_past_ = 0;
+  AttentionOverride* override_ = nullptr;
+  std::vector<float> host_q_, host_k_, host_v_, host_att_;  // staging for the override
   // Scratch, rows for max_chunk tokens: x residual stream [C][d], xb [C][d],
   // q/att [C][n_head*hd], k/v [C][n_kv*hd], gate/up [C][n_ff], logits [kLogitRows][vocab].
   Buffer x_, xb_, q_, k_, v_, att_, gate_, up_, logits_;

@@ -1,0 +1,136 @@
+#include "offload/offload_runtime.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "src/common/error.h"
+#include "src/common/options.h"
+#include "src/common/progress.h"
+#include "src/common/timer.h"
+#include "src/model/model.h"
+
+namespace topkv {
+
+OffloadRuntime::OffloadRuntime(const ModelConfig& cfg, const OffloadPolicy& policy, bool progress)
+    : cfg_(cfg), policy_(policy), progress_(progress) {
+  policy_.validate();
+  TOPKV_CHECK(policy_.attn == AttnMode::TopK, "internal: OffloadRuntime built for dense attention");
+  std::unique_ptr<HeadPattern> pattern;
+  if (!policy_.heads_file.empty())
+    pattern = std::make_unique<HeadPattern>(load_head_pattern(policy_.heads_file, cfg_.n_layer, cfg_.n_head_kv,
+                                                              policy_.heads_threshold, policy_.heads_sparsity));
+  slot_.assign((size_t)cfg_.n_layer, -1);
+  for (int il = 0; il < cfg_.n_layer; ++il) {
+    const LayerConfig& lc = cfg_.layers[(size_t)il];
+    if (lc.sliding || lc.window > 0 || il < policy_.dense_layers) continue;  // stays with the model
+    std::vector<char> streaming((size_t)cfg_.n_head_kv, 0);
+    if (pattern)
+      for (int h = 0; h < cfg_.n_head_kv; ++h) streaming[(size_t)h] = pattern->is_streaming(il, h);
+    slot_[(size_t)il] = (int)retrieval_layers_.size();
+    retrieval_layers_.push_back(il);
+    streaming_.push_back(std::move(streaming));
+  }
+  TOPKV_CHECK(!retrieval_layers_.empty(),
+              "--attn topk has no layer to serve: every full-context layer is among the first --dense-layers {} "
+              "(the model has {} layers); lower --dense-layers",
+              policy_.dense_layers, cfg_.n_layer);
+  KvIndex::create(policy_.index);  // reject a bad index spec before any prefill work
+}
+
+bool OffloadRuntime::overrides(int layer) const {
+  return layer >= 0 && layer < (int)slot_.size() && slot_[(size_t)layer] >= 0;
+}
+
+const OffloadedLayer* OffloadRuntime::layer(int il) const {
+  return overrides(il) ? layers_.empty() ? nullptr : layers_[(size_t)slot_[(size_t)il]].get() : nullptr;
+}
+
+void OffloadRuntime::take_prefill(const Model& model) {
+  TOPKV_CHECK(layers_.empty(), "the offloaded runtime already holds a prompt; start a new one");
+  const int64_t n = model.n_past();
+  TOPKV_CHECK(n >= 1, "the offloaded runtime needs a prefilled prompt");
+  const int64_t k_mean = policy_.k_fraction > 0 ? std::max<int64_t>(1, (int64_t)std::llround(policy_.k_fraction * n))
+                                                : policy_.search.k;
+  k_ = topkv::k_per_layer(k_mean, (int)retrieval_layers_.size(), policy_.k_schedule);
+  const int nl = (int)retrieval_layers_.size();
+  layers_.resize((size_t)nl);
+  const int64_t keys_total = (int64_t)nl * cfg_.n_head_kv * std::max<int64_t>(0, n - policy_.sinks - policy_.window);
+  Progress bar("index build", keys_total, "keys", progress_ && keys_total >= 100000);
+  Timer t;
+  // Layers in parallel (each builds its heads; nested parallelism is off by default).
+  std::vector<std::string> errors((size_t)nl);
+#pragma omp parallel for schedule(dynamic, 1) if (nl > 1)
+  for (int i = 0; i < nl; ++i) {
+    try {
+      OffloadedLayer::Config c;
+      c.n_heads = cfg_.n_head;
+      c.kv_heads = cfg_.n_head_kv;
+      c.head_dim = cfg_.head_dim;
+      c.sinks = policy_.sinks;
+      c.window = policy_.window;
+      c.k = k_[(size_t)i];
+      c.search = policy_.search;
+      c.index = policy_.index;
+      c.store_dtype = DType::F16;
+      c.streaming = streaming_[(size_t)i];
+      c.build.n_threads = nl > 1 ? 1 : 0;
+      auto layer = std::make_unique<OffloadedLayer>(c);
+      std::vector<float> k, v;
+      model.read_kv(retrieval_layers_[(size_t)i], k, v);  // [kv][n][d]
+      layer->prefill(k.data(), v.data(), n, (size_t)cfg_.head_dim, (size_t)n * cfg_.head_dim);
+      int64_t indexed = 0;
+      for (int h = 0; h < cfg_.n_head_kv; ++h) indexed += layer->stored_rows(h);
+      bar.add(indexed);
+      layers_[(size_t)i] = std::move(layer);
+    } catch (const std::exception& e) {
+      errors[(size_t)i] = e.what();
+    }
+  }
+  bar.finish();
+  for (auto& e : errors) TOPKV_CHECK(e.empty(), "{}", e);
+  stats_.build_s = t.seconds();
+  stats_.keys_indexed = 0;
+  for (auto& l : layers_)
+    for (int h = 0; h < cfg_.n_head_kv; ++h) stats_.keys_indexed += l->stored_rows(h);
+}
+
+void OffloadRuntime::decode_attention(int layer, const float* q, const float* k, const float* v, int64_t pos,
+                                      float scale, float* out) {
+  TOPKV_CHECK(!layers_.empty(), "decode on the offloaded runtime before take_prefill");
+  OffloadedLayer& l = *layers_[(size_t)slot_[(size_t)layer]];
+  TOPKV_CHECK(pos == l.n_tokens(), "offloaded layer {} holds {} tokens but the model decodes position {}", layer,
+              l.n_tokens(), pos);
+  Timer t;
+  l.append(k, v);
+  AttendStats st;
+  l.attend(q, scale, out, &st);
+  stats_.attend_s += t.seconds();
+  stats_.search_s += st.search_s;
+  stats_.retrieved += st.retrieved;
+  stats_.far_clusters += st.far_clusters;
+  stats_.exact += st.exact;
+  if (layer == retrieval_layers_.back()) ++stats_.steps;
+}
+
+size_t OffloadRuntime::host_bytes() const {
+  size_t b = 0;
+  for (auto& l : layers_) b += l->host_bytes() + l->window_bytes();
+  return b;
+}
+
+std::string OffloadRuntime::describe() const {
+  std::string ks;
+  for (size_t i = 0; i < retrieval_layers_.size(); ++i)
+    ks += fmt::format("{}{}:{}", i ? " " : "", retrieval_layers_[i], k_.empty() ? policy_.search.k : k_[i]);
+  int streaming = 0;
+  for (auto& s : streaming_) streaming += (int)std::count(s.begin(), s.end(), 1);
+  return fmt::format("top-k attention on {} of {} layers (layer:k {}), index {}, sinks {}, window {}, "
+                     "{} streaming KV heads",
+                     retrieval_layers_.size(), cfg_.n_layer, ks, policy_.index, policy_.sinks, policy_.window,
+                     streaming);
+}
+
+}  // namespace topkv

@@ -1,0 +1,62 @@
+// OffloadRuntime: the offloaded top-k decode over a whole model (DESIGN.md,
+// "One decode step"). It owns one OffloadedLayer per retrieval layer and
+// serves their decode attention through the model's AttentionOverride seam.
+//
+// Which layers retrieve:
+//   - layers that attend to the whole context (gemma3's sliding-window local
+//     layers are already streaming layers and stay with the model),
+//   - from layer index `dense_layers` on (earlier ones stay dense, as Quest does),
+//   - per KV head, unless a DuoAttention pattern makes it a streaming head.
+// k per retrieval layer follows the policy's schedule; with k_fraction > 0,
+// k = k_fraction x prompt tokens (at least 1).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "offload/offloaded_layer.h"
+#include "offload/policy.h"
+#include "src/model/attention_override.h"
+#include "src/model/model_config.h"
+
+namespace topkv {
+
+struct OffloadStats {
+  int64_t steps = 0;           // decode tokens served
+  int64_t retrieved = 0;       // store rows attended, summed over layers and heads
+  int64_t far_clusters = 0;
+  int64_t exact = 0;           // sink + window tokens attended
+  double search_s = 0;         // index search time (sum over layers of the slowest head)
+  double attend_s = 0;         // whole offloaded attention time
+  double build_s = 0;          // index build time after prefill
+  int64_t keys_indexed = 0;
+};
+
+class OffloadRuntime final : public AttentionOverride {
+ public:
+  OffloadRuntime(const ModelConfig& cfg, const OffloadPolicy& policy, bool progress = true);
+
+  bool overrides(int layer) const override;
+  void take_prefill(const Model& model) override;
+  void decode_attention(int layer, const float* q, const float* k, const float* v, int64_t pos, float scale,
+                        float* out) override;
+
+  const std::vector<int>& retrieval_layers() const { return retrieval_layers_; }
+  const std::vector<int64_t>& k_per_layer() const { return k_; }
+  const OffloadStats& stats() const { return stats_; }
+  const OffloadedLayer* layer(int il) const;
+  size_t host_bytes() const;
+  std::string describe() const;  // one paragraph: layers, heads, k, index
+
+ private:
+  ModelConfig cfg_;
+  OffloadPolicy policy_;
+  bool progress_;
+  std::vector<int> retrieval_layers_;        // model layer ids
+  std::vector<int> slot_;                    // model layer -> index into layers_ (-1: not retrieval)
+  std::vector<std::vector<char>> streaming_; // per retrieval layer, per KV head
+  std::vector<int64_t> k_;                   // per retrieval layer
+  std::vector<std::unique_ptr<OffloadedLayer>> layers_;
+  OffloadStats stats_;
+};
+
+}  // namespace topkv

@@ -1,0 +1,67 @@
+#include "src/cli/policy_options.h"
+
+#include "src/common/error.h"
+
+namespace topkv::cli {
+
+void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
+  OffloadPolicy& p = a->policy;
+  const std::string g = "Attention policy";
+  cmd->add_option("--attn", a->attn, "dense: all KV in the model's cache; topk: retrieval layers keep their KV in a "
+                  "host store behind per-head indexes and attend to the top-k keys + sinks + window")
+      ->group(g)->check(CLI::IsMember({"dense", "topk"}));
+  cmd->add_option("--index", p.index, "Index backend with build parameters, e.g. flat, hnswlib:M=32, "
+                  "faiss-ivf:nlist=1024, quest:page=16, centroid, multipole (topkv info lists them)")
+      ->group(g)->capture_default_str();
+  cmd->add_option("--k", p.search.k, "Keys retrieved per KV head and layer (mean over layers; token budget for "
+                  "quest/centroid/multipole)")->group(g)->capture_default_str();
+  cmd->add_option("--k-fraction", p.k_fraction, "k as a fraction of the prompt length (e.g. 0.01 = 1%); overrides "
+                  "--k")->group(g);
+  cmd->add_option("--k-schedule", a->k_schedule, "uniform: the same k on every retrieval layer; linear: rising "
+                  "from first to last with the same total (top-k paper)")
+      ->group(g)->check(CLI::IsMember({"uniform", "linear"}));
+  cmd->add_option("--ef", p.search.ef, "HNSW search list size (0 = max(k, 64))")->group(g);
+  cmd->add_option("--nprobe", p.search.nprobe, "IVF lists probed (0 = backend default)")->group(g);
+  cmd->add_option("--threshold", p.search.threshold, "centroid/multipole: keep clusters whose estimated attention "
+                  "share is at least this (0 = budget mode)")->group(g);
+  cmd->add_option("--gqa", a->gqa, "union: each query head searches; mean: one search with the mean query")
+      ->group(g)->check(CLI::IsMember({"union", "mean"}));
+  cmd->add_option("--dense-layers", p.dense_layers, "The first N layers stay dense (as Quest does)")
+      ->group(g)->capture_default_str();
+  cmd->add_option("--sinks", p.sinks, "Attention-sink tokens kept exactly")->group(g)->capture_default_str();
+  cmd->add_option("--window", p.window, "Recent tokens kept exactly")->group(g)->capture_default_str();
+  cmd->add_option("--heads", p.heads_file, "DuoAttention head pattern (TSV of gate values, one row per layer, one "
+                  "column per KV head); heads below --heads-threshold keep only sinks + window")
+      ->group(g)->check(CLI::ExistingFile);
+  cmd->add_option("--heads-threshold", p.heads_threshold, "Gate value below which a head streams")
+      ->group(g)->capture_default_str();
+  cmd->add_option("--heads-sparsity", p.heads_sparsity, "Make this fraction of heads (lowest gates) stream; "
+                  "overrides --heads-threshold")->group(g);
+  cmd->add_option("--config", a->config, "JSON file with any of the policy fields (flags given here win)")
+      ->group(g)->check(CLI::ExistingFile);
+}
+
+OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd) const {
+  OffloadPolicy out;
+  if (!config.empty()) out = OffloadPolicy::from_json_file(config);
+  auto given = [&](const char* name) { return cmd.count(name) > 0; };
+  if (given("--attn")) out.attn = parse_attn_mode(attn);
+  if (given("--index")) out.index = policy.index;
+  if (given("--k")) out.search.k = policy.search.k;
+  if (given("--k-fraction")) out.k_fraction = policy.k_fraction;
+  if (given("--k-schedule")) out.k_schedule = parse_k_schedule(k_schedule);
+  if (given("--ef")) out.search.ef = policy.search.ef;
+  if (given("--nprobe")) out.search.nprobe = policy.search.nprobe;
+  if (given("--threshold")) out.search.threshold = policy.search.threshold;
+  if (given("--gqa")) out.search.gqa = gqa == "mean" ? GqaMode::Mean : GqaMode::Union;
+  if (given("--dense-layers")) out.dense_layers = policy.dense_layers;
+  if (given("--sinks")) out.sinks = policy.sinks;
+  if (given("--window")) out.window = policy.window;
+  if (given("--heads")) out.heads_file = policy.heads_file;
+  if (given("--heads-threshold")) out.heads_threshold = policy.heads_threshold;
+  if (given("--heads-sparsity")) out.heads_sparsity = policy.heads_sparsity;
+  out.validate();
+  return out;
+}
+
+}  // namespace topkv::cli

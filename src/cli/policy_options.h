@@ -1,0 +1,23 @@
+// The offloading-policy options shared by every command that decodes
+// (generate, eval passkey, index build): --attn, --index, --k, ... and
+// --config FILE (JSON, see offload/policy.h). Command-line flags win over the
+// config file.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <memory>
+
+#include "offload/policy.h"
+
+namespace topkv::cli {
+
+struct PolicyArgs {
+  OffloadPolicy policy;
+  std::string config, attn, k_schedule, gqa;
+  // Builds the policy: config file first, then the flags given. Throws Error.
+  OffloadPolicy resolve(const CLI::App& cmd) const;
+};
+
+// Adds the options to `cmd` in an "Attention policy" group.
+void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a);
+
+}  // namespace topkv::cli

@@ -1,0 +1,28 @@
+// A seam in the forward pass: the attention of some layers can be served by
+// something other than the model's own KV cache — the offloaded top-k
+// runtime (offload/offload_runtime.h) takes the retrieval layers at decode.
+// The model still runs prefill attention densely with its own cache; once the
+// prompt is in, the override takes the layers' keys and values from it.
+#pragma once
+#include <cstdint>
+
+namespace topkv {
+
+class Model;
+
+class AttentionOverride {
+ public:
+  virtual ~AttentionOverride() = default;
+  // True when decode attention of `layer` is served here.
+  virtual bool overrides(int layer) const = 0;
+  // Called once after the prompt is prefilled: copy what is needed from the
+  // model's caches (Model::read_kv) before they are reused.
+  virtual void take_prefill(const Model& model) = 0;
+  // Decode of one token at position `pos` on an overridden layer. q: [n_head][head_dim],
+  // k, v: [n_head_kv][head_dim] (post-norm, post-RoPE); out: [n_head][head_dim].
+  // Host memory.
+  virtual void decode_attention(int layer, const float* q, const float* k, const float* v, int64_t pos,
+                                float scale, float* out) = 0;
+};
+
+}  // namespace topkv
