@@ -116,3 +116,33 @@ TEST_CASE("the runtime refuses what it cannot serve, before any work") {
   pol.heads_file = "/nonexistent.tsv";
   CHECK_THROWS_WITH(OffloadRuntime(cfg, pol, false), Catch::Contains("cannot open head pattern"));
 }
+
+TEST_CASE("rewinding the model replays a continuation exactly, within the ring's slack") {
+  SynthConfig sc = synth_defaults("gemma3");
+  sc.layers = 3;
+  sc.width = 128;
+  sc.heads = 2;
+  sc.kv_heads = 1;
+  sc.head_dim = 64;
+  sc.ffn = 256;
+  sc.sliding_window = 8;
+  sc.global_every = 3;
+  std::string path = synth_model("gemma3_rewind", sc);
+  std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  auto be = make_cpu_backend();
+  ModelOptions mo;
+  mo.n_ctx = 128;
+  mo.max_chunk = 8;  // ring slack: 7 positions
+  Model m(file, *be, mo);
+  std::vector<int32_t> prompt(40);
+  for (int i = 0; i < 40; ++i) prompt[(size_t)i] = (int32_t)(i * 31 % 200 + 5);
+  m.prefill(prompt, 8);
+  auto first = m.decode(11);
+  for (int i = 0; i < 5; ++i) m.decode(12 + i);
+  m.rewind(40);
+  auto again = m.decode(11);
+  for (size_t i = 0; i < first.size(); ++i) REQUIRE(again[i] == first[i]);
+  for (int i = 0; i < 7; ++i) m.decode(20 + i);
+  CHECK_THROWS_WITH(m.rewind(40), Catch::Contains("sliding-window ring"));
+  CHECK_THROWS_WITH(m.rewind(1000), Catch::Contains("cannot rewind"));
+}

@@ -82,6 +82,19 @@ size_t Model::touch_weights() const {
   return bytes;
 }
 
+void Model::rewind(int64_t n) {
+  TOPKV_CHECK(n >= 0 && n <= n_past_, "cannot rewind to position {}: the cache holds {} positions", n, n_past_);
+  TOPKV_CHECK(!override_ || n == n_past_, "cannot rewind while an attention override serves some layers: the "
+              "override keeps its own state; set a fresh one instead");
+  for (int il = 0; il < cfg_.n_layer; ++il) {
+    const int64_t window = cfg_.layers[(size_t)il].window, cap = cache_[(size_t)il].capacity;
+    if (window > 0 && cap < opt_.n_ctx)
+      TOPKV_CHECK(n_past_ - n <= cap - window, "cannot take back {} positions: layer {}'s sliding-window ring "
+                  "has room for {} beyond its window (raise max_chunk)", n_past_ - n, il, cap - window);
+  }
+  n_past_ = n;
+}
+
 size_t Model::kv_bytes() const {
   size_t b = 0;
   for (const auto& c : cache_) b += c.bytes();

@@ -46,6 +46,11 @@ class Model {
   const ModelOptions& options() const { return opt_; }
   int64_t n_past() const { return n_past_; }  // tokens in the cache
   void reset() { n_past_ = 0; }                // forget the context (the cache is overwritten)
+  // Forgets the positions from n on, keeping [0, n): run several continuations
+  // of one prompt. A sliding-window layer's ring has max_chunk - 1 slots of
+  // slack beyond its window, so at most that many positions can be taken back;
+  // more (or any with an attention override set) is an Error.
+  void rewind(int64_t n);
 
   // Runs `tokens` at positions n_past().. in chunks of at most `chunk`
   // (<= max_chunk) tokens. Returns the logits of the last token [n_vocab], or
