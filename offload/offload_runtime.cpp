@@ -113,6 +113,23 @@ void OffloadRuntime::decode_attention(int layer, const float* q, const float* k,
   stats_.far_clusters += st.far_clusters;
   stats_.exact += st.exact;
   if (layer == retrieval_layers_.back()) ++stats_.steps;
+  if (measure_error_) {
+    const size_t n = (size_t)cfg_.n_head * cfg_.head_dim, i = (size_t)slot_[(size_t)layer];
+    std::vector<float> exact(n);
+    l.attend_exact(q, scale, exact.data());
+    err_sq_.resize(layers_.size(), 0.0);
+    ref_sq_.resize(layers_.size(), 0.0);
+    for (size_t j = 0; j < n; ++j) {
+      err_sq_[i] += ((double)out[j] - exact[j]) * ((double)out[j] - exact[j]);
+      ref_sq_[i] += (double)exact[j] * exact[j];
+    }
+  }
+}
+
+std::vector<double> OffloadRuntime::attention_rel_error() const {
+  std::vector<double> e(retrieval_layers_.size(), 0.0);
+  for (size_t i = 0; i < err_sq_.size(); ++i) e[i] = ref_sq_[i] > 0 ? std::sqrt(err_sq_[i] / ref_sq_[i]) : 0.0;
+  return e;
 }
 
 size_t OffloadRuntime::host_bytes() const {

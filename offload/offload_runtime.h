@@ -43,6 +43,12 @@ class OffloadRuntime final : public AttentionOverride {
   const std::vector<int>& retrieval_layers() const { return retrieval_layers_; }
   const std::vector<int64_t>& k_per_layer() const { return k_; }
   const OffloadStats& stats() const { return stats_; }
+  // Fidelity measurement: each decode step also computes exact attention over
+  // everything the layer holds and accumulates the relative L2 error of the
+  // served output (slow: a full scan per layer and step; for evaluation).
+  void set_measure_error(bool on) { measure_error_ = on; }
+  // Per retrieval layer: sqrt(sum |out - exact|^2 / sum |exact|^2) over the steps so far.
+  std::vector<double> attention_rel_error() const;
   const OffloadedLayer* layer(int il) const;
   size_t host_bytes() const;
   std::string describe() const;  // one paragraph: layers, heads, k, index
@@ -57,6 +63,8 @@ class OffloadRuntime final : public AttentionOverride {
   std::vector<int64_t> k_;                   // per retrieval layer
   std::vector<std::unique_ptr<OffloadedLayer>> layers_;
   OffloadStats stats_;
+  bool measure_error_ = false;
+  std::vector<double> err_sq_, ref_sq_;  // per retrieval layer
 };
 
 }  // namespace topkv

@@ -195,6 +195,36 @@ void OffloadedLayer::attend(const float* queries, float scale, float* out, Atten
   }
 }
 
+void OffloadedLayer::attend_exact(const float* queries, float scale, float* out) const {
+  const int G = cfg_.n_heads / cfg_.kv_heads;
+  const size_t d = (size_t)cfg_.head_dim;
+  for (int h = 0; h < cfg_.kv_heads; ++h) {
+    const Head& hd = heads_[(size_t)h];
+    for (int g = 0; g < G; ++g) {
+      const float* q = queries + ((size_t)h * G + g) * d;
+      AttnPartial p((int)d);
+      std::vector<float> s;
+      for (int t = 0; t < n_sinks_; ++t) s.push_back(dot_f32(hd.sink_k.data() + t * d, q, d) * scale);
+      partial_add(p, s.data(), nullptr, hd.sink_v.data(), n_sinks_);
+      for (int64_t i = 0; i < win_len_; ++i) {
+        const size_t slot = (size_t)((win_start_ + i) % cfg_.window);
+        float si = dot_f32(hd.win_k.data() + slot * d, q, d) * scale;
+        partial_add(p, &si, nullptr, hd.win_v.data() + slot * d, 1);
+      }
+      if (hd.keys && hd.keys->size() > 0) {
+        AttnPartial st((int)d);
+        std::vector<float> buf(d);
+        std::vector<float> ss((size_t)hd.keys->size());
+        std::vector<int64_t> ids(ss.size());
+        for (int64_t r = 0; r < hd.keys->size(); ++r) ss[(size_t)r] = hd.keys->dot(r, q) * scale, ids[(size_t)r] = r;
+        partial_add_rows(st, ss.data(), *hd.values, ids.data(), (int64_t)ids.size());
+        partial_merge(p, st);
+      }
+      partial_finish(p, out + ((size_t)h * G + g) * d);
+    }
+  }
+}
+
 size_t OffloadedLayer::host_bytes() const {
   size_t b = 0;
   for (auto& h : heads_) {

@@ -62,6 +62,10 @@ class OffloadedLayer {
   // Attention output of each query head over sinks + window + retrieved (+ far).
   void attend(const float* queries, float scale, float* out, AttendStats* stats = nullptr) const;
 
+  // Exact attention over every token the layer holds (sinks + all store rows +
+  // window): the reference the retrieved attention is measured against.
+  void attend_exact(const float* queries, float scale, float* out) const;
+
   int64_t n_tokens() const { return n_tokens_; }
   int64_t stored_rows(int kv_head) const;
   const KvIndex* index(int kv_head) const { return heads_[(size_t)kv_head].index.get(); }
