@@ -8,6 +8,7 @@ void register_info(CLI::App& app);
 void register_bench(CLI::App& app);  // bench recall (and later bench decode)
 void register_model(CLI::App& app);  // model synth, model info
 void register_tokenize(CLI::App& app);
-void register_generate(CLI::App& app);  // generate: prompt in, tokens out (src/cli/cmd_generate.cpp)
+void register_generate(CLI::App& app);
+void register_eval(CLI::App& app);  // eval passkey (src/cli/cmd_eval.cpp)  // generate: prompt in, tokens out (src/cli/cmd_generate.cpp)
 
 }  // namespace topkv::cli

@@ -55,6 +55,8 @@ void Progress::draw(bool force) {
     if (tty_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
     if (!tty_ && decile == last_decile_) return;
   }
+  if (!tty_ && done == last_printed_) return;  // a log line per state, not two
+  last_printed_ = done;
   last_draw_ = now;
   last_decile_ = decile;
   double secs = std::chrono::duration<double>(now - start_).count();

@@ -28,6 +28,7 @@ class Progress {
   bool enabled_, tty_;
   std::atomic<bool> finished_{false};
   int last_decile_ = -1;
+  int64_t last_printed_ = -1;
   std::chrono::steady_clock::time_point start_, last_draw_;
   std::mutex mu_;
 };

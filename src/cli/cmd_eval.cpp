@@ -1,0 +1,268 @@
+// topkv eval passkey: long-context retrieval fidelity of top-k decoding
+// against dense decoding on the same model (DESIGN.md, "Testing").
+//
+// For every (length, depth, trial) it builds a passkey / needle prompt,
+// prefills it once (dense), decodes the answer densely, then for every method
+// (index backend x k) hands the same prefilled KV to a fresh offloaded runtime
+// and decodes again: once greedily on its own (pass / fail) and once
+// teacher-forced on the dense tokens (greedy-token agreement, next-token KL
+// divergence against dense, attention-output error per retrieval layer).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "offload/offload_runtime.h"
+#include "src/cli/commands.h"
+#include "src/cli/policy_options.h"
+#include "src/common/error.h"
+#include "src/common/options.h"
+#include "src/common/progress.h"
+#include "src/common/timer.h"
+#include "src/eval/passkey_prompt.h"
+#include "src/model/model.h"
+#include "src/model/tokenizer.h"
+
+namespace topkv::cli {
+namespace {
+
+struct EvalArgs {
+  std::string model = ".models/gemma-3-270m-q4_k_m.gguf", task = "passkey", lengths = "2048,4096,8192",
+              depths = "0,0.25,0.5,0.75,1", csv, json, png;
+  std::vector<std::string> indexes{"flat"}, ks{"64"};
+  int trials = 1, answer_tokens = 8, threads = 0, chunk = 256;
+  uint64_t seed = 1;
+};
+
+struct Method {
+  std::string name;     // "topk:flat@64"
+  OffloadPolicy policy;
+};
+
+struct Row {
+  std::string method, answer, text;
+  int64_t length, needle_token;
+  double depth, agreement, kl;
+  int trial;
+  bool passed;
+  std::vector<double> attn_err;
+  double decode_ms;
+};
+
+// Softmax of logits in double, for the KL divergence.
+std::vector<double> softmax(const std::vector<float>& z) {
+  double m = *std::max_element(z.begin(), z.end()), s = 0;
+  std::vector<double> p(z.size());
+  for (size_t i = 0; i < z.size(); ++i) s += p[i] = std::exp((double)z[i] - m);
+  for (auto& x : p) x /= s;
+  return p;
+}
+
+double kl(const std::vector<double>& p, const std::vector<float>& zq) {
+  auto q = softmax(zq);
+  double d = 0;
+  for (size_t i = 0; i < p.size(); ++i)
+    if (p[i] > 0) d += p[i] * (std::log(p[i]) - std::log(std::max(q[i], 1e-300)));
+  return d;
+}
+
+int argmax(const std::vector<float>& v) { return (int)(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+std::vector<Method> make_methods(const EvalArgs& a, const OffloadPolicy& base) {
+  std::vector<Method> out;
+  for (auto& idx : a.indexes)
+    for (auto& k : a.ks) {
+      Method m{fmt::format("topk:{}@{}", idx, k), base};
+      m.policy.attn = AttnMode::TopK;
+      m.policy.index = idx;
+      if (!k.empty() && k.back() == '%') {
+        m.policy.k_fraction = parse_double_list(k.substr(0, k.size() - 1)).at(0) / 100.0;
+        TOPKV_CHECK(m.policy.k_fraction > 0 && m.policy.k_fraction <= 1, "--k {} must be in (0%, 100%]", k);
+      } else {
+        m.policy.search.k = parse_sweep(k).at(0);
+        m.policy.k_fraction = 0;
+      }
+      m.policy.validate();
+      KvIndex::create(idx);  // bad spec: fail before any prefill
+      out.push_back(std::move(m));
+    }
+  return out;
+}
+
+void run_eval(const EvalArgs& a, const OffloadPolicy& base) {
+  TOPKV_CHECK(a.trials >= 1 && a.answer_tokens >= 1, "--trials and --answer-tokens must be at least 1");
+  const RetrievalTask task = parse_retrieval_task(a.task);
+  const auto lengths = parse_sweep(a.lengths);
+  const auto depths = parse_double_list(a.depths);
+  const auto methods = make_methods(a, base);
+  std::shared_ptr<const GgufFile> file = GgufFile::open(a.model);
+  const Tokenizer tok = Tokenizer::from_gguf(*file);
+  const ModelConfig cfg = read_model_config(*file);
+  const int64_t max_len = *std::max_element(lengths.begin(), lengths.end());
+  auto backend = make_cpu_backend({a.threads});
+  ModelOptions mo;
+  mo.n_ctx = max_len + a.answer_tokens + 1;
+  mo.max_chunk = a.chunk;
+  TOPKV_CHECK(a.answer_tokens < a.chunk, "--answer-tokens must be below --chunk (the ring slack a rewind needs)");
+  Model model(file, *backend, mo);
+  model.touch_weights();
+  fmt::print(stderr, "eval {}: {} lengths x {} depths x {} trials; dense + {} methods; {}\n", a.task, lengths.size(),
+             depths.size(), a.trials, methods.size(), cfg.summary());
+
+  std::mt19937_64 rng(a.seed);
+  std::vector<Row> rows;
+  Progress bar("eval", (int64_t)(lengths.size() * depths.size() * a.trials), "prompts");
+  for (int64_t len : lengths)
+    for (double depth : depths)
+      for (int trial = 0; trial < a.trials; ++trial) {
+        RetrievalPrompt pr = build_retrieval_prompt(tok, task, len, depth, rng);
+        const int64_t n = (int64_t)pr.tokens.size();
+        model.reset();
+        const std::vector<float> first = model.prefill(pr.tokens, a.chunk);
+        // Dense: greedy answer, keeping each step's distribution.
+        std::vector<int32_t> dense_ids;
+        std::vector<std::vector<double>> dense_p;
+        std::vector<float> z = first;
+        Timer td;
+        for (int s = 0; s < a.answer_tokens; ++s) {
+          dense_p.push_back(softmax(z));
+          dense_ids.push_back(argmax(z));
+          if (s + 1 < a.answer_tokens) z = model.decode(dense_ids.back());
+        }
+        const double dense_ms = td.ms() / std::max(1, a.answer_tokens - 1);
+        const std::string dense_text = tok.decode(dense_ids);
+        rows.push_back({"dense", pr.answer, dense_text, n, pr.needle_token, depth, 1.0, 0.0, trial,
+                        answer_found(dense_text, pr.answer), {}, dense_ms});
+        for (const Method& m : methods) {
+          model.rewind(n);
+          OffloadRuntime rt(cfg, m.policy, /*progress=*/false);
+          rt.take_prefill(model);
+          model.set_attention_override(&rt);
+          // Free greedy run: pass / fail.
+          std::vector<int32_t> ids;
+          z = first;
+          Timer tt;
+          for (int s = 0; s < a.answer_tokens; ++s) {
+            ids.push_back(argmax(z));
+            if (s + 1 < a.answer_tokens) z = model.decode(ids.back());
+          }
+          const double ms = tt.ms() / std::max(1, a.answer_tokens - 1);
+          model.set_attention_override(nullptr);
+          model.rewind(n);
+          // Teacher-forced on the dense tokens: agreement, KL, attention error.
+          OffloadRuntime rt2(cfg, m.policy, false);
+          rt2.set_measure_error(true);
+          rt2.take_prefill(model);
+          model.set_attention_override(&rt2);
+          int agree = 0;
+          double kl_sum = 0;
+          z = first;
+          for (int s = 0; s < a.answer_tokens; ++s) {
+            agree += argmax(z) == dense_ids[(size_t)s];
+            kl_sum += kl(dense_p[(size_t)s], z);
+            if (s + 1 < a.answer_tokens) z = model.decode(dense_ids[(size_t)s]);
+          }
+          model.set_attention_override(nullptr);
+          const std::string text = tok.decode(ids);
+          rows.push_back({m.name, pr.answer, text, n, pr.needle_token, depth, (double)agree / a.answer_tokens,
+                          kl_sum / a.answer_tokens, trial, answer_found(text, pr.answer), rt2.attention_rel_error(),
+                          ms});
+        }
+        bar.add(1);
+      }
+  bar.finish();
+
+  // Summary: per method, pass rate and means.
+  std::vector<std::string> names{"dense"};
+  for (auto& m : methods) names.push_back(m.name);
+  nlohmann::json summary = nlohmann::json::array();
+  fmt::print("{:<28} {:>6} {:>10} {:>10} {:>12} {:>10}  attention error per layer\n", "method", "pass", "agreement",
+             "KL", "decode ms", "runs");
+  for (auto& name : names) {
+    int runs = 0, passed = 0;
+    double agree = 0, kls = 0, ms = 0;
+    std::vector<double> err;
+    for (auto& r : rows) {
+      if (r.method != name) continue;
+      ++runs, passed += r.passed, agree += r.agreement, kls += r.kl, ms += r.decode_ms;
+      err.resize(r.attn_err.size(), 0.0);
+      for (size_t i = 0; i < r.attn_err.size(); ++i) err[i] += r.attn_err[i];
+    }
+    for (auto& e : err) e /= std::max(1, runs);
+    std::string errs;
+    for (double e : err) errs += fmt::format("{:.3f} ", e);
+    fmt::print("{:<28} {:>5.0f}% {:>10.3f} {:>10.4f} {:>12.1f} {:>10}  {}\n", name, 100.0 * passed / runs,
+               agree / runs, kls / runs, ms / runs, runs, errs);
+    summary.push_back({{"method", name}, {"runs", runs}, {"pass_rate", (double)passed / runs},
+                       {"agreement", agree / runs}, {"kl", kls / runs}, {"decode_ms", ms / runs},
+                       {"attention_rel_error_per_layer", err}});
+  }
+  if (!a.csv.empty()) {
+    std::ofstream f(a.csv);
+    TOPKV_CHECK(f, "cannot write {}", a.csv);
+    f << "method,length,depth,trial,needle_token,answer,passed,agreement,kl,decode_ms,attn_err_mean,generated\n";
+    for (auto& r : rows) {
+      double e = 0;
+      for (double x : r.attn_err) e += x / r.attn_err.size();
+      std::string g = r.text;
+      for (auto& c : g)
+        if (c == '"' || c == '\n' || c == ',') c = ' ';
+      f << fmt::format("{},{},{},{},{},{},{},{:.4f},{:.6f},{:.2f},{:.5f},\"{}\"\n", r.method, r.length, r.depth,
+                       r.trial, r.needle_token, r.answer, (int)r.passed, r.agreement, r.kl, r.decode_ms, e, g);
+    }
+  }
+  if (!a.json.empty()) {
+    nlohmann::json j = {{"task", a.task}, {"model", a.model}, {"model_summary", cfg.summary()},
+                        {"lengths", lengths}, {"depths", depths}, {"trials", a.trials},
+                        {"answer_tokens", a.answer_tokens}, {"policy", nlohmann::json::parse(base.to_json())},
+                        {"summary", summary}};
+    std::ofstream f(a.json);
+    TOPKV_CHECK(f, "cannot write {}", a.json);
+    f << j.dump(2) << "\n";
+  }
+  if (!a.png.empty()) {
+    TOPKV_CHECK(!a.csv.empty(), "--png needs --csv (the plot reads it)");
+    const std::string cmd = fmt::format("/usr/bin/python3 scripts/plot_passkey.py '{}' '{}' --title 'topkv eval {}'",
+                                        a.csv, a.png, a.task);
+    TOPKV_CHECK(std::system(cmd.c_str()) == 0, "plotting failed: {} (needs python3-matplotlib; run from the "
+                "repository root)", cmd);
+  }
+}
+
+}  // namespace
+
+void register_eval(CLI::App& app) {
+  auto* eval = app.add_subcommand("eval", "Fidelity of top-k decoding against dense decoding");
+  eval->require_subcommand(1);
+  auto a = std::make_shared<EvalArgs>();
+  auto pol = std::make_shared<PolicyArgs>();
+  auto* cmd = eval->add_subcommand("passkey", "Passkey / needle-in-a-haystack retrieval: pass rate per length and "
+                                   "depth, greedy-token agreement and next-token KL against dense, attention error");
+  cmd->add_option("-m,--model", a->model, "GGUF model")->capture_default_str();
+  cmd->add_option("--task", a->task, "passkey or needle")->check(CLI::IsMember({"passkey", "needle"}))
+      ->capture_default_str();
+  cmd->add_option("--lengths", a->lengths, "Prompt lengths in tokens (list or lo:hi:x2)")->capture_default_str();
+  cmd->add_option("--depths", a->depths, "Needle depths as fractions of the filler")->capture_default_str();
+  cmd->add_option("--trials", a->trials, "Prompts (random keys) per length and depth")->capture_default_str();
+  cmd->add_option("--methods-index", a->indexes, "Index backends to evaluate (repeat or comma list)")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--methods-k", a->ks, "k values: a number, or a percentage of the prompt like 1%")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--answer-tokens", a->answer_tokens, "Tokens decoded per answer")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "CPU threads (0 = OpenMP default)");
+  cmd->add_option("--chunk", a->chunk, "Prefill chunk")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed for keys and needles")->capture_default_str();
+  cmd->add_option("--csv", a->csv, "One row per (method, prompt)");
+  cmd->add_option("--json", a->json, "Summary per method");
+  cmd->add_option("--png", a->png, "Depth x length heat map (scripts/plot_passkey.py; needs --csv)");
+  add_policy_options(cmd, pol);
+  cmd->callback([a, pol, cmd] {
+    OffloadPolicy p = pol->resolve(*cmd);
+    TOPKV_CHECK(cmd->count("--index") == 0 && cmd->count("--k") == 0,
+                "eval passkey takes its methods from --methods-index and --methods-k, not --index/--k");
+    run_eval(*a, p);
+  });
+}
+
+}  // namespace topkv::cli
