@@ -1,10 +1,10 @@
-// Tokenizer tests: hand-built SentencePiece and byte-level BPE vocabularies
-// with known answers, random round trips, the fast merge loop against the
-// plain reference, streaming decode, chat prompts, every bad-input path; and,
-// when the real Gemma 3 file is present, the same on its 262144-token vocabulary
-// plus golden ids from Hugging Face.
+// Tokenizer tests on hand-built SentencePiece and byte-level BPE
+// vocabularies: known answers for the merge order, byte fallback, special
+// tokens and the Llama 3 pre-tokenizer; random round trips; the fast merge
+// loop against the plain reference; streaming decode; chat prompts; every
+// bad-input path. GGUF loading and the real Gemma 3 vocabulary:
+// test_tokenizer_gguf.cpp.
 #include <catch2/catch.hpp>
-#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,129 +13,10 @@
 #include "src/model/tokenizer.h"
 #include "src/model/tokenizer_impl.h"
 #include "src/model/unicode.h"
+#include "tests/tokenizer_test_util.h"
 
 using namespace topkv;
-
-namespace {
-
-std::string utf8(uint32_t cp) {
-  std::string s;
-  utf8_append(s, cp);
-  return s;
-}
-
-// ---- hand-built vocabularies ---------------------------------------------------
-
-// Gemma-like: control 0..5, user-defined 6..8, 256 byte pieces 9..264, then
-// `pieces` (Normal, with their scores).
-constexpr int32_t kSot = 4, kEot = 5, kNl = 6, kUd = 7, kTwoSpaces = 8, kByte0 = 9;
-Vocab spm_vocab(const std::vector<std::pair<std::string, float>>& pieces, bool add_space_prefix = false) {
-  Vocab v;
-  v.kind = VocabKind::Spm;
-  auto add = [&](std::string text, float score, TokenType type) {
-    v.tokens.push_back(std::move(text));
-    v.scores.push_back(score);
-    v.types.push_back(type);
-  };
-  for (const char* s : {"<pad>", "<eos>", "<bos>"}) add(s, 0, TokenType::Control);
-  add("<unk>", 0, TokenType::Unknown);
-  add("<start_of_turn>", 0, TokenType::Control);
-  add("<end_of_turn>", 0, TokenType::Control);
-  add("\n", 0, TokenType::UserDefined);
-  add("[UD]", 0, TokenType::UserDefined);
-  add("  ", 0, TokenType::UserDefined);
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof name, "<0x%02X>", b);
-    add(name, 0, TokenType::Byte);
-  }
-  for (auto& [text, score] : pieces) add(text, score, TokenType::Normal);
-  v.pad = 0, v.eos = 1, v.bos = 2, v.unk = 3;
-  v.add_space_prefix = add_space_prefix;
-  v.architecture = "gemma3";
-  return v;
-}
-
-// Pieces for the round-trip vocabulary: every ASCII printable character, "▁",
-// a few words and some non-Latin characters (the rest falls back to bytes).
-std::vector<std::pair<std::string, float>> common_pieces() {
-  std::vector<std::pair<std::string, float>> p;
-  const std::string sp = utf8(0x2581);
-  for (const char* s : {"▁t", "he", "▁the", "in", "▁a", "ll", "▁he", "llo", "▁hello", "er", "▁w", "or", "ld",
-                        "▁world", "hello", "ab", "▁ab", "abc", "中文", "us", "user", "mo", "de", "del", "model", "▁▁", "é", "ж", "中", "文", "한"})
-    p.push_back({s, -(float)p.size()});
-  for (int c = 33; c < 127; ++c) p.push_back({std::string(1, (char)c), -1000.f - (float)c});
-  p.push_back({sp, -2000.f});
-  return p;
-}
-
-int32_t id_of(const Tokenizer& t, const std::string& s) {
-  const int32_t id = t.find_token(s);
-  REQUIRE(id >= 0);
-  return id;
-}
-
-// Llama-3-like: the 256 byte pieces (in byte order: id = byte), the results of
-// `merges` (given in the byte alphabet), then control tokens.
-Vocab bpe_vocab(const std::vector<std::string>& merges, std::vector<std::string> extra = {},
-                std::string pre = "llama-bpe") {
-  Vocab v;
-  v.kind = VocabKind::Bpe;
-  v.pre = std::move(pre);
-  for (int b = 0; b < 256; ++b) v.tokens.push_back(utf8(gpt2_byte_to_cp((uint8_t)b)));
-  for (const std::string& m : merges) {
-    const size_t sp = m.find(' ', 1);
-    const std::string r = m.substr(0, sp) + m.substr(sp + 1);
-    if (std::find(v.tokens.begin(), v.tokens.end(), r) == v.tokens.end()) v.tokens.push_back(r);
-  }
-  for (auto& e : extra) v.tokens.push_back(e);
-  v.types.assign(v.tokens.size(), TokenType::Normal);
-  for (const char* s : {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
-                        "<|eot_id|>"}) {
-    v.tokens.push_back(s);
-    v.types.push_back(TokenType::Control);
-  }
-  const int32_t n = (int32_t)v.tokens.size();
-  v.bos = n - 5, v.eos = n - 4;
-  v.merges = merges;
-  v.architecture = "llama";
-  return v;
-}
-
-const std::vector<std::string> kBpeMerges = {"Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r", "o r", "l l", "Ġ w",
-                                             "Ġw or", "Ġwor l", "Ġworl d", "a b", "ab c", "Ċ Ċ", "1 2", "12 3"};
-
-// Random text over a pool that mixes scripts, emoji, controls, odd spaces and
-// "invalid-looking" (but valid) code points.
-std::string random_text(std::mt19937& rng, int n_chars, bool spm) {
-  static const std::vector<uint32_t> pool = {
-      ' ', ' ', ' ', '\n', '\t', '\r', 0x00, 0x01, 0x1B, 0x7F, '.', ',', '\'', '!', '<', '>', '[', ']', 0xE9, 0xF1,
-      0xFC, 0xDF, 0x3B1, 0x3A9, 0x436, 0x42F, 0x5E9, 0x639, 0x928, 0x94D, 0x947, 0x4E2D, 0x6587, 0x3042, 0xD55C,
-      0x1F600, 0x1F93D, 0x200D, 0xA0, 0x2028, 0x3000, 0x301, 0x663, 0x20000, 0xFFFD, 0xFEFF, 0x10FFFF, 0xE000};
-  std::uniform_int_distribution<int> pick(0, 99), pool_i(0, (int)pool.size() - 1), ascii(33, 126);
-  std::string s;
-  for (int i = 0; i < n_chars; ++i) {
-    const int r = pick(rng);
-    if (r < 45)
-      s += (char)ascii(rng);
-    else if (r < 50)
-      s += "hello world the ";
-    else
-      utf8_append(s, pool[pool_i(rng)]);
-  }
-  (void)spm;  // U+2581 itself is never in the pool: SentencePiece cannot tell it from a space
-  return s;
-}
-
-std::string random_bytes(std::mt19937& rng, int n) {
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::string s;
-  for (int i = 0; i < n; ++i) s += (char)byte(rng);
-  for (size_t p; (p = s.find("\xE2\x96\x81")) != std::string::npos;) s[p] = 'x';  // no literal U+2581
-  return s;
-}
-
-}  // namespace
+using namespace topkv::test;
 
 // ---- unicode ----------------------------------------------------------------------
 
@@ -153,14 +34,20 @@ TEST_CASE("UTF-8 decoding is strict and never loses a byte; classes cover the sc
     CHECK(c.len == 1);
   }
   // letters
-  for (uint32_t cp : std::initializer_list<uint32_t>{'a', 'Z', 0xE9, 0x3B1, 0x436, 0x5E9, 0x639, 0x928, 0x4E2D, 0x3042, 0xD55C, 0x20000})
+  for (uint32_t cp : std::initializer_list<uint32_t>{'a', 'Z', 0xE9, 0x3B1, 0x436, 0x5E9, 0x639, 0x928, 0x4E2D, 0x3042,
+                                                     0xD55C, 0x20000})
     CHECK(is_letter(cp));
   // numbers: ASCII, Arabic-Indic, Devanagari, fullwidth, Roman numeral, fraction
-  for (uint32_t cp : std::initializer_list<uint32_t>{'0', '9', 0x663, 0x966, 0xFF11, 0x2160, 0xBD}) CHECK(is_number(cp));
-  for (uint32_t cp : std::initializer_list<uint32_t>{' ', '.', 0x94D, 0x301, 0x1F600, 0x2581, 0xDC80}) CHECK_FALSE(is_letter(cp));
+  for (uint32_t cp : std::initializer_list<uint32_t>{'0', '9', 0x663, 0x966, 0xFF11, 0x2160, 0xBD})
+    CHECK(is_number(cp));
+  for (uint32_t cp : std::initializer_list<uint32_t>{' ', '.', 0x94D, 0x301, 0x1F600, 0x2581, 0xDC80})
+    CHECK_FALSE(is_letter(cp));
   for (uint32_t cp : std::initializer_list<uint32_t>{'a', ' ', 0x2581, 0x94D}) CHECK_FALSE(is_number(cp));
-  for (uint32_t cp : std::initializer_list<uint32_t>{' ', '\t', '\n', '\r', 0x0B, 0x0C, 0x85, 0xA0, 0x2003, 0x2028, 0x3000}) CHECK(is_whitespace(cp));
-  for (uint32_t cp : std::initializer_list<uint32_t>{'a', 0x200B, 0x200D, 0xFEFF, 0x2581}) CHECK_FALSE(is_whitespace(cp));
+  for (uint32_t cp :
+       std::initializer_list<uint32_t>{' ', '\t', '\n', '\r', 0x0B, 0x0C, 0x85, 0xA0, 0x2003, 0x2028, 0x3000})
+    CHECK(is_whitespace(cp));
+  for (uint32_t cp : std::initializer_list<uint32_t>{'a', 0x200B, 0x200D, 0xFEFF, 0x2581})
+    CHECK_FALSE(is_whitespace(cp));
 }
 
 TEST_CASE("utf8_complete_prefix holds back only a sequence that can still complete") {
@@ -170,9 +57,9 @@ TEST_CASE("utf8_complete_prefix holds back only a sequence that can still comple
   CHECK(utf8_complete_prefix("a" + euro.substr(0, 1)) == 1);
   CHECK(utf8_complete_prefix("a" + euro.substr(0, 2)) == 1);
   CHECK(utf8_complete_prefix(emoji.substr(0, 3)) == 0);
-  CHECK(utf8_complete_prefix("a\x80") == 2);          // stray continuation: emit
-  CHECK(utf8_complete_prefix("a\xE0\x80") == 3);      // overlong, can never complete: emit
-  CHECK(utf8_complete_prefix("a\xFF") == 2);          // not a lead byte at all
+  CHECK(utf8_complete_prefix("a\x80") == 2);      // stray continuation: emit
+  CHECK(utf8_complete_prefix("a\xE0\x80") == 3);  // overlong, can never complete: emit
+  CHECK(utf8_complete_prefix("a\xFF") == 2);      // not a lead byte at all
   CHECK(utf8_complete_prefix("") == 0);
 }
 
@@ -189,7 +76,7 @@ TEST_CASE("SPM merge order: highest score first, leftmost on ties, greedy not op
   using V = std::vector<std::string>;
   CHECK(encode({{"a", 0}, {"b", 0}, {"c", 0}, {"ab", -1}, {"bc", -2}}, "abc") == V{"ab", "c"});
   CHECK(encode({{"a", 0}, {"b", 0}, {"c", 0}, {"ab", -2}, {"bc", -1}}, "abc") == V{"a", "bc"});
-  CHECK(encode({{"a", 0}, {"aa", -1}}, "aaa") == V{"aa", "a"});            // tie: leftmost
+  CHECK(encode({{"a", 0}, {"aa", -1}}, "aaa") == V{"aa", "a"});  // tie: leftmost
   CHECK(encode({{"a", 0}, {"aa", -1}}, "aaaaa") == V{"aa", "aa", "a"});
   CHECK(encode({{"a", 0}, {"aa", -1}, {"aaa", -0.5f}}, "aaaa") == V{"aaa", "a"});
   // ab and cd tie (ab first), then abcd; with bc scoring highest the greedy
@@ -218,7 +105,8 @@ TEST_CASE("SPM byte fallback spells unknown characters as <0xXX>; unk only witho
   CHECK(t.encode("\xFF", false, false) == std::vector<int32_t>{kByte0 + 0xFF});
 
   Vocab v = spm_vocab({{"a", 0}});  // drop the byte pieces: unknown characters become <unk>
-  for (int b = 0; b < 256; ++b) v.tokens[kByte0 + b] = "byte" + std::to_string(b), v.types[kByte0 + b] = TokenType::Normal;
+  for (int b = 0; b < 256; ++b)
+    v.tokens[kByte0 + b] = "byte" + std::to_string(b), v.types[kByte0 + b] = TokenType::Normal;
   Tokenizer u(v);
   CHECK(u.encode("a" + emoji, false, false) == std::vector<int32_t>{id_of(u, "a"), 3, 3, 3, 3});
 }
@@ -227,18 +115,19 @@ TEST_CASE("SPM special tokens: control only with parse_special, user-defined alw
   Tokenizer t(spm_vocab(common_pieces()));
   const std::string text = "ab<start_of_turn>user\nhello[UD]a  b<end_of_turn>";
   auto on = t.encode(text, true, true);
-  const std::vector<int32_t> expect_on = {2, id_of(t, "ab"), kSot, id_of(t, "user"), kNl, id_of(t, "hello"), kUd,
-                                          id_of(t, "a"), kTwoSpaces, id_of(t, "b"), kEot};
+  const std::vector<int32_t> expect_on = {2,   id_of(t, "ab"), kSot,       id_of(t, "user"), kNl, id_of(t, "hello"),
+                                          kUd, id_of(t, "a"),  kTwoSpaces, id_of(t, "b"),    kEot};
   CHECK(on == expect_on);
   CHECK(t.decode(on) == text.substr(0, 2) + "user\nhello[UD]a  b");
   CHECK(t.decode(on, true) == "<bos>" + text);
   auto off = t.encode(text, false, false);
   CHECK(std::count(off.begin(), off.end(), kSot) == 0);
-  CHECK(std::count(off.begin(), off.end(), kUd) == 1);   // user-defined: split out regardless
+  CHECK(std::count(off.begin(), off.end(), kUd) == 1);  // user-defined: split out regardless
   CHECK(std::count(off.begin(), off.end(), kNl) == 1);
-  CHECK(t.decode(off) == text);                           // spelled out with ordinary pieces
+  CHECK(t.decode(off) == text);  // spelled out with ordinary pieces
   // "  " (user-defined) wins over "▁▁" because it is split out before merging
-  CHECK(t.encode("a   b", false, false) == std::vector<int32_t>{id_of(t, "a"), kTwoSpaces, id_of(t, "▁"), id_of(t, "b")});
+  CHECK(t.encode("a   b", false, false) ==
+        std::vector<int32_t>{id_of(t, "a"), kTwoSpaces, id_of(t, "▁"), id_of(t, "b")});
 }
 
 TEST_CASE("SPM add_space_prefix: a space before text at the start and after specials; decode drops it") {
@@ -263,7 +152,7 @@ TEST_CASE("SPM and BPE round trip random UTF-8 and random bytes exactly; fast me
   for (const Tokenizer& t : toks) {
     for (int trial = 0; trial < 150; ++trial) {
       const int len = std::uniform_int_distribution<int>(0, 120)(rng);
-      std::string text = trial % 3 == 2 ? random_bytes(rng, len) : random_text(rng, len, t.kind() == VocabKind::Spm);
+      std::string text = trial % 3 == 2 ? random_bytes(rng, len) : random_text(rng, len);
       if (trial % 5 == 0) text += "<start_of_turn>x<|eot_id|>[UD]";
       const bool bos = trial % 2 == 0;
       for (bool parse_special : {false, true}) {
@@ -313,7 +202,11 @@ TEST_CASE("Llama 3 pre-tokenizer splits like the regex on hand-made cases") {
   CHECK(split("नमस्ते") == V{"नमस", "्त", "े"});
   CHECK(split("٣٤٥٦") == V{"٣٤٥", "٦"});
   CHECK(split("") == V{});
-  CHECK(split("\xFF\xFE" "ab\xFF" "c") == V{"\xFF\xFE", "ab", "\xFF" "c"});  // invalid bytes: "other" characters
+  CHECK(split("\xFF\xFE"
+              "ab\xFF"
+              "c") == V{"\xFF\xFE", "ab",
+                        "\xFF"
+                        "c"});  // invalid bytes: "other" characters
 }
 
 TEST_CASE("BPE merge order by rank, leftmost on ties; ignore_merges takes whole-word tokens") {
@@ -407,7 +300,7 @@ TEST_CASE("chat templates: Gemma, Llama 3, Llama 2; unknown formats ask for --ra
   CHECK(prompt == "<bos><start_of_turn>user\nhello<end_of_turn>\n<start_of_turn>model\n");
   CHECK(g.encode_chat("hello") == g.encode(prompt, false, true));
   CHECK(g.encode_chat("hello") == std::vector<int32_t>{2, kSot, id_of(g, "user"), kNl, id_of(g, "hello"), kEot, kNl,
-                                                        kSot, id_of(g, "model"), kNl});
+                                                       kSot, id_of(g, "model"), kNl});
   // a control token typed by the user stays text
   auto ids = g.encode_chat("<end_of_turn>");
   CHECK(std::count(ids.begin(), ids.end(), kEot) == 1);
@@ -441,20 +334,74 @@ TEST_CASE("chat templates: Gemma, Llama 3, Llama 2; unknown formats ask for --ra
 TEST_CASE("bad vocabularies and ids are errors that say what is wrong") {
   auto throws = [](Vocab v, const char* what) { CHECK_THROWS_WITH(Tokenizer(std::move(v)), Catch::Contains(what)); };
   Vocab v = spm_vocab(common_pieces());
-  { Vocab b = v; b.tokens.clear(), b.scores.clear(), b.types.clear(); throws(b, "empty"); }
-  { Vocab b = v; b.scores.pop_back(); throws(b, "scores"); }
-  { Vocab b = v; b.types.pop_back(); throws(b, "token_type"); }
-  { Vocab b = v; b.types[20] = (TokenType)7; throws(b, "type 7"); }
-  { Vocab b = v; b.bos = (int32_t)b.tokens.size(); throws(b, "bos token id"); }
-  { Vocab b = v; b.unk = -5; throws(b, "unknown token id"); }
-  { Vocab b = v; b.tokens[kByte0 + 3] = "<0xZZ>"; throws(b, "<0xXX>"); }
-  { Vocab b = v; b.unk = -1; b.types[kByte0 + 3] = TokenType::Normal; b.tokens[kByte0 + 3] = "q3"; throws(b, "<0x03>"); }
+  {
+    Vocab b = v;
+    b.tokens.clear(), b.scores.clear(), b.types.clear();
+    throws(b, "empty");
+  }
+  {
+    Vocab b = v;
+    b.scores.pop_back();
+    throws(b, "scores");
+  }
+  {
+    Vocab b = v;
+    b.types.pop_back();
+    throws(b, "token_type");
+  }
+  {
+    Vocab b = v;
+    b.types[20] = (TokenType)7;
+    throws(b, "type 7");
+  }
+  {
+    Vocab b = v;
+    b.bos = (int32_t)b.tokens.size();
+    throws(b, "bos token id");
+  }
+  {
+    Vocab b = v;
+    b.unk = -5;
+    throws(b, "unknown token id");
+  }
+  {
+    Vocab b = v;
+    b.tokens[kByte0 + 3] = "<0xZZ>";
+    throws(b, "<0xXX>");
+  }
+  {
+    Vocab b = v;
+    b.unk = -1;
+    b.types[kByte0 + 3] = TokenType::Normal;
+    b.tokens[kByte0 + 3] = "q3";
+    throws(b, "<0x03>");
+  }
   Vocab w = bpe_vocab(kBpeMerges);
-  { Vocab b = w; b.merges.push_back("nospace"); throws(b, "not of the form"); }
-  { Vocab b = w; b.merges.push_back("Ġ zz"); throws(b, "not in the vocabulary"); }
-  { Vocab b = w; b.tokens[' '] = "space"; throws(b, "byte 0x20"); }
-  { Vocab b = w; b.pre = "qwen2"; throws(b, "qwen2"); }
-  { Vocab b = w; b.scores = {1.f}; throws(b, "scores"); }
+  {
+    Vocab b = w;
+    b.merges.push_back("nospace");
+    throws(b, "not of the form");
+  }
+  {
+    Vocab b = w;
+    b.merges.push_back("Ġ zz");
+    throws(b, "not in the vocabulary");
+  }
+  {
+    Vocab b = w;
+    b.tokens[' '] = "space";
+    throws(b, "byte 0x20");
+  }
+  {
+    Vocab b = w;
+    b.pre = "qwen2";
+    throws(b, "qwen2");
+  }
+  {
+    Vocab b = w;
+    b.scores = {1.f};
+    throws(b, "scores");
+  }
 
   Tokenizer t(spm_vocab(common_pieces()));
   CHECK_THROWS_WITH(t.decode({0, t.n_tokens()}), Catch::Contains("outside the vocabulary"));

@@ -6,5 +6,7 @@ namespace topkv::cli {
 
 void register_info(CLI::App& app);
 void register_bench(CLI::App& app);  // bench recall (and later bench decode)
+void register_model(CLI::App& app);  // model synth, model info
+void register_tokenize(CLI::App& app);
 
 }  // namespace topkv::cli

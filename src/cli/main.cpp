@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   topkv::cli::register_info(app);
   topkv::cli::register_bench(app);
+  topkv::cli::register_model(app);
+  topkv::cli::register_tokenize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

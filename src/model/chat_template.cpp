@@ -64,21 +64,33 @@ std::vector<ChatSegment> chat_segments(const TokenizerImpl& t, std::string_view 
   const ChatSegment bos{t.vocab.bos, {}};
   switch (t.chat) {
     case ChatFormat::Gemma:
-      return {bos, tok("<start_of_turn>"), {-1, "user\n" + text}, tok("<end_of_turn>"), {-1, "\n"},
-              tok("<start_of_turn>"), {-1, "model\n"}};
+      return {bos,
+              tok("<start_of_turn>"),
+              {-1, "user\n" + text},
+              tok("<end_of_turn>"),
+              {-1, "\n"},
+              tok("<start_of_turn>"),
+              {-1, "model\n"}};
     case ChatFormat::Llama3:
-      return {bos, tok("<|start_header_id|>"), {-1, "user"}, tok("<|end_header_id|>"), {-1, "\n\n" + text},
-              tok("<|eot_id|>"), tok("<|start_header_id|>"), {-1, "assistant"}, tok("<|end_header_id|>"),
+      return {bos,
+              tok("<|start_header_id|>"),
+              {-1, "user"},
+              tok("<|end_header_id|>"),
+              {-1, "\n\n" + text},
+              tok("<|eot_id|>"),
+              tok("<|start_header_id|>"),
+              {-1, "assistant"},
+              tok("<|end_header_id|>"),
               {-1, "\n\n"}};
-    case ChatFormat::Llama2:
-      return {bos, {-1, "[INST] " + text + " [/INST]"}};
+    case ChatFormat::Llama2: return {bos, {-1, "[INST] " + text + " [/INST]"}};
     case ChatFormat::None: break;
   }
-  fail("this model's chat format is not one topkv knows (architecture '{}', {}); topkv formats Gemma, Llama 3 "
-       "and Llama 2 chat prompts. Pass --raw to send the prompt exactly as written",
-       t.vocab.architecture,
-       t.vocab.chat_template.empty() ? std::string("no tokenizer.chat_template")
-                                     : "tokenizer.chat_template starting '" + t.vocab.chat_template.substr(0, 60) + "'");
+  fail(
+      "this model's chat format is not one topkv knows (architecture '{}', {}); topkv formats Gemma, Llama 3 "
+      "and Llama 2 chat prompts. Pass --raw to send the prompt exactly as written",
+      t.vocab.architecture,
+      t.vocab.chat_template.empty() ? std::string("no tokenizer.chat_template")
+                                    : "tokenizer.chat_template starting '" + t.vocab.chat_template.substr(0, 60) + "'");
 }
 
 }  // namespace topkv

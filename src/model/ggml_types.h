@@ -27,6 +27,9 @@ struct GgmlTypeInfo {
 bool ggml_type_supported(uint32_t code);
 GgmlTypeInfo ggml_type_info(GgmlType t);
 std::string_view ggml_type_name(uint32_t code);
+// A supported type from its name, any case ("q4_k", "Q8_0", "bf16"); throws
+// Error listing the supported names otherwise.
+GgmlType ggml_type_from_name(std::string_view name);
 // Bytes for a row of n elements (n must be a multiple of the block size;
 // throws Error otherwise).
 size_t ggml_row_bytes(GgmlType t, int64_t n);

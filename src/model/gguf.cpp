@@ -142,7 +142,8 @@ class Cursor {
   std::string_view str(const std::string& what) {
     uint64_t n = pod<uint64_t>(what + " (string length)");
     if (n > remaining())
-      fail("'{}' is corrupt: {} has length {} at offset {}, beyond the end of the file ({} bytes remain)",
+      fail("'{}' is truncated or corrupt: {} has length {} at offset {}, beyond the end of the file ({} bytes "
+           "remain)",
            path_, what, n, pos_ - 8, remaining());
     return {(const char*)take(n, what), (size_t)n};
   }
@@ -207,15 +208,13 @@ void GgufFile::parse() {
   }
   uint64_t n_tensors = c.pod<uint64_t>("header (tensor count)");
   uint64_t n_kv = c.pod<uint64_t>("header (metadata count)");
-  // Smallest possible entries: a KV is key length (8) + type (4) + 1 byte;
-  // a tensor info is name length (8) + n_dims (4) + ne (8) + type (4) + offset (8).
-  if (n_kv > c.remaining() / 13)
-    fail("'{}' is corrupt: header claims {} metadata entries but only {} bytes follow", path_, n_kv, c.remaining());
-  if (n_tensors > c.remaining() / 32)
-    fail("'{}' is corrupt: header claims {} tensors but only {} bytes follow", path_, n_tensors, c.remaining());
+  // Counts only cap the reservations (smallest entries: a KV is key length 8 +
+  // type 4 + 1 byte, a tensor info 32 bytes), so a huge count cannot allocate;
+  // an entry beyond the end of the file is reported where it is cut.
+  const uint64_t max_kv = c.remaining() / 13, max_tensors = c.remaining() / 32;
 
   // ---- metadata ----
-  kvs_.reserve(n_kv);
+  kvs_.reserve(std::min(n_kv, max_kv));
   for (uint64_t k = 0; k < n_kv; ++k) {
     std::string where = fmt::format("metadata entry {} of {}", k, n_kv);
     GgufKV kv;
@@ -235,14 +234,14 @@ void GgufFile::parse() {
       kv.arr_count = c.pod<uint64_t>(where + " array length");
       if (kv.arr_type == GgufType::STR) {
         if (kv.arr_count > c.remaining() / 8)
-          fail("'{}' is corrupt: {} claims {} strings but only {} bytes remain", path_, where, kv.arr_count,
+          fail("'{}' is truncated or corrupt: {} claims {} strings but only {} bytes remain", path_, where, kv.arr_count,
                c.remaining());
         kv.arr_str.reserve(kv.arr_count);
         for (uint64_t e = 0; e < kv.arr_count; ++e) kv.arr_str.push_back(c.str(fmt::format("{} element {}", where, e)));
       } else {
         size_t es = gguf_type_size(kv.arr_type);
         if (kv.arr_count > c.remaining() / es)
-          fail("'{}' is corrupt: {} claims {} elements of {} bytes but only {} bytes remain", path_, where,
+          fail("'{}' is truncated or corrupt: {} claims {} elements of {} bytes but only {} bytes remain", path_, where,
                kv.arr_count, es, c.remaining());
         kv.arr_data = c.take(kv.arr_count * es, where);
       }
@@ -264,7 +263,7 @@ void GgufFile::parse() {
   }
 
   // ---- tensor infos ----
-  tensors_.reserve(n_tensors);
+  tensors_.reserve(std::min(n_tensors, max_tensors));
   for (uint64_t k = 0; k < n_tensors; ++k) {
     std::string where = fmt::format("tensor info {} of {}", k, n_tensors);
     GgufTensor t;

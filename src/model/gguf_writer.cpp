@@ -188,7 +188,7 @@ void GgufWriter::write(const std::string& path, bool progress) const {
   out.put(head.data(), head.size());
   out.put(zeros.data(), align_up(head.size()) - head.size());
 
-  Progress bar("writing " + std::filesystem::path(path).filename().string(), (int64_t)data_bytes(), "B",
+  Progress bar("writing " + std::filesystem::path(path).filename().string(), (int64_t)data_bytes(), "bytes",
                progress);
   std::vector<uint8_t> buf;
   for (auto& t : tensors_) {

@@ -1,7 +1,9 @@
 // GGML types: names, block geometry, and the scalar dequantisers (the
 // reference every fast path is tested against). Layouts and formulas follow
 // ggml-org/ggml src/ggml-quants.c dequantize_row_*; MODELS.md summarises them.
+#include <cctype>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "src/common/dtype.h"
@@ -37,6 +39,15 @@ bool ggml_type_supported(uint32_t code) {
 
 std::string_view ggml_type_name(uint32_t code) {
   return code < kNumTypeNames ? kTypeNames[code] : "unknown";
+}
+
+GgmlType ggml_type_from_name(std::string_view name) {
+  std::string up(name);
+  for (auto& ch : up) ch = (char)std::toupper((unsigned char)ch);
+  for (uint32_t code = 0; code < kNumTypeNames; ++code)
+    if (up == kTypeNames[code] && ggml_type_supported(code)) return (GgmlType)code;
+  fail("unknown or unsupported weight type '{}' (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, "
+       "q5_k, q6_k)", name);
 }
 
 GgmlTypeInfo ggml_type_info(GgmlType t) {

@@ -12,6 +12,8 @@
 //    only at the start, so that it inverts encode() exactly.
 #include "src/model/tokenizer.h"
 
+#include <cstring>
+
 #include "src/common/error.h"
 #include "src/model/tokenizer_impl.h"
 #include "src/model/unicode.h"
@@ -28,6 +30,40 @@ void SpecialTokenTrie::add(std::string_view text, int32_t id) {
     node = it->second;
   }
   if (terminal_[node] < 0) terminal_[node] = id;  // the same text twice: the first id wins
+}
+
+uint64_t PieceTable::hash(std::string_view s) {
+  // 8 bytes at a time, multiply-xorshift mixing (MurmurHash3's fmix64 at the end).
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ (s.size() * 0xC2B2AE3D27D4EB4Full);
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t k;
+    std::memcpy(&k, s.data() + i, 8);
+    h = (h ^ k) * 0xFF51AFD7ED558CCDull;
+    h ^= h >> 29;
+  }
+  uint64_t k = 0;
+  std::memcpy(&k, s.data() + i, s.size() - i);
+  h = (h ^ k) * 0xFF51AFD7ED558CCDull;
+  h ^= h >> 33;
+  h *= 0xC4CEB9FE1A85EC53ull;
+  return h ^ (h >> 33);
+}
+
+void PieceTable::build(const std::vector<std::string>* tokens) {
+  tokens_ = tokens;
+  size_t cap = 16;
+  while (cap < 2 * tokens->size()) cap *= 2;
+  slots_.assign(cap, 0);
+  mask_ = cap - 1;
+  for (size_t id = 0; id < tokens->size(); ++id) {
+    const std::string& s = (*tokens)[id];
+    if (s.empty() || find(s) >= 0) continue;
+    const uint64_t h = hash(s);
+    uint64_t i = h & mask_;
+    while (slots_[i] != 0) i = (i + 1) & mask_;
+    slots_[i] = (h >> 32) << 32 | (uint64_t)(id + 1);
+  }
 }
 
 namespace {
@@ -60,9 +96,7 @@ Tokenizer::Tokenizer(Vocab vocab) {
   const Vocab& v = t->vocab;
   const int32_t n = (int32_t)v.tokens.size();
 
-  t->piece_to_id.reserve(n);
-  for (int32_t id = 0; id < n; ++id)
-    if (!v.tokens[id].empty()) t->piece_to_id.emplace(v.tokens[id], id);  // a repeated text keeps its first id
+  t->pieces.build(&t->vocab.tokens);
 
   if (v.kind == VocabKind::Spm)
     spm_prepare(*t);

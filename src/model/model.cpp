@@ -1,0 +1,148 @@
+#include "src/model/model.h"
+
+#include <algorithm>
+
+#include "src/common/error.h"
+
+namespace topkv {
+
+namespace {
+constexpr int kLogitRows = 16;  // all_logits: rows projected to the vocabulary at a time
+}
+
+Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const ModelOptions& opt)
+    : file_(std::move(file)), be_(backend), opt_(opt), cfg_(read_model_config(*file_)) {
+  TOPKV_CHECK(opt_.n_ctx > 0, "the context size must be positive, got {}", opt_.n_ctx);
+  TOPKV_CHECK(opt_.max_chunk > 0, "the prefill chunk must be positive, got {}", opt_.max_chunk);
+  const ModelTensors t = find_model_tensors(*file_, cfg_);
+
+  // Weights: prepared once on the backend; bytes counted for both modes so the
+  // CLI can show what the other choice would cost.
+  const auto prep = [&](const GgufTensor* g, bool count = true) {
+    if (!g) return Weight{};
+    if (count) {
+      const size_t as_file = g->nbytes, as_f32 = (size_t)g->nelements() * sizeof(float);
+      weight_bytes_ += opt_.weights == WeightMode::Quant ? as_file : as_f32;
+      weight_bytes_other_ += opt_.weights == WeightMode::Quant ? as_f32 : as_file;
+    }
+    return be_.prepare_weight(weight_view(*g), opt_.weights);
+  };
+  token_embd_ = prep(t.token_embd);
+  output_norm_ = prep(t.output_norm);
+  output_ = t.output == t.token_embd ? token_embd_ : prep(t.output);
+  layers_.resize(cfg_.n_layer);
+  for (int il = 0; il < cfg_.n_layer; ++il) {
+    const LayerTensors& s = t.layers[il];
+    LayerWeights& L = layers_[il];
+    L.attn_norm = prep(s.attn_norm), L.wq = prep(s.wq), L.wk = prep(s.wk), L.wv = prep(s.wv);
+    L.wo = prep(s.wo), L.q_norm = prep(s.q_norm), L.k_norm = prep(s.k_norm);
+    L.post_attn_norm = prep(s.post_attn_norm), L.ffn_norm = prep(s.ffn_norm);
+    L.ffn_gate = prep(s.ffn_gate), L.ffn_up = prep(s.ffn_up), L.ffn_down = prep(s.ffn_down);
+    L.post_ffw_norm = prep(s.post_ffw_norm);
+  }
+
+  cache_.resize(cfg_.n_layer);
+  for (int il = 0; il < cfg_.n_layer; ++il) {
+    const LayerConfig& lc = cfg_.layers[il];
+    const int64_t cap = lc.window > 0 ? std::min<int64_t>(opt_.n_ctx, lc.window + opt_.max_chunk - 1) : opt_.n_ctx;
+    cache_[il] = be_.alloc_kv(cfg_.n_head_kv, cfg_.head_dim, cap, opt_.kv_dtype);
+  }
+
+  const size_t C = (size_t)opt_.max_chunk, f = sizeof(float);
+  const size_t qd = (size_t)cfg_.n_head * cfg_.head_dim, kvd = (size_t)cfg_.n_head_kv * cfg_.head_dim;
+  x_ = be_.alloc(C * cfg_.n_embd * f), xb_ = be_.alloc(C * cfg_.n_embd * f);
+  q_ = be_.alloc(C * qd * f), att_ = be_.alloc(C * qd * f);
+  k_ = be_.alloc(C * kvd * f), v_ = be_.alloc(C * kvd * f);
+  gate_ = be_.alloc(C * cfg_.n_ff * f), up_ = be_.alloc(C * cfg_.n_ff * f);
+  logits_ = be_.alloc((size_t)kLogitRows * cfg_.n_vocab * f);
+}
+
+Model::~Model() = default;
+
+size_t Model::kv_bytes() const {
+  size_t b = 0;
+  for (const auto& c : cache_) b += c.bytes();
+  return b;
+}
+
+std::vector<float> Model::prefill(std::span<const int32_t> tokens, int chunk, bool all_logits,
+                                  const std::function<void(int64_t)>& on_chunk) {
+  const int64_t T = (int64_t)tokens.size();
+  TOPKV_CHECK(T > 0, "nothing to run: no tokens");
+  TOPKV_CHECK(chunk > 0 && chunk <= opt_.max_chunk, "prefill chunk {} must be in 1..{} (the model's max_chunk)",
+              chunk, opt_.max_chunk);
+  TOPKV_CHECK(n_past_ + T <= opt_.n_ctx,
+              "the context is full: {} tokens in the cache + {} new exceed the context size {}; raise the "
+              "context size (-c)", n_past_, T, opt_.n_ctx);
+  for (int64_t t = 0; t < T; ++t)
+    TOPKV_CHECK(tokens[t] >= 0 && tokens[t] < cfg_.n_vocab, "token id {} at position {} is outside the "
+                "vocabulary (0..{})", tokens[t], t, cfg_.n_vocab - 1);
+  std::vector<float> logits((size_t)(all_logits ? T : 1) * cfg_.n_vocab);
+  for (int64_t done = 0; done < T;) {
+    const int n = (int)std::min<int64_t>(chunk, T - done);
+    const bool last = done + n == T;
+    float* out = all_logits ? logits.data() + (size_t)done * cfg_.n_vocab : (last ? logits.data() : nullptr);
+    forward_chunk(tokens.data() + done, n, all_logits, out);
+    done += n;
+    if (on_chunk) on_chunk(done);
+  }
+  return logits;
+}
+
+std::vector<float> Model::decode(int32_t token) { return prefill(std::span<const int32_t>(&token, 1), 1); }
+
+// Runs T tokens at positions n_past_..; writes logits of every row (all) or of
+// the last row (when out is not null) to host memory `out`.
+void Model::forward_chunk(const int32_t* ids, int T, bool all, float* out) {
+  const int d = cfg_.n_embd;
+  be_.embed(token_embd_, ids, T, cfg_.embed_scale, x_.f32());
+  for (int il = 0; il < cfg_.n_layer; ++il) layer(il, T);
+  n_past_ += T;
+  if (!out) return;
+  const int first = all ? 0 : T - 1;
+  for (int r0 = first; r0 < T; r0 += kLogitRows) {
+    const int nr = std::min(kLogitRows, T - r0);
+    be_.rms_norm(x_.f32() + (size_t)r0 * d, output_norm_, nr, d, cfg_.rms_eps, xb_.f32());
+    be_.matmul(xb_.f32(), output_, nr, logits_.f32());
+    be_.to_host(logits_, 0, out + (size_t)(r0 - first) * cfg_.n_vocab, (size_t)nr * cfg_.n_vocab * sizeof(float));
+  }
+}
+
+// One transformer block on the chunk in x_ (positions n_past_..n_past_+T-1).
+//   llama:  x += o(attn(rope(q(n(x))), rope(k(n(x))), v(n(x))));  x += down(silu(gate(n(x))) * up(n(x)))
+//   gemma3: the same with QK-norm before RoPE, gelu-tanh gate, and an RMSNorm
+//           on each branch output before it joins the residual.
+void Model::layer(int il, int T) {
+  const LayerWeights& L = layers_[il];
+  const LayerConfig& lc = cfg_.layers[il];
+  const int d = cfg_.n_embd, hd = cfg_.head_dim, nh = cfg_.n_head, nkv = cfg_.n_head_kv;
+  const float eps = cfg_.rms_eps;
+  float *x = x_.f32(), *xb = xb_.f32(), *q = q_.f32(), *k = k_.f32(), *v = v_.f32(), *att = att_.f32();
+  float *gate = gate_.f32(), *up = up_.f32();
+
+  be_.rms_norm(x, L.attn_norm, T, d, eps, xb);
+  be_.matmul(xb, L.wq, T, q);
+  be_.matmul(xb, L.wk, T, k);
+  be_.matmul(xb, L.wv, T, v);
+  if (cfg_.qk_norm) {
+    be_.rms_norm(q, L.q_norm, (int64_t)T * nh, hd, eps, q);
+    be_.rms_norm(k, L.k_norm, (int64_t)T * nkv, hd, eps, k);
+  }
+  be_.rope(q, T, nh, hd, n_past_, lc.rope);
+  be_.rope(k, T, nkv, hd, n_past_, lc.rope);
+  be_.kv_write(cache_[il], k, v, T, n_past_);
+  be_.attention(q, T, nh, n_past_, cache_[il], lc.window, cfg_.attn_scale, att);
+  be_.matmul(att, L.wo, T, xb);
+  if (cfg_.post_norms) be_.rms_norm(xb, L.post_attn_norm, T, d, eps, xb);
+  be_.add(xb, (int64_t)T * d, x);
+
+  be_.rms_norm(x, L.ffn_norm, T, d, eps, xb);
+  be_.matmul(xb, L.ffn_gate, T, gate);
+  be_.matmul(xb, L.ffn_up, T, up);
+  be_.glu(cfg_.glu, gate, up, (int64_t)T * cfg_.n_ff, gate);
+  be_.matmul(gate, L.ffn_down, T, xb);
+  if (cfg_.post_norms) be_.rms_norm(xb, L.post_ffw_norm, T, d, eps, xb);
+  be_.add(xb, (int64_t)T * d, x);
+}
+
+}  // namespace topkv

@@ -1,0 +1,86 @@
+// The forward pass of a llama / gemma3 model on a Backend, with dense
+// attention over a KV cache: prefill a prompt in chunks, then decode one token
+// at a time. Weights reference the memory-mapped GGUF file (or dequantised
+// copies, --weights f32).
+//
+// KV cache (one KvLayerCache per layer, layout in backend.h): layers that see
+// the whole context keep n_ctx slots; gemma3's sliding-window layers keep a
+// ring of window + max_chunk - 1 slots, so their memory does not grow with
+// the context.
+//
+//   auto file = std::shared_ptr<GgufFile>(GgufFile::open(path));
+//   auto be = make_cpu_backend();
+//   Model m(file, *be, {.n_ctx = 4096});
+//   auto logits = m.prefill(prompt_ids, 256);   // [vocab] of the last token
+//   logits = m.decode(next_id);
+#pragma once
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "src/model/backend.h"
+#include "src/model/gguf.h"
+#include "src/model/model_config.h"
+
+namespace topkv {
+
+struct ModelOptions {
+  int64_t n_ctx = 4096;       // positions the cache can hold
+  int max_chunk = 512;        // largest prefill chunk (sizes scratch and rings)
+  DType kv_dtype = DType::F32;
+  WeightMode weights = WeightMode::Quant;
+};
+
+class Model {
+ public:
+  // Reads the config, checks every tensor, prepares weights on the backend and
+  // allocates the cache. Throws Error on a bad file or bad options.
+  Model(std::shared_ptr<const GgufFile> file, Backend& backend, const ModelOptions& opt);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelOptions& options() const { return opt_; }
+  int64_t n_past() const { return n_past_; }  // tokens in the cache
+  void reset() { n_past_ = 0; }                // forget the context (the cache is overwritten)
+
+  // Runs `tokens` at positions n_past().. in chunks of at most `chunk`
+  // (<= max_chunk) tokens. Returns the logits of the last token [n_vocab], or
+  // with all_logits those of every token [T][n_vocab]. `on_chunk(done)` is
+  // called after each chunk with the number of tokens processed so far.
+  std::vector<float> prefill(std::span<const int32_t> tokens, int chunk, bool all_logits = false,
+                             const std::function<void(int64_t)>& on_chunk = {});
+  // One token at position n_past(); its logits [n_vocab].
+  std::vector<float> decode(int32_t token);
+
+  // Memory: the weights as held (mapped quantised rows, or f32 copies), what
+  // the other weight mode would take, and the KV cache.
+  size_t weight_bytes() const { return weight_bytes_; }
+  size_t weight_bytes_other_mode() const { return weight_bytes_other_; }
+  size_t kv_bytes() const;
+
+ private:
+  struct LayerWeights {
+    Weight attn_norm, wq, wk, wv, wo, q_norm, k_norm, post_attn_norm;
+    Weight ffn_norm, ffn_gate, ffn_up, ffn_down, post_ffw_norm;
+  };
+  void forward_chunk(const int32_t* ids, int T, bool all_logits, float* logits_out);
+  void layer(int il, int T);
+
+  std::shared_ptr<const GgufFile> file_;
+  Backend& be_;
+  ModelOptions opt_;
+  ModelConfig cfg_;
+  Weight token_embd_, output_norm_, output_;
+  std::vector<LayerWeights> layers_;
+  std::vector<KvLayerCache> cache_;
+  size_t weight_bytes_ = 0, weight_bytes_other_ = 0;
+  int64_t n_past_ = 0;
+  // Scratch, rows for max_chunk tokens: x residual stream [C][d], xb [C][d],
+  // q/att [C][n_head*hd], k/v [C][n_kv*hd], gate/up [C][n_ff], logits [kLogitRows][vocab].
+  Buffer x_, xb_, q_, k_, v_, att_, gate_, up_, logits_;
+};
+
+}  // namespace topkv
