@@ -191,7 +191,7 @@ void CudaBackend::attention(const float* q, int T, int n_head, int64_t pos0, con
   TOPKV_CHECK(span <= c.capacity, "attention over positions {}..{} needs {} cache slots but the cache keeps {}",
               first_key, pos0 + T - 1, span, c.capacity);
   TOPKV_CHECK(attention_head_dim_supported(c.head_dim),
-              "the CUDA attention kernel has no head_dim {} (compiled: 64, 128, 256); use the CPU backend",
+              "the CUDA attention kernel has no head_dim {} (compiled: 32, 64, 96, 128, 256); use the CPU backend",
               c.head_dim);
   if (T <= 0) return;
   AttentionArgs a;

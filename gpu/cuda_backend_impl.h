@@ -40,6 +40,8 @@ class CudaBackend final : public Backend {
 
   // ---- for the sampler, benchmarks and tests --------------------------------
   cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  float* cublas_scalars() const { return scalars_; }  // see cuda::gemm
   int sm_count() const { return sm_count_; }
   const std::string& device_name() const { return device_name_; }
   CudaMemoryUse memory_use() const { return mem_.use(); }

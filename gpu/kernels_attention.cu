@@ -128,8 +128,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const KernelArgs a)
     const int idx = tid + c * kThreads, j = idx / (HD / VE), d = idx % (HD / VE) * VE;
     float kf[VE], vf[VE];
     if constexpr (sizeof(KV) == 4) {
-      *reinterpret_cast<uint4*>(kf) = kr;
-      *reinterpret_cast<uint4*>(vf) = vr;
+      kf[0] = __uint_as_float(kr.x), kf[1] = __uint_as_float(kr.y), kf[2] = __uint_as_float(kr.z);
+      kf[3] = __uint_as_float(kr.w);
+      vf[0] = __uint_as_float(vr.x), vf[1] = __uint_as_float(vr.y), vf[2] = __uint_as_float(vr.z);
+      vf[3] = __uint_as_float(vr.w);
     } else {
       Vec16<KV>::unpack(kr, kf);
       Vec16<KV>::unpack(vr, vf);
@@ -287,7 +289,9 @@ void launch_hd(const KernelArgs& ka, int R, dim3 grid, cudaStream_t stream) {
 
 }  // namespace
 
-bool attention_head_dim_supported(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
+bool attention_head_dim_supported(int head_dim) {
+  return head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256;
+}
 
 AttentionPlan plan_attention(const AttentionArgs& a, int sm_count) {
   const int group = a.n_head / a.n_kv, rows_total = a.T * group, nq = kWarps * rows_per_warp(a);
@@ -312,7 +316,7 @@ AttentionPlan plan_attention(const AttentionArgs& a, int sm_count) {
 void attention(const AttentionArgs& a, const AttentionPlan& plan, void* workspace, cudaStream_t stream) {
   if (a.T <= 0) return;
   TOPKV_CHECK(attention_head_dim_supported(a.head_dim),
-              "no CUDA attention kernel for head_dim {} (compiled: 64, 128, 256)", a.head_dim);
+              "no CUDA attention kernel for head_dim {} (compiled: 32, 64, 96, 128, 256)", a.head_dim);
   const int group = a.n_head / a.n_kv, R = rows_per_warp(a), nq = kWarps * R;
   KernelArgs ka{};
   ka.q = a.q, ka.out = a.out, ka.k = a.k, ka.v = a.v;
@@ -334,7 +338,9 @@ void attention(const AttentionArgs& a, const AttentionPlan& plan, void* workspac
   with_elem_type(a.kv_type, [&](auto e) {
     using KV = decltype(e);
     switch (a.head_dim) {
+      case 32: launch_hd<KV, 32>(ka, R, grid, stream); break;
       case 64: launch_hd<KV, 64>(ka, R, grid, stream); break;
+      case 96: launch_hd<KV, 96>(ka, R, grid, stream); break;
       case 128: launch_hd<KV, 128>(ka, R, grid, stream); break;
       default: launch_hd<KV, 256>(ka, R, grid, stream); break;
     }

@@ -19,8 +19,8 @@ constexpr int kUnroll = 4;
 
 template <class W> __device__ __forceinline__ void unpack16(const uint4& raw, float* out) {
   if constexpr (sizeof(W) == 4) {
-    const float* f = reinterpret_cast<const float*>(&raw);
-    out[0] = f[0], out[1] = f[1], out[2] = f[2], out[3] = f[3];
+    out[0] = __uint_as_float(raw.x), out[1] = __uint_as_float(raw.y), out[2] = __uint_as_float(raw.z);
+    out[3] = __uint_as_float(raw.w);
   } else {
     Vec16<W>::unpack(raw, out);
   }

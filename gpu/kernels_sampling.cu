@@ -20,6 +20,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 1024;
 constexpr int kPickThreads = 1024;
+static_assert(kPickThreads >= kMaxBlocks, "pick_kernel holds one chunk sum per thread");
 
 struct Workspace {
   float* block_max;
@@ -79,10 +80,43 @@ __device__ __forceinline__ double tempered_weight(float logit, float mx, float t
   return exp((double)(logit - mx) / (double)temperature);  // as Sampler::sample computes it
 }
 
+// Max over the block maxima, computed by the whole block, returned to every thread.
 __device__ float max_of_blocks(const float* block_max, int blocks) {
-  float mx = -INFINITY;
-  for (int b = 0; b < blocks; ++b) mx = fmaxf(mx, block_max[b]);
-  return mx;
+  __shared__ float red[32];
+  __shared__ float result;
+  float m = -INFINITY;
+  for (int b = threadIdx.x; b < blocks; b += blockDim.x) m = fmaxf(m, block_max[b]);
+  m = warp_max(m);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < (int)blockDim.x / 32; ++w) m = fmaxf(m, red[w]);
+    result = m;
+  }
+  __syncthreads();
+  return result;
+}
+
+// Inclusive prefix sum of one double per thread over the block (blockDim a
+// multiple of 32, at most 1024); *total gets the block's sum. Ends synced.
+__device__ double block_inclusive_scan(double v, double* total) {
+  __shared__ double warp_tot[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const double y = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += y;
+  }
+  if (lane == 31) warp_tot[warp] = v;
+  __syncthreads();
+  double before = 0, all = 0;
+  for (int w = 0; w < warps; ++w) {
+    if (w < warp) before += warp_tot[w];
+    all += warp_tot[w];
+  }
+  *total = all;
+  __syncthreads();  // warp_tot may be reused by the next call
+  return before + v;
 }
 
 // Block b sums the weights of the contiguous chunk [b*chunk, (b+1)*chunk).
@@ -104,55 +138,42 @@ __global__ void chunk_sums_kernel(const float* __restrict__ x, int64_t n, int64_
   }
 }
 
-// One block of kPickThreads: the first i whose running weight passes u*total.
+// One block of kPickThreads (>= kMaxBlocks): the first i whose running
+// weight passes u * total. First the chunk (a scan over the chunk sums), then
+// the logits from that chunk on, kPickThreads at a time; the chunk sums were
+// added in another order, so the crossing may fall a little later.
 __global__ void __launch_bounds__(kPickThreads) pick_kernel(const float* __restrict__ x, int64_t n, int64_t chunk,
                                                             float temperature, const float* block_max,
                                                             const double* block_sum, int blocks, double u,
                                                             int32_t* result) {
-  __shared__ double warp_tot[kPickThreads / 32];
-  __shared__ double base_sh, target_sh;
-  __shared__ int64_t start_sh;
   __shared__ int found;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const float mx = max_of_blocks(block_max, blocks);
-  if (threadIdx.x == 0) {
-    double total = 0;
-    for (int b = 0; b < blocks; ++b) total += block_sum[b];
-    const double target = u * total;
-    double acc = 0;
-    int b = 0;
-    while (b < blocks - 1 && acc + block_sum[b] <= target) acc += block_sum[b++];
-    base_sh = acc, target_sh = target, start_sh = (int64_t)b * chunk;
-    found = INT_MAX;
-  }
+  if (threadIdx.x == 0) found = INT_MAX;
+  const double w_chunk = (int)threadIdx.x < blocks ? block_sum[threadIdx.x] : 0.0;
+  double total;
+  const double incl_chunk = block_inclusive_scan(w_chunk, &total);
+  const double target = u * total;
+  if ((int)threadIdx.x < blocks && incl_chunk > target) atomicMin(&found, (int)threadIdx.x);
+  __syncthreads();
+  const int b = found == INT_MAX ? blocks - 1 : found;
+  __shared__ double base_sh;
+  if ((int)threadIdx.x == b) base_sh = incl_chunk - w_chunk;  // sum of the chunks before b
   __syncthreads();
   double base = base_sh;
-  const double target = target_sh;
-  // Scan from the chosen chunk on, kPickThreads values at a time; the chunk
-  // sums were added in another order, so the crossing may fall a little later.
-  for (int64_t p0 = start_sh; p0 < n; p0 += kPickThreads) {
+  if (threadIdx.x == 0) found = INT_MAX;
+  __syncthreads();
+  for (int64_t p0 = (int64_t)b * chunk; p0 < n; p0 += kPickThreads) {
     const int64_t j = p0 + threadIdx.x;
-    double w = j < n && !isnan(x[j]) ? tempered_weight(x[j], mx, temperature) : 0.0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {  // inclusive warp scan
-      const double y = __shfl_up_sync(0xffffffffu, w, o);
-      if (lane >= o) w += y;
-    }
-    if (lane == 31) warp_tot[warp] = w;
-    __syncthreads();
-    double before = 0;
-    for (int q = 0; q < warp; ++q) before += warp_tot[q];
-    const double incl = base + before + w;
-    if (j < n && incl > target) atomicMin(&found, (int)(j - p0));
+    const double w = j < n && !isnan(x[j]) ? tempered_weight(x[j], mx, temperature) : 0.0;
+    double piece;
+    const double incl = base + block_inclusive_scan(w, &piece);
+    if (j < n && incl > target) atomicMin(&found, (int)threadIdx.x);
     __syncthreads();
     if (found != INT_MAX) {
       if (threadIdx.x == 0) *result = (int32_t)(p0 + found);
       return;
     }
-    double piece = 0;
-    for (int q = 0; q < kPickThreads / 32; ++q) piece += warp_tot[q];
     base += piece;
-    __syncthreads();  // warp_tot reuse
   }
   if (threadIdx.x == 0) *result = -1;
 }

@@ -259,6 +259,8 @@ TEST_CASE("kv_write and attention: chunks, ring wrap, windows, GQA, head dims, c
       {128, 2, 4, 0, 700, {300, 300, 1, 1}, DType::F32},                         // prefill T = 300
       {64, 1, 1, 1000, 1000, {-3000, 1, 1, 5}, DType::F16},                      // window + split-KV; write > capacity
       {128, 8, 1, 0, 2100, {-2048, 1, 2, 4}, DType::BF16},                       // GQA 1, 8 KV heads
+      {32, 2, 2, 0, 100, {5, 1, 40, 1}, DType::F16},                             // head_dim 32
+      {96, 1, 3, 8, 8 + 7 - 1, {7, 7, 1, 3, 7}, DType::BF16},                     // head_dim 96, GQA 3
   };
   for (const Case& c : cases) {
     const int n_head = c.n_kv * c.group;
