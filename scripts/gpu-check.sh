@@ -10,7 +10,10 @@
 #   GPU_CHECK_BENCH=0 scripts/gpu-check.sh     # tests only
 #   GPU_CHECK_LLAMA8B=1 scripts/gpu-check.sh   # also a synthetic Llama-3-8B (Q4_K, ~4.6 GB
 #                                              # written to $TMPDIR first; minutes)
-# Exit status: 0 when every test binary passed.
+#   GPU_CHECK_SANITIZE=1 scripts/gpu-check.sh  # first the kernel tests under compute-sanitizer
+#                                              # (memcheck, racecheck, synccheck; slow)
+# Exit status: 0 when every test binary passed, 1 when one failed, 77 when
+# they skipped themselves (no device).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=${BUNDLE:-.gpu/bundle}
@@ -23,11 +26,30 @@ fi
 # shellcheck disable=SC1091
 source "$BUNDLE/env.sh"
 
-{ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 || true; } |
-  tee "$OUT/nvidia-smi.txt"
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/nvidia-smi.txt"
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+else
+  echo "nvidia-smi not found" | tee "$OUT/nvidia-smi.txt"
+  gpu="no nvidia-smi"
+fi
 
 status=0
 : > "$OUT/results.txt"
+if [ "${GPU_CHECK_SANITIZE:-0}" != 0 ]; then
+  for tool in memcheck racecheck synccheck; do
+    for exe in "$BUNDLE"/bin/gpu_test_cuda_kernels "$BUNDLE"/bin/gpu_test_cuda_backend; do
+      [ -x "$exe" ] || continue
+      name="sanitize-$tool-$(basename "$exe")"
+      echo "==== $name"
+      compute-sanitizer --tool "$tool" --error-exitcode 3 "$exe" 2>&1 | tail -n 400 > "$OUT/$name.log"
+      rc=${PIPESTATUS[0]}
+      tail -n 5 "$OUT/$name.log"
+      [ "$rc" = 0 ] || status=1
+      printf '%-44s %s\n' "$name" "$([ "$rc" = 0 ] && echo clean || echo "FAILED (exit $rc)")" >> "$OUT/results.txt"
+    done
+  done
+fi
 shopt -s nullglob
 tests=("$BUNDLE"/bin/gpu_test_*)
 if [ ${#tests[@]} -eq 0 ]; then
@@ -43,7 +65,7 @@ for exe in "${tests[@]}"; do
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
   case $rc in
     0) verdict=passed ;;
-    77) verdict="SKIPPED (no device)" ;;
+    77) verdict="SKIPPED (no device)"; [ $status = 0 ] && status=77 ;;
     *) verdict="FAILED (exit $rc)"; status=1 ;;
   esac
   printf '%-28s %-22s %5d.%01ds\n' "$name" "$verdict" $((ms / 1000)) $((ms % 1000 / 100)) >> "$OUT/results.txt"
@@ -64,7 +86,7 @@ if [ "${GPU_CHECK_BENCH:-1}" != 0 ] && [ -x "$BUNDLE/bin/topkv" ]; then
 fi
 
 echo
-echo "================ gpu-check summary ($(head -2 "$OUT/nvidia-smi.txt" | tail -1)) ================"
+echo "================ gpu-check summary ($gpu) ================"
 grep -h '^SUMMARY' "$OUT"/gpu_test_*.log | sed 's/^SUMMARY[-A-Z]* //' || true
 echo
 cat "$OUT/results.txt"
