@@ -182,6 +182,11 @@ TEST_CASE("attention over the KV cache: chunks, ring wrap, windows, GQA, f16") {
       {256, 1, 4, 8, 8 + 5 - 1, {5, 3, 1, 5, 5, 1, 1, 4, 5}, DType::F32},  // ring wraps many times
       {64, 4, 8, 16, 16 + 9 - 1, {9, 9, 1, 9, 2, 9}, DType::F16},
       {128, 1, 1, 1, 1 + 3 - 1, {3, 1, 3, 2}, DType::F32},                   // window of one: itself
+      // Long: several query blocks (64) and key tiles (512) per chunk, and
+      // decode steps over more than one key split (1024).
+      {64, 2, 2, 0, 1400, {700, 5, 300, 1, 250, 2, 130, 1}, DType::F16},
+      {128, 1, 4, 600, 600 + 200 - 1, {200, 200, 3, 200, 190}, DType::F32},
+      {64, 1, 4, 1100, 1100 + 200 - 1, {1000, 3, 200, 1, 200, 2, 1}, DType::F32},
   };
   for (const Case& c : cases) {
     const int n_head = c.n_kv * c.group;

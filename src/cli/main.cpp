@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   topkv::cli::register_bench_gpu(app);
   topkv::cli::register_model(app);
   topkv::cli::register_tokenize(app);
+  topkv::cli::register_generate(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -32,20 +32,6 @@ Buffer host_alloc(size_t bytes) {
   return Buffer{std::shared_ptr<void>(p, std::free), bytes};
 }
 
-// The slots holding positions [lo, lo + n) of a cache as at most two runs of
-// consecutive slots (the ring wraps once at most, since n <= capacity).
-struct SlotRuns {
-  int64_t start[2], count[2];
-  int n = 0;
-};
-SlotRuns slot_runs(int64_t lo, int64_t n, int64_t capacity) {
-  SlotRuns s;
-  const int64_t first = lo % capacity, c0 = std::min(n, capacity - first);
-  s.start[s.n] = first, s.count[s.n++] = c0;
-  if (c0 < n) s.start[s.n] = 0, s.count[s.n++] = n - c0;
-  return s;
-}
-
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& opt) {
@@ -87,7 +73,7 @@ class CpuBackend final : public Backend {
     for (int t = 0; t < T; ++t)
       TOPKV_CHECK(ids[t] >= 0 && ids[t] < table.rows, "token id {} is outside the vocabulary (0..{})", ids[t],
                   table.rows - 1);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T > 1)
     for (int t = 0; t < T; ++t) {
       float* o = out + (size_t)t * table.cols;
       cpu::weight_row_f32(table, ids[t], o);
@@ -169,53 +155,9 @@ class CpuBackend final : public Backend {
     }
   }
 
-  // One task per (token, KV head): the group's query heads share each pass
-  // over the keys (dot_rows_multi), softmax in fp32, then V rows accumulate.
   void attention(const float* q, int T, int n_head, int64_t pos0, const KvLayerCache& c, int64_t window,
                  float scale, float* out) override {
-    const int hd = c.head_dim, n_kv = c.n_kv_heads, group = n_head / n_kv;
-    TOPKV_CHECK(group * n_kv == n_head, "{} query heads do not split over {} KV heads", n_head, n_kv);
-    const size_t es = dtype_size(c.dtype);
-    // Every position from the first query's oldest key to the last query must
-    // still be in the cache (a ring overwrites the oldest).
-    const int64_t first_key = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0;
-    const int64_t span = pos0 + T - first_key;
-    TOPKV_CHECK(span <= c.capacity, "attention over positions {}..{} needs {} cache slots but the cache keeps {}",
-                first_key, pos0 + T - 1, span, c.capacity);
-#pragma omp parallel
-    {
-      std::vector<float> scores;
-#pragma omp for schedule(dynamic, 1) collapse(2)
-      for (int t = 0; t < T; ++t)
-        for (int kh = 0; kh < n_kv; ++kh) {
-          const int64_t p = pos0 + t, lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0, n = p - lo + 1;
-          const float* qg = q + ((size_t)t * n_head + (size_t)kh * group) * hd;
-          float* og = out + ((size_t)t * n_head + (size_t)kh * group) * hd;
-          scores.resize((size_t)n * group);
-          const auto* kbase = c.k.as<uint8_t>() + kh * c.head_stride() * es;
-          const auto* vbase = c.v.as<uint8_t>() + kh * c.head_stride() * es;
-          const SlotRuns runs = slot_runs(lo, n, c.capacity);
-          for (int s = 0, done = 0; s < runs.n; done += (int)runs.count[s], ++s)
-            dot_rows_multi(c.dtype, kbase + runs.start[s] * hd * es, (size_t)runs.count[s], (size_t)hd, qg,
-                           (size_t)group, scores.data() + (size_t)done * group);
-          std::vector<float> mx(group, -INFINITY), sum(group, 0.f);
-          for (int64_t r = 0; r < n; ++r)
-            for (int g = 0; g < group; ++g) mx[g] = std::max(mx[g], scores[r * group + g] * scale);
-          for (int64_t r = 0; r < n; ++r)
-            for (int g = 0; g < group; ++g) {
-              float& e = scores[r * group + g];
-              e = std::exp(e * scale - mx[g]);
-              sum[g] += e;
-            }
-          std::memset(og, 0, (size_t)group * hd * sizeof(float));
-          int64_t r = 0;
-          for (int s = 0; s < runs.n; ++s)
-            for (int64_t i = 0; i < runs.count[s]; ++i, ++r) {
-              const uint8_t* vrow = vbase + (runs.start[s] + i) * hd * es;
-              for (int g = 0; g < group; ++g) axpy_row(c.dtype, scores[r * group + g] / sum[g], vrow, og + g * hd, hd);
-            }
-        }
-    }
+    cpu::attention(q, T, n_head, pos0, c, window, scale, out);
   }
 };
 

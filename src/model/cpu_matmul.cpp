@@ -28,6 +28,7 @@ namespace topkv::cpu {
 namespace {
 
 constexpr int64_t kTileRows = 64;
+constexpr int64_t kParallelMacs = 1 << 18;
 
 // Each OpenMP thread calls sgemm on its own tile, so BLAS must not start its
 // own threads on top (2 cores shared: oversubscription halves throughput).
@@ -38,15 +39,23 @@ void blas_single_threaded_once() {
   });
 }
 
-// Column-major sgemm seen from row-major data:
-// C[n][m] (row-major, ldc) = B[n][k] (row-major, ldb) * A[m][k]^T (row-major, lda).
-void gemm_rowmajor_abt(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
-                       int ldc) {
+}  // namespace
+
+// Column-major BLAS on row-major data: a row-major X[r][c] is the
+// column-major X^T, so row-major C = B * op(A) is column-major C^T = op(A)^T * B^T.
+void gemm_abt(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
+  blas_single_threaded_once();
   const float one = 1.f, zero = 0.f;
+  // col-major C^T[m][n] = op(A)[m][k] * B^T[k][n], A^T stored as col-major k x m -> "T".
   sgemm_("T", "N", &m, &n, &k, &one, a, &lda, b, &ldb, &zero, c, &ldc);
 }
 
-}  // namespace
+void gemm_ab(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc, float beta) {
+  blas_single_threaded_once();
+  const float one = 1.f;
+  // col-major C^T[m][n] = A^T[m][k] * B^T[k][n]; row-major A[k][m] is col-major A^T -> "N".
+  sgemm_("N", "N", &m, &n, &k, &one, a, &lda, b, &ldb, &beta, c, &ldc);
+}
 
 void weight_row_f32(const Weight& w, int64_t r, float* dst) {
   if (w.type == GgmlType::F32)
@@ -66,12 +75,12 @@ float weight_row_dot(const Weight& w, int64_t r, const float* x) {
 void matmul(const float* x, const Weight& w, int T, float* y) {
   const int64_t out = w.rows, in = w.cols;
   if (T < kGemmMinTokens) {
-#pragma omp parallel for schedule(static)
+    // A small product runs on the calling thread: waking the team costs more.
+#pragma omp parallel for schedule(static) if ((int64_t)T * out * in >= kParallelMacs)
     for (int64_t r = 0; r < out; ++r)
       for (int t = 0; t < T; ++t) y[(size_t)t * out + r] = weight_row_dot(w, r, x + (size_t)t * in);
     return;
   }
-  blas_single_threaded_once();
   const int64_t n_tiles = (out + kTileRows - 1) / kTileRows;
   const bool direct = w.type == GgmlType::F32;  // rows usable as they are
 #pragma omp parallel
@@ -91,7 +100,7 @@ void matmul(const float* x, const Weight& w, int T, float* y) {
         a = tile.data();
         lda = (int)in;
       }
-      gemm_rowmajor_abt((int)nr, T, (int)in, a, lda, x, (int)in, y + r0, (int)out);
+      gemm_abt((int)nr, T, (int)in, a, lda, x, (int)in, y + r0, (int)out);
     }
   }
 }

@@ -55,6 +55,11 @@ class Model {
   // One token at position n_past(); its logits [n_vocab].
   std::vector<float> decode(int32_t token);
 
+  // Reads every page of the weights once, so that a mapped file is resident
+  // before timing starts (the first prefill would otherwise pay the page
+  // faults). Returns the bytes touched.
+  size_t touch_weights() const;
+
   // Memory: the weights as held (mapped quantised rows, or f32 copies), what
   // the other weight mode would take, and the KV cache.
   size_t weight_bytes() const { return weight_bytes_; }
@@ -75,6 +80,7 @@ class Model {
   ModelConfig cfg_;
   Weight token_embd_, output_norm_, output_;
   std::vector<LayerWeights> layers_;
+  std::vector<const Weight*> all_weights_;  // every distinct weight above
   std::vector<KvLayerCache> cache_;
   size_t weight_bytes_ = 0, weight_bytes_other_ = 0;
   int64_t n_past_ = 0;

@@ -1,0 +1,263 @@
+// topkv generate: a GGUF model, a prompt (text, file or stdin), tokens
+// streamed to stdout as they come, statistics on stderr and in --json.
+// Attention is dense over the whole cache here (the CPU runtime); the
+// retrieval path plugs in behind the same command later.
+#include <omp.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "src/cli/commands.h"
+#include "src/common/error.h"
+#include "src/common/progress.h"
+#include "src/common/timer.h"
+#include "src/model/model.h"
+#include "src/model/sampler.h"
+#include "src/model/tokenizer.h"
+
+namespace topkv::cli {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr const char* kDefaultModel = ".models/gemma-3-270m-q4_k_m.gguf";  // scripts/fetch-model.sh
+
+struct GenerateArgs {
+  std::string model, prompt, prompt_file, json_path, weights = "quant", kv_type = "f32";
+  int n_predict = 128, threads = 0, chunk = 256, top_k = 0;
+  int64_t n_ctx = 0;
+  float temp = 0.f, top_p = 1.f;
+  uint64_t seed = 0;
+  bool seed_given = false, chat = false, quiet = false;
+};
+
+// -m omitted: the fetch script's output, looked for under the working
+// directory and then upwards from the executable (build/bin/topkv in a checkout).
+std::string default_model_path() {
+  std::vector<fs::path> roots{fs::current_path()};
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  for (fs::path p = exe.parent_path(); !ec && !p.empty() && p != p.root_path(); p = p.parent_path()) roots.push_back(p);
+  for (const auto& r : roots)
+    if (fs::is_regular_file(r / kDefaultModel, ec)) return (r / kDefaultModel).string();
+  fail("no model given (-m) and the default model {} was not found here or above the executable; run "
+       "scripts/fetch-model.sh to install it, or pass -m model.gguf", kDefaultModel);
+}
+
+std::string read_prompt(const GenerateArgs& a) {
+  TOPKV_CHECK(a.prompt.empty() || a.prompt_file.empty(), "give the prompt either as -p text or as -f file, not both");
+  if (!a.prompt.empty()) return a.prompt;
+  std::stringstream ss;
+  if (!a.prompt_file.empty()) {
+    std::ifstream in(a.prompt_file, std::ios::binary);
+    TOPKV_CHECK(in, "cannot read the prompt file {}", a.prompt_file);
+    ss << in.rdbuf();
+  } else {
+    TOPKV_CHECK(!isatty(STDIN_FILENO), "no prompt: give -p text, -f file, or pipe the prompt on stdin");
+    ss << std::cin.rdbuf();
+  }
+  std::string text = ss.str();
+  TOPKV_CHECK(!text.empty(), "the prompt is empty");
+  return text;
+}
+
+size_t peak_rss_bytes() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return (size_t)ru.ru_maxrss * 1024;  // Linux reports KiB
+}
+
+std::string mib(size_t b) { return fmt::format("{:.1f} MiB", (double)b / (1024.0 * 1024.0)); }
+
+void write_json_atomic(const std::string& path, const nlohmann::json& j) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    TOPKV_CHECK(out, "cannot write {}", tmp);
+    out << j.dump(2) << "\n";
+    TOPKV_CHECK(out.good(), "writing {} failed", tmp);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  TOPKV_CHECK(!ec, "cannot move {} to {}: {}", tmp, path, ec.message());
+}
+
+// OpenMP threads that spin while they wait (libgomp's default) starve each
+// other when the cores are shared: measured on a loaded 2-core machine,
+// decode ran 0.4 tok/s spinning and 14 tok/s sleeping. libgomp reads
+// OMP_WAIT_POLICY once at load, so unless the user chose a policy the
+// process re-executes itself with it set to passive.
+void ensure_passive_openmp_wait() {
+  if (std::getenv("OMP_WAIT_POLICY")) return;
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<char*> argv;
+  for (size_t i = 0; i < cmdline.size(); i += std::strlen(&cmdline[i]) + 1) argv.push_back(&cmdline[i]);
+  if (argv.empty()) return;
+  argv.push_back(nullptr);
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv.data());  // returns only on failure: carry on spinning
+}
+
+void run_generate(const GenerateArgs& a) {
+  ensure_passive_openmp_wait();
+  if (a.quiet) Progress::set_global_enabled(false);
+  const auto note = [&](const std::string& s) {
+    if (!a.quiet) fmt::print(stderr, "{}\n", s);
+  };
+  TOPKV_CHECK(a.n_predict >= 0, "-n must be >= 0, got {}", a.n_predict);
+  TOPKV_CHECK(a.chunk > 0, "--chunk must be positive, got {}", a.chunk);
+  SamplerParams sp;
+  sp.temperature = a.temp, sp.top_k = a.top_k, sp.top_p = a.top_p;
+  sp.seed = a.seed_given ? a.seed : std::random_device{}();
+  Sampler sampler(sp);  // checks the sampling options before the model loads
+  const std::string path = a.model.empty() ? default_model_path() : a.model;
+  std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  const Tokenizer tok = Tokenizer::from_gguf(*file);
+  const ModelConfig cfg = read_model_config(*file);
+
+  const std::string text = read_prompt(a);
+  const std::vector<int32_t> prompt =
+      a.chat ? tok.encode_chat(text) : tok.encode(text, tok.add_bos_default(), /*parse_special=*/false);
+  TOPKV_CHECK(!prompt.empty(), "the prompt encodes to no tokens");
+
+  int64_t n_ctx = a.n_ctx > 0 ? a.n_ctx : std::min<int64_t>(cfg.n_ctx_train, 4096);
+  if (n_ctx > cfg.n_ctx_train)
+    fmt::print(stderr, "topkv: warning: context {} exceeds the {} tokens the model was trained on; quality may "
+               "degrade past it\n", n_ctx, cfg.n_ctx_train);
+  TOPKV_CHECK((int64_t)prompt.size() <= n_ctx, "the prompt has {} tokens, more than the context size {}; raise it "
+              "with -c (the model was trained on {})", prompt.size(), n_ctx, cfg.n_ctx_train);
+
+  auto backend = make_cpu_backend({a.threads});
+  ModelOptions mo;
+  mo.n_ctx = n_ctx;
+  mo.max_chunk = (int)std::min<int64_t>(a.chunk, (int64_t)prompt.size());
+  mo.kv_dtype = parse_dtype(a.kv_type);
+  TOPKV_CHECK(mo.kv_dtype != DType::BF16, "--kv-type must be f32 or f16");
+  mo.weights = parse_weight_mode(a.weights);
+  Timer load_timer;
+  Model model(file, *backend, mo);
+  model.touch_weights();  // page the mapped weights in now, not inside the timed prefill
+  const double load_s = load_timer.seconds();
+  const char* other = mo.weights == WeightMode::Quant ? "f32" : "quant";
+  note(fmt::format("topkv: {}", cfg.summary()));
+  note(fmt::format("topkv: weights {} ({}; --weights {} would take {}), KV cache {} ({} positions, {}), "
+                   "{} prompt tokens", a.weights, mib(model.weight_bytes()), other,
+                   mib(model.weight_bytes_other_mode()), mib(model.kv_bytes()), n_ctx, a.kv_type, prompt.size()));
+
+  // Prefill, with a bar for prompts longer than one chunk.
+  Progress bar("prefill", (int64_t)prompt.size(), "tok", prompt.size() > (size_t)mo.max_chunk);
+  Timer prefill_timer;
+  std::vector<float> logits = model.prefill(prompt, mo.max_chunk, false, [&](int64_t done) { bar.set(done); });
+  const double prefill_s = prefill_timer.seconds();
+  bar.finish();
+
+  // Each step: sample from the current logits, print, then (unless done)
+  // run the sampled token to get the next logits. decode tok/s counts those
+  // runs, sampling included.
+  StreamDecoder out(tok);
+  int n_gen = 0, n_decode = 0;
+  std::string stop = "length";
+  Timer decode_timer;
+  while (n_gen < a.n_predict) {
+    const int32_t id = sampler.sample(logits);
+    if (tok.is_eog(id)) {
+      stop = "eog";
+      break;
+    }
+    std::fputs(out.push(id).c_str(), stdout);
+    std::fflush(stdout);
+    if (++n_gen == a.n_predict) break;
+    if (model.n_past() >= n_ctx) {
+      stop = "context";
+      break;
+    }
+    logits = model.decode(id);
+    ++n_decode;
+  }
+  const double decode_s = decode_timer.seconds();
+  std::fputs(out.flush().c_str(), stdout);
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  if (stop == "context") note(fmt::format("topkv: stopped: the context ({} tokens) is full; raise -c", n_ctx));
+
+  const double prefill_tps = prompt.size() / prefill_s, decode_tps = n_decode > 0 ? n_decode / decode_s : 0.0;
+  note(fmt::format("topkv: prompt {} tokens, prefill {:.2f} s ({:.1f} tok/s); generated {} tokens, decode {:.1f} "
+                   "tok/s; stop: {}; peak RSS {}", prompt.size(), prefill_s, prefill_tps, n_gen, decode_tps, stop,
+                   mib(peak_rss_bytes())));
+  if (!a.json_path.empty()) {
+    nlohmann::json j = {{"model", path},
+                        {"arch", arch_name(cfg.arch)},
+                        {"backend", backend->name()},
+                        {"threads", omp_get_max_threads()},
+                        {"weights", a.weights},
+                        {"weight_bytes", model.weight_bytes()},
+                        {"kv_type", a.kv_type},
+                        {"kv_bytes", model.kv_bytes()},
+                        {"n_ctx", n_ctx},
+                        {"load_s", load_s},
+                        {"prompt_tokens", prompt.size()},
+                        {"prefill_s", prefill_s},
+                        {"prefill_tok_per_s", prefill_tps},
+                        {"generated_tokens", n_gen},
+                        {"decode_tokens", n_decode},
+                        {"decode_s", decode_s},
+                        {"decode_tok_per_s", decode_tps},
+                        {"stop", stop},
+                        {"temperature", sp.temperature},
+                        {"top_k", sp.top_k},
+                        {"top_p", sp.top_p},
+                        {"seed", sp.seed},
+                        {"peak_rss_bytes", peak_rss_bytes()}};
+    write_json_atomic(a.json_path, j);
+  }
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  auto* cmd = app.add_subcommand("generate", "Generate text from a prompt with a GGUF model (llama, gemma3)");
+  cmd->add_option("-m,--model", a->model,
+                  fmt::format("GGUF model file (default: {}, installed by scripts/fetch-model.sh)", kDefaultModel));
+  cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
+  cmd->add_option("-f,--file", a->prompt_file, "Read the prompt from this file (stdin when neither -p nor -f)");
+  cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate at most (stops earlier at end-of-generation)")
+      ->capture_default_str();
+  cmd->add_option("-c,--ctx", a->n_ctx,
+                  "Context size in tokens: prompt + generated (default: min(model's trained context, 4096); "
+                  "beyond the trained context is allowed with a warning)");
+  cmd->add_flag("--chat", a->chat, "Wrap the prompt in the model's chat template as one user turn");
+  cmd->add_option("--temp", a->temp, "Sampling temperature; 0 = greedy (argmax)")->capture_default_str();
+  cmd->add_option("--top-k", a->top_k, "Sample among the k most likely tokens; 0 = all")->capture_default_str();
+  cmd->add_option("--top-p", a->top_p, "Sample from the smallest set of tokens whose probability reaches p; 1 = off")
+      ->capture_default_str();
+  cmd->add_option_function<uint64_t>("--seed", [a](uint64_t s) { a->seed = s, a->seed_given = true; },
+                                     "Random seed for sampling (default: random; the same seed repeats a run)");
+  cmd->add_option("--threads", a->threads,
+                  "CPU threads (default: OpenMP's, i.e. all cores or OMP_NUM_THREADS; waiting threads sleep unless "
+                  "OMP_WAIT_POLICY says otherwise)");
+  cmd->add_option("--weights", a->weights,
+                  "quant: keep the file's quantised rows (mapped, smallest); f32: dequantise once at load "
+                  "(about 4 bytes per parameter; the memory of both is printed)")
+      ->check(CLI::IsMember({"quant", "f32"}))
+      ->capture_default_str();
+  cmd->add_option("--kv-type", a->kv_type, "KV cache element type: f32 or f16")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
+  cmd->add_option("--chunk", a->chunk, "Prompt tokens per prefill step")->capture_default_str();
+  cmd->add_option("--json", a->json_path,
+                  "Write statistics here: prompt tokens, prefill and decode tok/s, peak RSS, memory");
+  cmd->add_flag("-q,--quiet", a->quiet, "No progress bar or information on stderr (errors still go there)");
+  cmd->callback([a] { run_generate(*a); });
+}
+
+}  // namespace topkv::cli
