@@ -19,7 +19,8 @@
 // Ops are queued on the backend's own stream; to_host waits for them.
 //
 // This header compiles without CUDA. In a CPU-only build make_cuda_backend
-// and the functions below throw Error("built without CUDA").
+// throws Error("... built without CUDA ..."), is_cuda_backend is false and
+// cuda_memory_use throws.
 #pragma once
 #include <cstddef>
 #include <memory>

@@ -190,7 +190,7 @@ TEST_CASE("rope: interleaved and NeoX, partial rotation, factors, far positions"
     for (int hd : {64, 128, 256})
       for (int n_rot : {hd, hd / 2})
         for (int64_t pos0 : {0, 1, 4097, 1000003})
-          for (int T : {1, 7}) {
+          for (int T : {1, 7, 64}) {
             RopeParams p;
             p.style = style, p.n_rot = n_rot, p.base = hd == 256 ? 1e6f : 10000.f;
             p.freq_scale = n_rot == hd ? 1.f : 0.125f;
