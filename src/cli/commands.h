@@ -6,6 +6,7 @@ namespace topkv::cli {
 
 void register_info(CLI::App& app);
 void register_bench(CLI::App& app);  // bench recall (and later bench decode)
+void register_bench_gpu(CLI::App& app);  // bench gpu-ops (bench/gpu_ops_bench.cpp); after register_bench
 void register_model(CLI::App& app);  // model synth, model info
 void register_tokenize(CLI::App& app);
 void register_generate(CLI::App& app);

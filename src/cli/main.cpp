@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   topkv::cli::register_info(app);
   topkv::cli::register_bench(app);
+  topkv::cli::register_bench_gpu(app);
   topkv::cli::register_model(app);
   topkv::cli::register_tokenize(app);
   topkv::cli::register_generate(app);

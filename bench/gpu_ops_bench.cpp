@@ -1,0 +1,348 @@
+// topkv bench gpu-ops: times the CUDA backend's kernels at the shapes of real
+// models and sets each against its ceiling (METHOD.md: "two numbers first"):
+//   copy         device-to-device memcpy, read + write bytes: the measured
+//                bandwidth ceiling every memory-bound row is compared with;
+//   gemv / gemm  the decode GEMV (T <= 4) against cuBLAS at the same shapes
+//                (Llama-3-8B and Gemma-3-270M projections), prefill GEMMs in
+//                TFLOP/s; weights rotate over copies larger than L2;
+//   attention    decode (split-KV) over 4k..128k-token f16 caches in GB/s of
+//                cache read, prefill chunks in TFLOP/s;
+//   small ops    rms_norm, rope, glu, add, kv_write, embed, argmax, sampling
+//                at decode (T=1) and prefill (T=512) sizes;
+//   model        (--model FILE) prefill and decode tokens/s of a GGUF file.
+// Every time is the median of --reps runs between CUDA events after 3
+// warm-ups. One "BENCH" line per row on stdout (scripts/gpu-check.sh prints
+// them last) and one JSON object per row in --out.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "src/cli/commands.h"
+#include "src/common/error.h"
+
+#ifdef TOPKV_HAVE_CUDA
+#include <nlohmann/json.hpp>
+
+#include "gpu/cuda_backend_impl.h"
+#include "gpu/cuda_check.h"
+#include "gpu/cuda_kernels.h"
+#include "src/common/options.h"
+#include "src/common/timer.h"
+#include "src/model/model.h"
+#endif
+
+namespace topkv::cli {
+namespace {
+
+struct GpuOpsArgs {
+  int device = 0;
+  int reps = 50;
+  std::string out;
+  std::string model;
+  int prompt = 512, decode = 64;
+  bool quick = false;
+  bool model_only = false;
+};
+
+#ifdef TOPKV_HAVE_CUDA
+using cuda::CudaBackend;
+
+class EventTimer {
+ public:
+  explicit EventTimer(cudaStream_t s) : s_(s) {
+    TOPKV_CUDA_CHECK(cudaEventCreate(&a_));
+    TOPKV_CUDA_CHECK(cudaEventCreate(&b_));
+  }
+  ~EventTimer() {
+    cudaEventDestroy(a_);
+    cudaEventDestroy(b_);
+  }
+  template <class F> double median_us(int reps, F&& f) {
+    for (int i = 0; i < 3; ++i) f();
+    std::vector<double> t;
+    for (int i = 0; i < reps; ++i) {
+      TOPKV_CUDA_CHECK(cudaEventRecord(a_, s_));
+      f();
+      TOPKV_CUDA_CHECK(cudaEventRecord(b_, s_));
+      TOPKV_CUDA_CHECK(cudaEventSynchronize(b_));
+      float ms = 0;
+      TOPKV_CUDA_CHECK(cudaEventElapsedTime(&ms, a_, b_));
+      t.push_back(ms * 1e3);
+    }
+    return percentile(t, 50);
+  }
+
+ private:
+  cudaStream_t s_;
+  cudaEvent_t a_ = nullptr, b_ = nullptr;
+};
+
+class Report {
+ public:
+  Report(const std::string& path, std::string device) : device_(std::move(device)) {
+    if (!path.empty()) {
+      out_.open(path);
+      TOPKV_CHECK(out_.good(), "cannot write {}", path);
+    }
+    fmt::print("BENCH {:<9} {:<46} {:>10} {:>10} {:>9} {:>8}\n", "group", "case", "time", "GB/s", "TFLOP/s",
+               "of copy");
+  }
+  // One measured row; bytes / flops are the fewest the op must move / do.
+  void add(const std::string& group, const std::string& name, double us, double bytes, double flops) {
+    const double gbps = bytes / (us * 1e3), tflops = flops / (us * 1e6);
+    if (group == "copy" && copy_gbps_ == 0) copy_gbps_ = gbps;
+    fmt::print("BENCH {:<9} {:<46} {:>8.2f}us {:>10.1f} {:>9.2f} {:>7.1f}%\n", group, name, us, gbps, tflops,
+               copy_gbps_ > 0 ? 100 * gbps / copy_gbps_ : 0.0);
+    std::fflush(stdout);
+    if (out_.is_open())
+      out_ << nlohmann::json{{"device", device_}, {"group", group}, {"case", name}, {"us", us}, {"bytes", bytes},
+                             {"flops", flops}, {"gbps", gbps}, {"tflops", tflops}}
+                  .dump()
+           << "\n";
+  }
+  void note(const std::string& group, const std::string& name, const std::string& text) {
+    fmt::print("BENCH {:<9} {:<46} {}\n", group, name, text);
+    if (out_.is_open())
+      out_ << nlohmann::json{{"device", device_}, {"group", group}, {"case", name}, {"note", text}}.dump() << "\n";
+  }
+
+ private:
+  std::string device_;
+  std::ofstream out_;
+  double copy_gbps_ = 0;
+};
+
+// `elems` random values of type t in device memory (a random block, tiled).
+Buffer random_device(CudaBackend& be, DType t, size_t elems, uint32_t seed, float sd = 0.05f) {
+  const size_t es = dtype_size(t), block = std::min<size_t>(elems, size_t{4} << 20);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, sd);
+  std::vector<float> f(block);
+  for (auto& x : f) x = nd(rng);
+  std::vector<uint8_t> raw(block * es);
+  from_f32(t, f.data(), raw.data(), block);
+  Buffer b = be.alloc(elems * es);
+  be.from_host(raw.data(), b, 0, raw.size());
+  for (size_t done = block; done < elems; done += block)
+    TOPKV_CUDA_CHECK(cudaMemcpyAsync(b.as<uint8_t>() + done * es, b.as<uint8_t>(),
+                                     std::min(block, elems - done) * es, cudaMemcpyDeviceToDevice, be.stream()));
+  be.synchronize();
+  return b;
+}
+void fill_random(CudaBackend& be, const Buffer& dst, DType t, uint32_t seed) {
+  Buffer r = random_device(be, t, dst.bytes / dtype_size(t), seed, 1.f);
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(dst.mem.get(), r.mem.get(), dst.bytes, cudaMemcpyDeviceToDevice, be.stream()));
+  be.synchronize();
+}
+
+struct Shape {
+  std::string name;
+  int64_t rows, cols;
+};
+
+void bench_matmul(CudaBackend& be, EventTimer& tm, Report& rep, const GpuOpsArgs& a) {
+  std::vector<Shape> shapes = {{"llama8b q/o 4096x4096", 4096, 4096},     {"llama8b k/v 1024x4096", 1024, 4096},
+                               {"llama8b gate/up 14336x4096", 14336, 4096}, {"llama8b down 4096x14336", 4096, 14336},
+                               {"llama8b lm_head 128256x4096", 128256, 4096}, {"gemma270m q 1024x640", 1024, 640},
+                               {"gemma270m gate/up 2048x640", 2048, 640},    {"gemma270m down 640x2048", 640, 2048},
+                               {"gemma270m lm_head 262144x640", 262144, 640}};
+  if (a.quick) shapes.resize(3);
+  const size_t l2_beat = size_t{256} << 20;  // rotate weights over more than any L2
+  for (const Shape& s : shapes)
+    for (DType wt : {DType::F16, DType::BF16}) {
+      const bool main_shape = s.rows == 14336 && s.cols == 4096;
+      if (wt == DType::BF16 && !main_shape) continue;
+      const size_t wbytes = (size_t)s.rows * s.cols * 2;
+      const int copies = (int)std::clamp<size_t>((l2_beat + wbytes - 1) / wbytes, 1, 256);
+      const int t_max = s.rows > 20000 ? 4 : 512;  // lm_head is projected for a few rows only
+      Buffer w = random_device(be, wt, (size_t)copies * s.rows * s.cols, 1);
+      Buffer x = random_device(be, DType::F32, (size_t)t_max * s.cols, 2, 1.f);
+      Buffer y = be.alloc((size_t)t_max * s.rows * sizeof(float));
+      void* ws = be.scratch(CudaBackend::Scratch::Cast, cuda::gemm_workspace_bytes(s.cols, t_max));
+      const char* tn = wt == DType::F16 ? "f16" : "bf16";
+      for (int T : {1, 2, 4}) {
+        if (T > 1 && !main_shape) continue;
+        int i = 0;
+        const double us = tm.median_us(a.reps, [&] {
+          cuda::gemv(wt, w.as<uint8_t>() + (size_t)(i++ % copies) * wbytes, s.rows, s.cols, x.f32(), T, y.f32(),
+                     be.stream());
+        });
+        rep.add("gemv", fmt::format("{} {} T={}", s.name, tn, T), us, (double)wbytes, 2.0 * T * s.rows * s.cols);
+      }
+      for (int T : {1, 4, 512}) {
+        if (T == 4 && !main_shape) continue;
+        if (T > t_max) continue;
+        int i = 0;
+        const double us = tm.median_us(a.reps, [&] {
+          cuda::gemm(be.cublas(), wt, w.as<uint8_t>() + (size_t)(i++ % copies) * wbytes, s.rows, s.cols, x.f32(), T,
+                     y.f32(), ws, be.cublas_scalars(), be.stream());
+        });
+        rep.add(T == 512 ? "gemm" : "gemv", fmt::format("{} {} T={} cuBLAS", s.name, tn, T), us,
+                (double)wbytes + (double)T * s.cols * 4, 2.0 * T * s.rows * s.cols);
+      }
+    }
+}
+
+struct AttnGeom {
+  std::string name;
+  int n_head, n_kv, hd;
+  int64_t ctx;
+  DType dt;
+};
+
+void bench_attention(CudaBackend& be, EventTimer& tm, Report& rep, const GpuOpsArgs& a) {
+  std::vector<AttnGeom> geoms = {{"llama8b 32/8x128 f16 ctx 4k", 32, 8, 128, 4096, DType::F16},
+                                 {"llama8b 32/8x128 f16 ctx 32k", 32, 8, 128, 32768, DType::F16},
+                                 {"llama8b 32/8x128 f16 ctx 128k", 32, 8, 128, 131072, DType::F16},
+                                 {"llama8b 32/8x128 f32 ctx 32k", 32, 8, 128, 32768, DType::F32},
+                                 {"gemma270m 4/1x256 f16 ctx 32k", 4, 1, 256, 32768, DType::F16},
+                                 {"gemma270m 4/1x256 f16 window 512", 4, 1, 256, 512, DType::F16}};
+  if (a.quick) geoms.resize(2);
+  for (const AttnGeom& g : geoms) {
+    KvLayerCache c = be.alloc_kv(g.n_kv, g.hd, g.ctx, g.dt);
+    fill_random(be, c.k, g.dt, 3);
+    fill_random(be, c.v, g.dt, 4);
+    const float scale = 1.f / std::sqrt((float)g.hd);
+    for (int T : {1, 512}) {
+      if (T > g.ctx) continue;
+      Buffer q = random_device(be, DType::F32, (size_t)T * g.n_head * g.hd, 5, 1.f);
+      Buffer out = be.alloc((size_t)T * g.n_head * g.hd * sizeof(float));
+      const int64_t pos0 = g.ctx - T;
+      const double us = tm.median_us(a.reps, [&] { be.attention(q.f32(), T, g.n_head, pos0, c, 0, scale, out.f32()); });
+      double keys = 0;  // (query, visible key) pairs per head
+      for (int t = 0; t < T; ++t) keys += (double)(pos0 + t + 1);
+      const double cache_bytes = 2.0 * g.ctx * g.n_kv * g.hd * dtype_size(g.dt);
+      rep.add("attention", fmt::format("{} T={}", g.name, T), us, cache_bytes, 4.0 * g.hd * g.n_head * keys);
+    }
+  }
+}
+
+void bench_small_ops(CudaBackend& be, EventTimer& tm, Report& rep, const GpuOpsArgs& a) {
+  const int d = 4096, ff = 14336, nh = 32, nkv = 8, hd = 128;
+  for (int T : {1, 512}) {
+    Buffer x = random_device(be, DType::F32, (size_t)T * ff, 6, 1.f), u = random_device(be, DType::F32, (size_t)T * ff, 7, 1.f);
+    Buffer y = be.alloc((size_t)T * ff * sizeof(float));
+    std::vector<float> g(d, 1.f);
+    Weight hw;
+    hw.name = "bench_norm", hw.type = GgmlType::F32, hw.rows = 1, hw.cols = d;
+    hw.data = reinterpret_cast<const uint8_t*>(g.data()), hw.row_bytes = d * sizeof(float);
+    const Weight norm = be.prepare_weight(hw, WeightMode::Quant);
+    const double n_d = (double)T * d * 4, n_ff = (double)T * ff * 4;
+    rep.add("ops", fmt::format("rms_norm {}x{}", T, d), tm.median_us(a.reps, [&] {
+      be.rms_norm(x.f32(), norm, T, d, 1e-6f, y.f32());
+    }), 2 * n_d, 0);
+    RopeParams rp;
+    rp.n_rot = hd;
+    rep.add("ops", fmt::format("rope q {}x{}x{}", T, nh, hd), tm.median_us(a.reps, [&] {
+      be.rope(y.f32(), T, nh, hd, 1000, rp);
+    }), 2.0 * T * nh * hd * 4, 0);
+    rep.add("ops", fmt::format("glu SiLU {}x{}", T, ff), tm.median_us(a.reps, [&] {
+      be.glu(GluKind::SiLU, x.f32(), u.f32(), (int64_t)T * ff, y.f32());
+    }), 3 * n_ff, 0);
+    rep.add("ops", fmt::format("add {}x{}", T, d), tm.median_us(a.reps, [&] {
+      be.add(x.f32(), (int64_t)T * d, y.f32());
+    }), 3 * n_d, 0);
+    KvLayerCache c = be.alloc_kv(nkv, hd, 4096, DType::F16);
+    rep.add("ops", fmt::format("kv_write f16 {}x{}x{}", T, nkv, hd), tm.median_us(a.reps, [&] {
+      be.kv_write(c, x.f32(), u.f32(), T, 100);
+    }), 2.0 * T * nkv * hd * (4 + 2), 0);
+  }
+  for (int64_t n : {128256, 262144}) {
+    Buffer l = random_device(be, DType::F32, (size_t)n, 8, 3.f);
+    auto* out = static_cast<int32_t*>(be.scratch(CudaBackend::Scratch::Sampling, cuda::sampling_workspace_bytes(n) + 64));
+    void* ws = out + 16;
+    rep.add("sampling", fmt::format("argmax n={}", n), tm.median_us(a.reps, [&] {
+      cuda::argmax(l.f32(), n, out, ws, be.stream());
+    }), (double)n * 4, 0);
+    rep.add("sampling", fmt::format("temperature draw n={}", n), tm.median_us(a.reps, [&] {
+      cuda::sample_temperature(l.f32(), n, 0.8f, 0.37, out, ws, be.stream());
+    }), 2.0 * n * 4, 0);
+  }
+}
+
+void bench_model(CudaBackend& be, Report& rep, const GpuOpsArgs& a) {
+  std::shared_ptr<const GgufFile> file = GgufFile::open(a.model);
+  ModelOptions opt;
+  opt.n_ctx = a.prompt + a.decode + 8, opt.max_chunk = std::min(512, a.prompt);
+  Timer load;
+  Model m(file, be, opt);
+  rep.note("model", "load", fmt::format("{:.1f} s; {}; device memory {}", load.seconds(), m.config().summary(),
+                                        be.memory_use().describe()));
+  std::mt19937 rng(9);
+  std::vector<int32_t> prompt((size_t)a.prompt);
+  for (auto& id : prompt) id = (int32_t)(rng() % (uint32_t)m.config().n_vocab);
+  Timer t;
+  auto logits = m.prefill(prompt, opt.max_chunk);
+  const double pre_s = t.seconds();
+  rep.add("model", fmt::format("prefill {} tokens (chunk {})", a.prompt, opt.max_chunk), pre_s * 1e6, 0, 0);
+  std::vector<double> step_ms;
+  for (int i = 0; i < a.decode; ++i) {
+    const int32_t next = (int32_t)(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    Timer s;
+    logits = m.decode(next);
+    step_ms.push_back(s.ms());
+  }
+  const double med = percentile(step_ms, 50);
+  rep.add("model", fmt::format("decode step (median of {})", a.decode), med * 1e3, 0, 0);
+  rep.note("model", "tokens/s", fmt::format("prefill {:.0f}, decode {:.1f}", a.prompt / pre_s, 1e3 / med));
+}
+
+void run_gpu_ops(const GpuOpsArgs& a) {
+  TOPKV_CHECK(a.reps >= 1, "--reps must be at least 1, got {}", a.reps);
+  CudaBackendOptions opt;
+  opt.device = a.device;
+  auto owner = make_cuda_backend(opt);
+  auto& be = dynamic_cast<CudaBackend&>(*owner);
+  Report rep(a.out, be.device_name());
+  EventTimer tm(be.stream());
+  rep.note("device", be.device_name(), fmt::format("{} SMs", be.sm_count()));
+  if (a.model_only) {
+    TOPKV_CHECK(!a.model.empty(), "--model-only needs --model FILE");
+    bench_model(be, rep, a);
+    return;
+  }
+  {
+    const size_t bytes = a.quick ? size_t{256} << 20 : size_t{1} << 30;
+    Buffer src = be.alloc(bytes), dst = be.alloc(bytes);
+    const double us = tm.median_us(a.reps, [&] {
+      TOPKV_CUDA_CHECK(cudaMemcpyAsync(dst.mem.get(), src.mem.get(), bytes, cudaMemcpyDeviceToDevice, be.stream()));
+    });
+    rep.add("copy", fmt::format("device memcpy {} (read + write)", format_bytes((double)bytes)), us, 2.0 * bytes, 0);
+  }
+  bench_matmul(be, tm, rep, a);
+  bench_attention(be, tm, rep, a);
+  bench_small_ops(be, tm, rep, a);
+  if (!a.model.empty()) bench_model(be, rep, a);
+}
+#else
+void run_gpu_ops(const GpuOpsArgs&) {
+  fail("bench gpu-ops needs the CUDA backend, and topkv was built without CUDA");
+}
+#endif
+
+}  // namespace
+
+void register_bench_gpu(CLI::App& app) {
+  auto* bench = app.get_subcommand("bench");
+  auto a = std::make_shared<GpuOpsArgs>();
+  auto* cmd = bench->add_subcommand(
+      "gpu-ops", "Time the CUDA backend's kernels (GEMV/GEMM, attention, norms, sampling) at real model shapes "
+                 "against the measured copy bandwidth; optionally a whole GGUF model's prefill and decode");
+  cmd->add_option("--device", a->device, "CUDA device ordinal (default 0)");
+  cmd->add_option("--reps", a->reps, "Timed runs per case; the median is reported (default 50)");
+  cmd->add_option("--out", a->out, "Also write one JSON object per row to this file");
+  cmd->add_option("--model", a->model, "A GGUF model to time end to end (prefill, then greedy decode)");
+  cmd->add_option("--prompt", a->prompt, "Model: prompt tokens, random ids (default 512)");
+  cmd->add_option("--decode", a->decode, "Model: decode steps (default 64)");
+  cmd->add_flag("--quick", a->quick, "Fewer shapes and smaller buffers (a smoke run)");
+  cmd->add_flag("--model-only", a->model_only, "Time only the --model, none of the kernels");
+  cmd->callback([a] { run_gpu_ops(*a); });
+}
+
+}  // namespace topkv::cli

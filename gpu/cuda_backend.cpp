@@ -1,0 +1,221 @@
+// The CUDA backend's host side: device setup, memory, and every op's checks
+// (the same as the CPU backend's, so both refuse the same bad calls) before
+// its kernels are queued. Weight upload lives in gpu/cuda_weights.cpp, the
+// kernels in gpu/kernels_*.cu.
+#ifdef TOPKV_HAVE_CUDA
+#include <algorithm>
+#include <cmath>
+
+#include "gpu/cuda_backend_impl.h"
+#include "gpu/cuda_check.h"
+#include "gpu/cuda_kernels.h"
+
+namespace topkv {
+
+namespace cuda {
+
+namespace {
+DType device_dtype(const Weight& w, const char* op) {
+  switch (w.type) {
+    case GgmlType::F32: return DType::F32;
+    case GgmlType::F16: return DType::F16;
+    case GgmlType::BF16: return DType::BF16;
+    default:
+      fail("{}: weight '{}' has type {}; the CUDA backend multiplies only weights from its prepare_weight", op, w.name,
+           ggml_type_name((uint32_t)w.type));
+  }
+}
+}  // namespace
+
+CudaBackend::CudaBackend(const CudaBackendOptions& opt) : device_(opt.device), mem_(opt.mem_budget) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    fail("no usable CUDA device: {} (is the NVIDIA driver loaded? run on the CPU backend otherwise)",
+         cudaGetErrorString(e));
+  }
+  TOPKV_CHECK(n > 0, "no CUDA device found; run on the CPU backend");
+  TOPKV_CHECK(opt.device >= 0 && opt.device < n, "CUDA device {} does not exist: this machine has {} (0..{})",
+              opt.device, n, n - 1);
+  TOPKV_CUDA_CHECK(cudaSetDevice(device_));
+  cudaDeviceProp prop{};
+  TOPKV_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+  device_name_ = prop.name;
+  sm_count_ = prop.multiProcessorCount;
+  check_kernel_image(prop.major, prop.minor);
+  try {
+    TOPKV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    TOPKV_CUBLAS_CHECK(cublasCreate(&cublas_));
+    TOPKV_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    scalars_mem_ = mem_.alloc(4 * sizeof(float), MemKind::Scratch, "cuBLAS scalars");
+    scalars_ = static_cast<float*>(scalars_mem_.get());
+    TOPKV_CUDA_CHECK(cudaMemsetAsync(scalars_, 0, 4 * sizeof(float), stream_));
+  } catch (...) {
+    if (cublas_) cublasDestroy(cublas_);
+    if (stream_) cudaStreamDestroy(stream_);
+    throw;
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);  // no throwing here; a fault would have surfaced at an earlier sync
+  cublasDestroy(cublas_);
+  cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::synchronize() { TOPKV_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void* CudaBackend::scratch(Scratch which, size_t bytes) {
+  ScratchRegion& r = scratch_[(int)which];
+  if (bytes > r.bytes || !r.mem) {
+    synchronize();  // queued kernels may still use the old region
+    r.mem.reset();
+    const size_t grown = std::max(bytes, r.bytes + r.bytes / 2);
+    r.mem = mem_.alloc(grown, MemKind::Scratch, "backend work space");
+    r.bytes = grown;
+  }
+  return r.mem.get();
+}
+
+Buffer CudaBackend::alloc(size_t bytes) { return Buffer{mem_.alloc(bytes, MemKind::Activations, "activations"), bytes}; }
+
+void CudaBackend::to_host(const Buffer& src, size_t off, void* dst, size_t bytes) {
+  TOPKV_CHECK(off <= src.bytes && bytes <= src.bytes - off,
+              "to_host of {} bytes at offset {} reads past a {}-byte device buffer", bytes, off, src.bytes);
+  if (bytes == 0) return;
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(dst, src.as<uint8_t>() + off, bytes, cudaMemcpyDeviceToHost, stream_));
+  synchronize();
+}
+
+void CudaBackend::from_host(const void* src, const Buffer& dst, size_t off, size_t bytes) {
+  TOPKV_CHECK(off <= dst.bytes && bytes <= dst.bytes - off,
+              "from_host of {} bytes at offset {} writes past a {}-byte device buffer", bytes, off, dst.bytes);
+  if (bytes == 0) return;
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(dst.as<uint8_t>() + off, src, bytes, cudaMemcpyHostToDevice, stream_));
+  synchronize();  // src may be pinned: the caller may reuse it as soon as we return
+}
+
+KvLayerCache CudaBackend::alloc_kv(int n_kv_heads, int head_dim, int64_t capacity, DType dtype) {
+  TOPKV_CHECK(n_kv_heads > 0 && head_dim > 0 && capacity > 0,
+              "a KV cache needs positive heads, head_dim and capacity, got {}, {}, {}", n_kv_heads, head_dim,
+              capacity);
+  KvLayerCache c;
+  c.dtype = dtype, c.n_kv_heads = n_kv_heads, c.head_dim = head_dim, c.capacity = capacity;
+  const size_t half = c.bytes() / 2;
+  c.k = Buffer{mem_.alloc(half, MemKind::KvCache, "KV cache keys"), half};
+  c.v = Buffer{mem_.alloc(half, MemKind::KvCache, "KV cache values"), half};
+  // Zeroed once: a slot is read only after it is written, but finite zeros
+  // keep a bug from turning into NaN far away.
+  TOPKV_CUDA_CHECK(cudaMemsetAsync(c.k.mem.get(), 0, half, stream_));
+  TOPKV_CUDA_CHECK(cudaMemsetAsync(c.v.mem.get(), 0, half, stream_));
+  return c;
+}
+
+void CudaBackend::check_device_weight(const Weight& w, const char* op) const {
+  TOPKV_CHECK(w.data && mem_.owns(w.data, MemKind::Weights),
+              "{}: weight '{}' is not in this CUDA backend's memory; prepare it with the backend's prepare_weight", op,
+              w.name);
+}
+
+void CudaBackend::embed(const Weight& table, const int32_t* ids, int T, float scale, float* out) {
+  check_device_weight(table, "embed");
+  for (int t = 0; t < T; ++t)
+    TOPKV_CHECK(ids[t] >= 0 && ids[t] < table.rows, "token id {} is outside the vocabulary (0..{})", ids[t],
+                table.rows - 1);
+  if (T <= 0) return;
+  // Through a pageable copy: cudaMemcpyAsync from pageable memory has read it
+  // when it returns, so the caller's ids (pinned or not) are free at once.
+  ids_staging_.assign(ids, ids + T);
+  auto* d_ids = static_cast<int32_t*>(scratch(Scratch::Ids, (size_t)T * sizeof(int32_t)));
+  TOPKV_CUDA_CHECK(
+      cudaMemcpyAsync(d_ids, ids_staging_.data(), (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  embed_rows(device_dtype(table, "embed"), table.data, table.cols, d_ids, T, scale, out, stream_);
+}
+
+void CudaBackend::rms_norm(const float* x, const Weight& w, int64_t rows, int dim, float eps, float* out) {
+  TOPKV_CHECK(w.type == GgmlType::F32 && w.rows * w.cols == dim, "norm weight {} must be F32 of {} values", w.name,
+              dim);
+  check_device_weight(w, "rms_norm");
+  cuda::rms_norm(x, reinterpret_cast<const float*>(w.data), rows, dim, eps, out, stream_);
+}
+
+void CudaBackend::rope(float* x, int T, int n_heads, int head_dim, int64_t pos0, const RopeParams& p) {
+  TOPKV_CHECK(p.n_rot >= 0 && p.n_rot % 2 == 0 && p.n_rot <= head_dim,
+              "RoPE rotates {} dims of a {}-dim head: needs an even count within the head", p.n_rot, head_dim);
+  const int half = p.n_rot / 2;
+  // The angle per position of each pair, in double, as the CPU backend has it.
+  double inv_freq[kMaxRopePairs];
+  TOPKV_CHECK(half <= kMaxRopePairs, "RoPE over {} dims: the CUDA kernel rotates at most {}", p.n_rot,
+              2 * kMaxRopePairs);
+  for (int i = 0; i < half; ++i)
+    inv_freq[i] = p.freq_scale * std::pow((double)p.base, -2.0 * i / p.n_rot) /
+                  (p.freq_factors ? p.freq_factors[i] : 1.f);
+  cuda::rope(x, T, n_heads, head_dim, pos0, p.style, p.n_rot, inv_freq, stream_);
+}
+
+void CudaBackend::matmul(const float* x, const Weight& w, int T, float* y) {
+  check_device_weight(w, "matmul");
+  const DType wt = device_dtype(w, "matmul");
+  if (T <= 0) return;
+  if (T <= kGemvMaxTokens) {
+    gemv(wt, w.data, w.rows, w.cols, x, T, y, stream_);
+    return;
+  }
+  void* ws = wt == DType::F32 ? nullptr : scratch(Scratch::Cast, gemm_workspace_bytes(w.cols, T));
+  gemm(cublas_, wt, w.data, w.rows, w.cols, x, T, y, ws, scalars_, stream_);
+}
+
+void CudaBackend::glu(GluKind kind, const float* gate, const float* up, int64_t n, float* out) {
+  cuda::glu(kind, gate, up, n, out, stream_);
+}
+
+void CudaBackend::add(const float* x, int64_t n, float* y) { cuda::add(x, n, y, stream_); }
+
+void CudaBackend::kv_write(KvLayerCache& c, const float* k, const float* v, int T, int64_t pos0) {
+  TOPKV_CHECK(c.k.mem && mem_.owns(c.k.mem.get(), MemKind::KvCache) && mem_.owns(c.v.mem.get(), MemKind::KvCache),
+              "kv_write: the cache is not in this CUDA backend's memory; allocate it with its alloc_kv");
+  TOPKV_CHECK(pos0 >= 0, "kv_write at negative position {}", pos0);
+  cuda::kv_write(c.dtype, c.k.mem.get(), c.v.mem.get(), c.n_kv_heads, c.head_dim, c.capacity, k, v, T, pos0,
+                 stream_);
+}
+
+void CudaBackend::attention(const float* q, int T, int n_head, int64_t pos0, const KvLayerCache& c, int64_t window,
+                            float scale, float* out) {
+  const int n_kv = c.n_kv_heads, group = n_kv > 0 ? n_head / n_kv : 0;
+  TOPKV_CHECK(group > 0 && group * n_kv == n_head, "{} query heads do not split over {} KV heads", n_head, n_kv);
+  TOPKV_CHECK(c.k.mem && mem_.owns(c.k.mem.get(), MemKind::KvCache),
+              "attention: the cache is not in this CUDA backend's memory; allocate it with its alloc_kv");
+  const int64_t first_key = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0;
+  const int64_t span = pos0 + T - first_key;
+  TOPKV_CHECK(span <= c.capacity, "attention over positions {}..{} needs {} cache slots but the cache keeps {}",
+              first_key, pos0 + T - 1, span, c.capacity);
+  TOPKV_CHECK(attention_head_dim_supported(c.head_dim),
+              "the CUDA attention kernel has no head_dim {} (compiled: 32, 64, 96, 128, 256); use the CPU backend",
+              c.head_dim);
+  if (T <= 0) return;
+  AttentionArgs a;
+  a.q = q, a.out = out, a.kv_type = c.dtype, a.k = c.k.mem.get(), a.v = c.v.mem.get();
+  a.T = T, a.n_head = n_head, a.n_kv = n_kv, a.head_dim = c.head_dim;
+  a.pos0 = pos0, a.capacity = c.capacity, a.window = window, a.scale = scale;
+  const AttentionPlan plan = plan_attention(a, sm_count_);
+  void* ws = plan.workspace_bytes ? scratch(Scratch::Attention, plan.workspace_bytes) : nullptr;
+  cuda::attention(a, plan, ws, stream_);
+}
+
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& opt) {
+  return std::make_unique<cuda::CudaBackend>(opt);
+}
+
+bool is_cuda_backend(const Backend& be) { return dynamic_cast<const cuda::CudaBackend*>(&be) != nullptr; }
+
+CudaMemoryUse cuda_memory_use(const Backend& be) {
+  const auto* c = dynamic_cast<const cuda::CudaBackend*>(&be);
+  TOPKV_CHECK(c, "cuda_memory_use: backend '{}' is not a CUDA backend", be.name());
+  return c->memory_use();
+}
+
+}  // namespace topkv
+#endif  // TOPKV_HAVE_CUDA

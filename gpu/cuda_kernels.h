@@ -1,0 +1,131 @@
+// Host launchers of the CUDA backend's kernels (gpu/kernels_*.cu). Every
+// pointer is device memory unless it says host; every launch is queued on
+// `stream` and checked. Each names its CPU twin, the function the tests
+// compare it with. CUDA builds only (C++17).
+//
+// Expected bounds (H100 SXM: ~3.35 TB/s HBM3, ~60 TFLOP/s fp32 FMA, ~990
+// TFLOP/s fp16 tensor; H200: ~4.8 TB/s), per call:
+//   glu / add / rms_norm / rope / kv_write / embed / casts: memory, each
+//     input read once and each output written once;
+//   gemv: memory, rows*cols*2 bytes of weight (the activations stay in L1/L2);
+//   gemm (cuBLAS): tensor cores, 2*T*rows*cols flops;
+//   attention: fp32 FMA units, 4*head_dim flops per (query head, visible key);
+//     for decode (T=1) the cache read, 2*head_dim*elem bytes per visible key
+//     and KV head, once the split-KV path has filled the device;
+//   merge_partials: memory, parts*(dv+2)*4 bytes per row;
+//   argmax / temperature sampling: memory, one or two passes over the logits.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "src/common/dtype.h"
+#include "src/model/backend.h"
+
+namespace topkv::cuda {
+
+// Throws Error when this build holds no kernels the current device (compute
+// capability major.minor) can run, naming the architecture to build for.
+void check_kernel_image(int major, int minor);
+
+// ---- elementwise (kernels_elementwise.cu) ------------------------------------
+// out[i] = act(gate[i]) * up[i]; out may alias gate or up. Twin: CpuBackend::glu.
+void glu(GluKind kind, const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
+// y[i] += x[i]. Twin: CpuBackend::add.
+void add(const float* x, int64_t n, float* y, cudaStream_t stream);
+// out[t][:] = scale * table[ids[t]][:] for a table of `cols` columns of type
+// `table_type`; ids are device values already checked against the table.
+// Twin: CpuBackend::embed.
+void embed_rows(DType table_type, const void* table, int64_t cols, const int32_t* ids, int T, float scale,
+                float* out, cudaStream_t stream);
+// Writes k, v [T][n_kv][head_dim] (fp32) of positions pos0.. into a cache
+// [n_kv][capacity][head_dim] of `dtype`, slot = position % capacity. When
+// T > capacity only the last `capacity` tokens are written (the earlier ones
+// would be overwritten within the chunk anyway). Twin: CpuBackend::kv_write.
+void kv_write(DType dtype, void* k_cache, void* v_cache, int n_kv, int head_dim, int64_t capacity,
+              const float* k, const float* v, int T, int64_t pos0, cudaStream_t stream);
+
+// ---- norms and RoPE (kernels_norm_rope.cu) -----------------------------------
+// out = x / sqrt(mean(x^2) + eps) * w over `rows` rows of `dim`; out may
+// alias x. Twin: CpuBackend::rms_norm.
+void rms_norm(const float* x, const float* w, int64_t rows, int dim, float eps, float* out, cudaStream_t stream);
+// In place on x[T][n_heads][head_dim], token t at position pos0 + t.
+// inv_freq (host, n_rot/2 values, <= kMaxRopePairs) is the per-pair angle
+// per position, computed in double by the caller exactly as the CPU does.
+// Twin: CpuBackend::rope.
+inline constexpr int kMaxRopePairs = 256;
+void rope(float* x, int T, int n_heads, int head_dim, int64_t pos0, RopeStyle style, int n_rot,
+          const double* inv_freq, cudaStream_t stream);
+
+// ---- matmul (kernels_matmul.cu) ----------------------------------------------
+// Tokens up to which matmul runs the GEMV kernel instead of cuBLAS.
+inline constexpr int kGemvMaxTokens = 4;
+// y[T][rows] = x[T][cols] * W^T for W [rows][cols] of fp16/bf16/fp32, fp32
+// accumulation, T <= kGemvMaxTokens. One warp per output row streams it once.
+// Twin: cpu::matmul.
+void gemv(DType w_type, const void* w, int64_t rows, int64_t cols, const float* x, int T, float* y,
+          cudaStream_t stream);
+// Work space gemm needs: the 16-bit copy of x (T*cols*2 bytes).
+size_t gemm_workspace_bytes(int64_t cols, int T);
+// The same product through cuBLAS for any T: x is cast to W's 16-bit type
+// into `workspace` (fp16: times a power of two 2^-k chosen on the device so
+// that max|x| 2^-k <= 2^15, undone exactly by alpha = 2^k), then
+// cublasGemmEx with fp32 accumulation and output. `scalars` is 4 device
+// floats of the backend's (absmax, alpha, beta = 0, spare). fp32 weights go
+// to cublasSgemm unconverted.
+void gemm(cublasHandle_t handle, DType w_type, const void* w, int64_t rows, int64_t cols, const float* x, int T,
+          float* y, void* workspace, float* scalars, cudaStream_t stream);
+
+// ---- attention (kernels_attention.cu, kernels_partial_merge.cu) --------------
+struct AttentionArgs {
+  const float* q = nullptr;  // [T][n_head][head_dim]
+  float* out = nullptr;      // [T][n_head][head_dim], not aliasing q
+  DType kv_type = DType::F32;
+  const void* k = nullptr;   // cache [n_kv][capacity][head_dim], position p at slot p % capacity
+  const void* v = nullptr;
+  int T = 0, n_head = 0, n_kv = 0, head_dim = 0;
+  int64_t pos0 = 0, capacity = 0, window = 0;  // window 0 = no limit
+  float scale = 1.f;
+};
+// Head dims with a compiled kernel.
+bool attention_head_dim_supported(int head_dim);
+// Plan of a call: how many key splits (flash-decoding) and the work space for
+// their partials. n_splits == 1 writes `out` directly.
+struct AttentionPlan {
+  int n_splits = 1;
+  int64_t split_keys = 0;  // keys per split
+  size_t workspace_bytes = 0;
+};
+AttentionPlan plan_attention(const AttentionArgs& a, int sm_count);
+// Causal (and sliding-window) attention of every query over the cache, GQA,
+// online softmax in fp32, no T x N matrix. With plan.n_splits > 1 each split
+// writes partials (m, l, o) to `workspace` and merge_partials combines them.
+// Twin: CpuBackend::attention.
+void attention(const AttentionArgs& a, const AttentionPlan& plan, void* workspace, cudaStream_t stream);
+
+// The exact log-sum-exp merge of `parts` partial attentions per row, then the
+// division by l: for row r,
+//   M = max_p m[r][p] over parts with l > 0, L = sum_p l[r][p] e^(m[r][p]-M),
+//   out[r][:] = sum_p o[r][p][:] e^(m[r][p]-M) / L   (zeros when every part is empty)
+// Layout: m, l [rows][parts]; o [rows][parts][dv]; out [rows][dv].
+// Twin: partial_merge + partial_finish (gpu/partial_attention.h).
+void merge_partials(const float* m, const float* l, const float* o, int64_t rows, int parts, int dv, float* out,
+                    cudaStream_t stream);
+
+// ---- sampling (kernels_sampling.cu) ------------------------------------------
+// Work space (bytes) the two samplers need for n logits.
+size_t sampling_workspace_bytes(int64_t n);
+// *result = index of the largest logit (lowest on ties; NaN never wins).
+// Twin: topkv::argmax.
+void argmax(const float* logits, int64_t n, int32_t* result, void* workspace, cudaStream_t stream);
+// *result = the first i with sum_{j<=i} w_j > u * sum_j w_j, where
+// w_j = exp((logits[j] - max) / temperature) in double: the draw of
+// Sampler::sample for plain temperature sampling given its uniform u; -1
+// when rounding leaves no such i (the caller then takes the argmax, as the
+// CPU does).
+void sample_temperature(const float* logits, int64_t n, float temperature, double u, int32_t* result,
+                        void* workspace, cudaStream_t stream);
+
+}  // namespace topkv::cuda

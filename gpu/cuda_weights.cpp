@@ -1,0 +1,90 @@
+// CudaBackend::prepare_weight: weights go to the device once, dequantised on
+// the host (dequantize_row, the same row kernel the CPU backend uses) and
+// stored as
+//   F32   for 1-row weights (norm gains: tiny, and read in fp32 by rms_norm);
+//   BF16  for BF16 files, and for any matrix with a value beyond fp16's
+//         range (65504), which fp16 would turn into inf;
+//   F16   for every other matrix (quantised ones included): 11 significant
+//         bits, more than any GGUF quantisation keeps, at half of fp32's
+//         bandwidth. The WeightMode does not apply (see cuda_backend.h).
+// Rows are converted in chunks of ~32 MB of fp32 (OpenMP over rows) and copied
+// up as each chunk is done, so host memory stays small for any model size.
+#ifdef TOPKV_HAVE_CUDA
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gpu/cuda_backend_impl.h"
+#include "gpu/cuda_check.h"
+
+namespace topkv::cuda {
+
+namespace {
+
+constexpr float kF16Max = 65504.f;
+constexpr size_t kChunkF32Bytes = size_t{32} << 20;
+
+// Uploads src converted to `target` into fresh device memory. Returns null
+// (nothing kept) when target is F16 and a value does not fit.
+std::shared_ptr<void> upload_as(const Weight& src, DType target, DeviceMemory& mem, cudaStream_t stream) {
+  const int64_t rows = src.rows, cols = src.cols;
+  ggml_row_bytes(src.type, cols);  // throws for a row that is not whole blocks, before the parallel loop
+  const size_t out_row = (size_t)cols * dtype_size(target);
+  std::shared_ptr<void> dev = mem.alloc((size_t)rows * out_row, MemKind::Weights, "weight " + src.name);
+  const int64_t chunk_rows = std::max<int64_t>(1, (int64_t)(kChunkF32Bytes / ((size_t)cols * sizeof(float))));
+  std::vector<float> f32((size_t)std::min(chunk_rows, rows) * cols);
+  std::vector<uint8_t> conv((size_t)std::min(chunk_rows, rows) * out_row);
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+    const int64_t nr = std::min(chunk_rows, rows - r0);
+    int overflow = 0;
+#pragma omp parallel for schedule(static) reduction(| : overflow) if (nr > 1)
+    for (int64_t r = 0; r < nr; ++r) {
+      float* d = f32.data() + (size_t)r * cols;
+      dequantize_row(src.type, src.row(r0 + r), d, cols);
+      if (target == DType::F16)
+        for (int64_t i = 0; i < cols; ++i) overflow |= std::fabs(d[i]) > kF16Max;
+      from_f32(target, d, conv.data() + (size_t)r * out_row, (size_t)cols);
+    }
+    if (overflow) return nullptr;
+    // Pageable source: the call returns once `conv` is staged, so the next
+    // chunk may overwrite it.
+    TOPKV_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(dev.get()) + (size_t)r0 * out_row, conv.data(),
+                                     (size_t)nr * out_row, cudaMemcpyHostToDevice, stream));
+  }
+  TOPKV_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return dev;
+}
+
+GgmlType ggml_of(DType t) {
+  return t == DType::F32 ? GgmlType::F32 : t == DType::F16 ? GgmlType::F16 : GgmlType::BF16;
+}
+
+}  // namespace
+
+Weight CudaBackend::prepare_weight(const Weight& src, WeightMode /*ignored for the device, see the header*/) {
+  TOPKV_CHECK(src.data && src.rows > 0 && src.cols > 0, "weight '{}' is empty ({} x {})", src.name, src.rows,
+              src.cols);
+  TOPKV_CHECK(!mem_.owns(src.data, MemKind::Weights),
+              "weight '{}' is already in device memory; prepare_weight takes the host (mapped file) weight",
+              src.name);
+  DType target = src.rows == 1 ? DType::F32 : src.type == GgmlType::BF16 ? DType::BF16 : DType::F16;
+  std::shared_ptr<void> dev = upload_as(src, target, mem_, stream_);
+  if (!dev) {  // a value beyond fp16: bf16 has fp32's range
+    target = DType::BF16;
+    dev = upload_as(src, target, mem_, stream_);
+  }
+  Weight w;
+  w.name = src.name;
+  w.type = ggml_of(target);
+  w.rows = src.rows, w.cols = src.cols;
+  w.row_bytes = (size_t)src.cols * dtype_size(target);
+  w.data = static_cast<const uint8_t*>(dev.get());
+  w.owned = std::move(dev);
+  return w;
+}
+
+}  // namespace topkv::cuda
+#endif  // TOPKV_HAVE_CUDA

@@ -1,0 +1,82 @@
+// The exact log-sum-exp merge of partial attentions (DESIGN.md, "Attention
+// over a union of disjoint parts"), twin of partial_merge + partial_finish in
+// gpu/partial_attention.h. Split-KV attention uses it to combine its key
+// ranges; the offloaded decode combines the window part with the retrieved
+// part (and multipole summaries) the same way.
+//
+// One block per row: the block computes the per-part factors e^(m_p - M) once
+// into shared memory, then each thread sums its output dims over the parts.
+// Memory-bound: parts * (dv + 2) * 4 bytes read per row, dv * 4 written.
+#include <algorithm>
+
+#include "gpu/cuda_common.cuh"
+#include "gpu/cuda_kernels.h"
+
+namespace topkv::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+__global__ void __launch_bounds__(kThreads) merge_partials_kernel(const float* __restrict__ m,
+                                                                  const float* __restrict__ l,
+                                                                  const float* __restrict__ o, int parts, int dv,
+                                                                  float* __restrict__ out) {
+  extern __shared__ float factor[];  // [parts]: e^(m_p - M), 0 for an empty part
+  __shared__ float red[kThreads / 32];
+  __shared__ float M_sh, L_sh;
+  const int64_t r = blockIdx.x;
+  const float* mr = m + r * parts;
+  const float* lr = l + r * parts;
+  // M = max over non-empty parts (l == 0 marks an empty one, whose m may be -inf).
+  float M = -INFINITY;
+  for (int p = threadIdx.x; p < parts; p += kThreads)
+    if (lr[p] != 0.f) M = fmaxf(M, mr[p]);
+  M = warp_max(M);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = M;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float x = red[0];
+    for (int i = 1; i < kThreads / 32; ++i) x = fmaxf(x, red[i]);
+    M_sh = x;
+  }
+  __syncthreads();
+  M = M_sh;
+  float Lp = 0.f;
+  for (int p = threadIdx.x; p < parts; p += kThreads) {
+    const float f = lr[p] != 0.f ? expf(mr[p] - M) : 0.f;
+    factor[p] = f;
+    Lp += lr[p] * f;
+  }
+  Lp = warp_sum(Lp);
+  __syncthreads();  // red[] reuse, factor[] complete
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = Lp;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float x = 0.f;
+    for (int i = 0; i < kThreads / 32; ++i) x += red[i];
+    L_sh = x;
+  }
+  __syncthreads();
+  const float L = L_sh;
+  const float* orow = o + r * parts * (int64_t)dv;
+  for (int d = threadIdx.x; d < dv; d += kThreads) {
+    float acc = 0.f;
+    for (int p = 0; p < parts; ++p)
+      if (factor[p] != 0.f) acc = fmaf(orow[(int64_t)p * dv + d], factor[p], acc);
+    out[r * dv + d] = L > 0.f ? acc / L : 0.f;
+  }
+}
+
+}  // namespace
+
+void merge_partials(const float* m, const float* l, const float* o, int64_t rows, int parts, int dv, float* out,
+                    cudaStream_t stream) {
+  if (rows <= 0 || dv <= 0) return;
+  TOPKV_CHECK(parts >= 1 && parts <= 8192, "merge of {} partials per row: 1..8192 supported", parts);
+  TOPKV_CHECK(rows < INT32_MAX, "merge over {} rows is too large for one launch", rows);
+  merge_partials_kernel<<<(unsigned)rows, kThreads, (size_t)parts * sizeof(float), stream>>>(m, l, o, parts, dv,
+                                                                                             out);
+  TOPKV_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace topkv::cuda

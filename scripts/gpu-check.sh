@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The GPU checks, run on the GPU host from the repo root with a bundle built
+# elsewhere (README, "Building for a GPU host"):
+#   .gpu/bundle/bin/gpu_test_*   the GPU test binaries (CUDA backend vs CPU backend)
+#   .gpu/bundle/bin/topkv        for `topkv bench gpu-ops`, when bundled
+# Every log is teed into $OUT (default out/gpu-check); a short table of the
+# per-op errors, each binary's exit code and the benchmark comes last.
+#   scripts/gpu-check.sh                       # tests, then the benchmark (kernels +
+#                                              # a synthetic Gemma-3-270M end to end)
+#   GPU_CHECK_BENCH=0 scripts/gpu-check.sh     # tests only
+#   GPU_CHECK_LLAMA8B=1 scripts/gpu-check.sh   # also a synthetic Llama-3-8B (Q4_K, ~4.6 GB
+#                                              # written to $TMPDIR first; minutes)
+#   GPU_CHECK_SANITIZE=1 scripts/gpu-check.sh  # first the kernel tests under compute-sanitizer
+#                                              # (memcheck, racecheck, synccheck; slow)
+# Exit status: 0 when every test binary passed, 1 when one failed, 77 when
+# they skipped themselves (no device).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUNDLE=${BUNDLE:-.gpu/bundle}
+OUT=${OUT:-out/gpu-check}
+mkdir -p "$OUT"
+if [ ! -f "$BUNDLE/env.sh" ]; then
+  echo "gpu-check: no bundle at $BUNDLE (build one as the README says, or set BUNDLE=...)" >&2
+  exit 2
+fi
+# shellcheck disable=SC1091
+source "$BUNDLE/env.sh"
+
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/nvidia-smi.txt"
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+else
+  echo "nvidia-smi not found" | tee "$OUT/nvidia-smi.txt"
+  gpu="no nvidia-smi"
+fi
+
+status=0
+: > "$OUT/results.txt"
+if [ "${GPU_CHECK_SANITIZE:-0}" != 0 ]; then
+  for tool in memcheck racecheck synccheck; do
+    for exe in "$BUNDLE"/bin/gpu_test_cuda_kernels "$BUNDLE"/bin/gpu_test_cuda_backend; do
+      [ -x "$exe" ] || continue
+      name="sanitize-$tool-$(basename "$exe")"
+      echo "==== $name"
+      compute-sanitizer --tool "$tool" --error-exitcode 3 "$exe" 2>&1 | tail -n 400 > "$OUT/$name.log"
+      rc=${PIPESTATUS[0]}
+      tail -n 5 "$OUT/$name.log"
+      [ "$rc" = 0 ] || status=1
+      printf '%-44s %s\n' "$name" "$([ "$rc" = 0 ] && echo clean || echo "FAILED (exit $rc)")" >> "$OUT/results.txt"
+    done
+  done
+fi
+shopt -s nullglob
+tests=("$BUNDLE"/bin/gpu_test_*)
+if [ ${#tests[@]} -eq 0 ]; then
+  echo "gpu-check: no gpu_test_* binaries in $BUNDLE/bin" >&2
+  exit 2
+fi
+for exe in "${tests[@]}"; do
+  name=$(basename "$exe")
+  echo "==== $name"
+  start=$(date +%s%N)
+  "$exe" --durations yes 2>&1 | tee "$OUT/$name.log"
+  rc=${PIPESTATUS[0]}
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  case $rc in
+    0) verdict=passed ;;
+    77) verdict="SKIPPED (no device)"; [ $status = 0 ] && status=77 ;;
+    *) verdict="FAILED (exit $rc)"; status=1 ;;
+  esac
+  printf '%-28s %-22s %5d.%01ds\n' "$name" "$verdict" $((ms / 1000)) $((ms % 1000 / 100)) >> "$OUT/results.txt"
+done
+
+if [ "${GPU_CHECK_BENCH:-1}" != 0 ] && [ -x "$BUNDLE/bin/topkv" ]; then
+  models=$(mktemp -d "${TMPDIR:-/tmp}/topkv-gpu-check.XXXXXX")
+  trap 'rm -rf "$models"' EXIT
+  echo "==== topkv bench gpu-ops"
+  "$BUNDLE/bin/topkv" model synth --preset gemma3-270m -q -o "$models/gemma3-270m.gguf" 2>&1 | tee "$OUT/synth.log"
+  "$BUNDLE/bin/topkv" bench gpu-ops --model "$models/gemma3-270m.gguf" --out "$OUT/gpu-ops.jsonl" 2>&1 |
+    tee "$OUT/bench.log"
+  if [ "${GPU_CHECK_LLAMA8B:-0}" != 0 ]; then
+    "$BUNDLE/bin/topkv" model synth --preset llama3-8b -q -o "$models/llama3-8b.gguf" 2>&1 | tee -a "$OUT/synth.log"
+    "$BUNDLE/bin/topkv" bench gpu-ops --model-only --model "$models/llama3-8b.gguf" --out "$OUT/gpu-ops-8b.jsonl" \
+      2>&1 | tee -a "$OUT/bench.log"
+  fi
+fi
+
+echo
+echo "================ gpu-check summary ($gpu) ================"
+grep -h '^SUMMARY' "$OUT"/gpu_test_*.log | sed 's/^SUMMARY[-A-Z]* //' || true
+echo
+cat "$OUT/results.txt"
+if [ -f "$OUT/bench.log" ]; then
+  echo
+  grep -h '^BENCH' "$OUT/bench.log" | sed 's/^BENCH //' || true
+fi
+echo "logs: $OUT"
+exit $status

@@ -1,0 +1,115 @@
+// The CUDA kernels beyond the Backend interface, against their CPU twins:
+// the exact partial-attention merge (gpu/partial_attention.h) and device
+// sampling (src/model/sampler.h). One SUMMARY line per kernel.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "gpu/cuda_backend_impl.h"
+#include "gpu/cuda_kernels.h"
+#include "gpu/cuda_sampler.h"
+#include "gpu/partial_attention.h"
+#include "src/common/error.h"
+#include "src/model/sampler.h"
+#include "tests/gpu/cuda_test_util.h"
+
+using namespace topkv;
+using namespace topkv::test;
+
+namespace {
+cuda::CudaBackend& cuda_be() { return dynamic_cast<cuda::CudaBackend&>(gpu()); }
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+}  // namespace
+
+TEST_CASE("merge_partials equals partial_merge + partial_finish, empty parts skipped") {
+  auto& be = cuda_be();
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> um(-8.f, 8.f), ul(0.5f, 20.f), u01(0.f, 1.f);
+  OpSummary s("merge_partials", 1e-5);
+  for (int64_t rows : {1, 37})
+    for (int parts : {1, 2, 64, 300})
+      for (int dv : {64, 100, 256}) {
+        CAPTURE(rows, parts, dv);
+        const size_t np = (size_t)rows * parts;
+        std::vector<float> m(np), l(np), o(np * dv);
+        std::vector<float> ref((size_t)rows * dv);
+        for (int64_t r = 0; r < rows; ++r) {
+          AttnPartial acc(dv);
+          const bool all_empty = r == 1;  // one row with nothing in it: zeros out
+          for (int p = 0; p < parts; ++p) {
+            const size_t i = (size_t)r * parts + p;
+            const bool empty = all_empty || u01(rng) < 0.2f;
+            AttnPartial part(dv);
+            if (empty) {  // an empty part's m and o are never read: make them poison
+              m[i] = -INFINITY, l[i] = 0.f;
+              for (int d = 0; d < dv; ++d) o[i * dv + d] = kNaN;
+            } else {
+              m[i] = um(rng), l[i] = ul(rng);
+              part.m = m[i], part.l = l[i];
+              for (int d = 0; d < dv; ++d) part.o[d] = o[i * dv + d] = um(rng) * l[i];
+            }
+            partial_merge(acc, part);
+          }
+          partial_finish(acc, ref.data() + r * dv);
+        }
+        Buffer dm = upload(be, m), dl = upload(be, l), dov = upload(be, o), dout = poisoned(be, ref.size());
+        cuda::merge_partials(dm.f32(), dl.f32(), dov.f32(), rows, parts, dv, dout.f32(), be.stream());
+        s.check(rel_err(download(be, dout, ref.size()), ref));
+      }
+}
+
+TEST_CASE("argmax on the device: lowest index on ties, -inf entries, NaN never wins") {
+  auto& be = gpu();
+  std::mt19937 rng(29);
+  int cases = 0, mismatches = 0;
+  for (int64_t n : {1, 7, 1000, 262144, 300001}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      auto l = randn((size_t)n, rng, 3.f);
+      if (variant == 1 && n > 2) l[n / 3] = l[n - 1] = 50.f;           // tie: the lower index wins
+      if (variant == 2) l[0] = -INFINITY, l[n - 1] = 40.f;              // -inf entries, max last
+      if (variant == 3 && n > 1) l[n / 2] = kNaN, l[n / 2 + 1] = 45.f;  // NaN skipped
+      const int32_t want = argmax(l);  // a NaN past index 0 never becomes std::max_element's pick either
+      Buffer d = upload(be, l);
+      const int32_t got = cuda_argmax(be, d.f32(), n);
+      CAPTURE(n, variant, want, got);
+      CHECK(got == want);
+      ++cases, mismatches += got != want;
+    }
+  }
+  std::printf("SUMMARY %-34s cases %5d   mismatches %d   %s\n", "argmax", cases, mismatches,
+              mismatches ? "FAIL" : "ok");
+}
+
+TEST_CASE("CudaSampler draws Sampler's tokens for the same seed and logits") {
+  auto& be = gpu();
+  std::mt19937 rng(31);
+  int draws = 0, mismatches = 0;
+  struct Mode { float temperature; int top_k; float top_p; };
+  for (const Mode md : {Mode{0.f, 0, 1.f}, Mode{0.3f, 0, 1.f}, Mode{1.f, 0, 1.f}, Mode{2.5f, 0, 1.f},
+                        Mode{0.8f, 40, 1.f}, Mode{0.8f, 0, 0.9f}})
+    for (int64_t n : {1000, 262144}) {
+      SamplerParams p;
+      p.temperature = md.temperature, p.top_k = md.top_k, p.top_p = md.top_p, p.seed = 1234 + n;
+      Sampler host(p);
+      CudaSampler dev(be, p);
+      const int steps = n > 100000 ? 12 : 100;
+      for (int step = 0; step < steps; ++step) {
+        const auto l = randn((size_t)n, rng, 2.f);
+        Buffer d = upload(be, l);
+        const int32_t want = host.sample(l), got = dev.sample(d.f32(), n);
+        CAPTURE(md.temperature, md.top_k, md.top_p, n, step);
+        CHECK(got == want);
+        ++draws, mismatches += got != want;
+      }
+    }
+  std::printf("SUMMARY %-34s draws %5d   mismatches %d   %s\n", "sampling (greedy/temp/top-k/top-p)", draws,
+              mismatches, mismatches ? "FAIL" : "ok");
+  auto cpu = make_cpu_backend();
+  REQUIRE_THROWS_AS(CudaSampler(*cpu, SamplerParams{}), Error);
+  REQUIRE_THROWS_AS(CudaSampler(be, SamplerParams{-1.f}), Error);
+  CudaSampler greedy(be, SamplerParams{});
+  Buffer d = poisoned(be, 4);
+  REQUIRE_THROWS_AS(greedy.sample(d.f32(), 0), Error);
+}
