@@ -60,3 +60,34 @@ TEST_CASE("policy config files: fields, unknown keys, bad values") {
   CHECK_THROWS_WITH(p.apply_json(R"({"attn":"sparse"})", "c.json"), Catch::Contains("dense or topk"));
   CHECK_THROWS_WITH(p.apply_json("{", "c.json"), Catch::Contains("not valid JSON"));
 }
+
+#include "offload/memory_plan.h"
+
+TEST_CASE("memory plans: lines add up, top-k moves KV to the store, a run that cannot fit is refused with numbers") {
+  ModelConfig c;
+  c.n_layer = 32, c.n_head = 32, c.n_head_kv = 8, c.head_dim = 128, c.n_embd = 4096;
+  c.layers.resize(32);
+  OffloadPolicy dense, topk;
+  topk.attn = AttnMode::TopK;
+  topk.index = "faiss-ivf:codec=fp16";
+  topk.dense_layers = 2;
+  MemoryPlanInput in;
+  in.cfg = &c;
+  in.context = 131072;
+  in.weight_bytes = 16e9;
+  in.policy = &dense;
+  MemoryPlan d = plan_memory(in);
+  // 2 (K,V) x 32 layers x 8 heads x 128 x 4 bytes x 131072 tokens
+  CHECK(d.host_total() == Approx(16e9 + 2.0 * 32 * 8 * 128 * 4 * 131072));
+  in.policy = &topk;
+  MemoryPlan t = plan_memory(in);
+  CHECK(t.host_total() > d.host_total());  // prefill is dense, plus the stores and indexes
+  double store = 0;
+  for (auto& l : t.lines)
+    if (l.what.find("store") != std::string::npos) store = l.host;
+  CHECK(store == Approx(30.0 * 8 * (131072 - 4 - 256) * 2 * 128 * 2));
+  CHECK_NOTHROW(check_plan_fits(t, 1e15));
+  CHECK_NOTHROW(check_plan_fits(t, 0));  // unknown: no check
+  CHECK_THROWS_WITH(check_plan_fits(t, 1e9), Catch::Contains("host memory") && Catch::Contains("memory plan"));
+  CHECK(t.table().find("indexes (faiss-ivf:codec=fp16") != std::string::npos);
+}

@@ -17,6 +17,7 @@
 #include <random>
 #include <sstream>
 
+#include "offload/memory_plan.h"
 #include "offload/offload_runtime.h"
 #include "src/cli/commands.h"
 #include "src/cli/policy_options.h"
@@ -148,6 +149,19 @@ void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
   mo.weights = parse_weight_mode(a.weights);
   std::unique_ptr<OffloadRuntime> offload;
   if (policy.attn == AttnMode::TopK) offload = std::make_unique<OffloadRuntime>(cfg, policy, !a.quiet);
+  {  // refuse a run that cannot fit before any work, with the numbers
+    MemoryPlanInput mi;
+    mi.cfg = &cfg, mi.policy = &policy, mi.context = n_ctx, mi.max_chunk = mo.max_chunk;
+    mi.kv_dtype = mo.kv_dtype;
+    mi.weight_bytes = (double)file->file_size();  // quant: the mapped file becomes resident
+    if (mo.weights == WeightMode::F32) {         // f32: 4 bytes per parameter
+      mi.weight_bytes = 0;
+      for (const auto& t : file->tensors()) mi.weight_bytes += 4.0 * t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+    }
+    MemoryPlan plan = plan_memory(mi);
+    if (!a.quiet) fmt::print(stderr, "{}\n", plan.table());
+    check_plan_fits(plan, host_memory_available());
+  }
   Timer load_timer;
   Model model(file, *backend, mo);
   model.touch_weights();  // page the mapped weights in now, not inside the timed prefill
