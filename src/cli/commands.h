@@ -6,5 +6,6 @@ namespace topkv::cli {
 
 void register_info(CLI::App& app);
 void register_bench(CLI::App& app);  // bench recall (and later bench decode)
+void register_bench_recall(CLI::App& bench);  // bench/recall_cli.cpp
 
 }  // namespace topkv::cli
