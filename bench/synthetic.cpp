@@ -7,6 +7,8 @@
 #include <numeric>
 #include <thread>
 
+#include "bench/rng.h"
+#include "bench/synthetic_plant.h"
 #include "src/common/error.h"
 #include "src/common/progress.h"
 #include "src/common/vec_math.h"
@@ -15,71 +17,11 @@ namespace topkv {
 
 namespace {
 
-// ---- random numbers: counter-seeded streams, so results do not depend on threads
-
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// xoshiro256** (Blackman & Vigna) seeded through splitmix64 from (seed, a, b, c).
-class Rng {
- public:
-  Rng(uint64_t seed, uint64_t a, uint64_t b = 0, uint64_t c = 0) {
-    uint64_t s = seed;
-    for (uint64_t x : {a, b, c}) {
-      s ^= x + 0x632be59bd9b4e019ull + (s << 6) + (s >> 2);
-      splitmix64(s);
-    }
-    for (auto& w : s_) w = splitmix64(s);
-  }
-  uint64_t next() {
-    const uint64_t r = rotl(s_[1] * 5, 7) * 9, t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return r;
-  }
-  double uniform() { return (double)(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  int64_t below(int64_t n) { return (int64_t)(uniform() * (double)n); }
-  // Marsaglia's polar method (no trigonometry); the second value of each pair
-  // is kept for the next call.
-  double normal() {
-    if (have_spare_) {
-      have_spare_ = false;
-      return spare_;
-    }
-    double u, v, s;
-    do {
-      u = 2.0 * uniform() - 1.0;
-      v = 2.0 * uniform() - 1.0;
-      s = u * u + v * v;
-    } while (s >= 1.0 || s == 0.0);
-    const double f = std::sqrt(-2.0 * std::log(s) / s);
-    spare_ = v * f;
-    have_spare_ = true;
-    return u * f;
-  }
- private:
-  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t s_[4];
-  double spare_ = 0;
-  bool have_spare_ = false;
-};
-
 // Stream ids: each kind of draw has its own family of streams.
 enum Stream : uint64_t { kConst = 1, kTopic = 2, kNoise = 3, kSample = 4, kQuery = 5 };
 
 constexpr int64_t kSubBlock = 1024;         // rows per random stream
 constexpr int64_t kSuperBlock = 64 * 1024;  // rows generated before appending to the stores
-constexpr int64_t kWindow = 256;            // newest keys scored exactly when calibrating
-constexpr int64_t kStrata = 4096;           // stratified sample of the older keys
-constexpr int kCalibrationSteps = 20;  // damped Newton steps, each O(rest keys x groups)
 
 float norm2(const std::vector<float>& v) { return std::sqrt(std::inner_product(v.begin(), v.end(), v.begin(), 0.f)); }
 
@@ -243,252 +185,6 @@ void generate_keys_values(const SyntheticConfig& c, const HeadModel& M, int head
   }
 }
 
-// Stratified sample of the keys a query's softmax normaliser is estimated from:
-// the newest kWindow keys exactly (recency makes them peaky), one random key
-// per stratum of the older ones, each standing for its stratum. Sinks are
-// excluded: they are only ever planted targets.
-struct NormaliserSample {
-  std::vector<int64_t> pos;
-  std::vector<float> log_weight;  // ln(stratum size)
-  std::vector<float> rows;        // fp32 keys as stored
-  std::vector<float> mean, inv_var;  // per-dimension key statistics, for whitening target directions
-};
-
-NormaliserSample make_sample(const SyntheticConfig& c, const RowStore& keys, int head) {
-  NormaliserSample S;
-  const int64_t n = keys.size(), lo = std::min<int64_t>(c.n_sinks, n);
-  const int64_t window_lo = std::max(lo, n - kWindow), span = window_lo - lo;
-  const int64_t strata = std::min(kStrata, span);
-  Rng r(c.seed, kSample, (uint64_t)head);
-  for (int64_t s = 0; s < strata; ++s) {
-    int64_t a = lo + span * s / strata, b = lo + span * (s + 1) / strata;
-    S.pos.push_back(a + r.below(b - a));
-    S.log_weight.push_back((float)std::log((double)(b - a)));
-  }
-  for (int64_t t = window_lo; t < n; ++t) {
-    S.pos.push_back(t);
-    S.log_weight.push_back(0.f);
-  }
-  const int d = keys.dim();
-  S.rows.resize(S.pos.size() * d);
-  for (size_t i = 0; i < S.pos.size(); ++i) keys.row_f32(S.pos[i], &S.rows[i * d]);
-  S.mean.assign(d, 0.f);
-  S.inv_var.assign(d, 1.f);
-  if (S.pos.empty()) return S;
-  std::vector<double> m(d, 0.0), v(d, 0.0);
-  for (size_t i = 0; i < S.pos.size(); ++i)
-    for (int j = 0; j < d; ++j) m[j] += S.rows[i * d + j];
-  for (auto& x : m) x /= (double)S.pos.size();
-  for (size_t i = 0; i < S.pos.size(); ++i)
-    for (int j = 0; j < d; ++j) v[j] += (S.rows[i * d + j] - m[j]) * (S.rows[i * d + j] - m[j]);
-  for (int j = 0; j < d; ++j) {
-    S.mean[j] = (float)m[j];
-    double var = S.pos.size() > 1 ? v[j] / (double)(S.pos.size() - 1) : 1.0;
-    S.inv_var[j] = (float)(1.0 / std::max(var, 1e-6));
-  }
-  return S;
-}
-
-// The query direction that adds exactly one (scaled) logit to key k and as
-// little as it can to the others: c = sqrt(d) w / (w·k), w = (k - mean) / var
-// made orthogonal to the mean (what every key shares). Dividing by the
-// variance whitens it: the least cross-talk per logit gained. Cross-talk
-// cannot vanish: for keys this random the best other key gains about
-// sqrt(2 ln n / d) of what the target gains, which the calibration absorbs.
-std::vector<float> target_direction(const float* k, const NormaliserSample& S, int d) {
-  const float* ref = S.mean.data();
-  std::vector<float> w(d);
-  double wr = 0, rr = 0, kk = 0;
-  for (int i = 0; i < d; ++i) {
-    w[i] = (k[i] - ref[i]) * S.inv_var[i];
-    wr += (double)w[i] * ref[i];
-    rr += (double)ref[i] * ref[i];
-    kk += (double)k[i] * k[i];
-  }
-  double wk = 0, spread = 0;
-  for (int i = 0; i < d; ++i) {
-    if (rr > 0) w[i] -= (float)(wr / rr) * ref[i];
-    wk += (double)w[i] * k[i];
-    spread += (double)(k[i] - ref[i]) * (k[i] - ref[i]) * S.inv_var[i];
-  }
-  // A key at the mean has nothing of its own to aim at: fall back to the
-  // plain direction of k, which is never degenerate.
-  if (!(wk > 0.25 * spread) || !(spread > 0)) {
-    for (int i = 0; i < d; ++i) w[i] = k[i];
-    wk = kk > 0 ? kk : 1.0;
-  }
-  for (auto& x : w) x = (float)(std::sqrt((double)d) * x / wk);
-  return w;
-}
-
-// Solves A x = b (n x n, row-major) by Gaussian elimination with partial
-// pivoting; false if singular.
-bool solve_linear(std::vector<double> A, std::vector<double>& b) {
-  const size_t n = b.size();
-  for (size_t c = 0; c < n; ++c) {
-    size_t piv = c;
-    for (size_t r = c + 1; r < n; ++r)
-      if (std::fabs(A[r * n + c]) > std::fabs(A[piv * n + c])) piv = r;
-    if (!(std::fabs(A[piv * n + c]) > 1e-9)) return false;
-    for (size_t k = 0; k < n; ++k) std::swap(A[c * n + k], A[piv * n + k]);
-    std::swap(b[c], b[piv]);
-    for (size_t r = c + 1; r < n; ++r) {
-      double f = A[r * n + c] / A[c * n + c];
-      for (size_t k = c; k < n; ++k) A[r * n + k] -= f * A[c * n + k];
-      b[r] -= f * b[c];
-    }
-  }
-  for (size_t c = n; c-- > 0;) {
-    for (size_t k = c + 1; k < n; ++k) b[c] -= A[c * n + k] * b[k];
-    b[c] /= A[c * n + c];
-  }
-  return true;
-}
-
-// The keys a planted query's softmax normaliser is estimated over, apart from
-// its targets: the stratified sample, the sinks when they are not targets, and
-// exactly the neighbourhood of every far target (its passage shares the
-// target's topic, so it gains with it; sampling it would miss that).
-struct RestSet {
-  std::vector<const float*> rows;
-  std::vector<float> log_weight;
-  std::vector<float> storage;  // rows not in the sample
-};
-
-RestSet rest_set(const SyntheticConfig& c, const NormaliserSample& S, const RowStore& keys,
-                 const std::vector<int64_t>& targets, const std::vector<int64_t>& far_targets) {
-  const int d = keys.dim();
-  const int64_t n = keys.size(), radius = std::clamp<int64_t>((int64_t)(2 * c.topic_len), 16, 1024);
-  std::vector<int64_t> exact;
-  if (far_targets.empty() || targets.front() != 0)  // sinks not planted: part of the rest
-    for (int64_t t = 0; t < std::min<int64_t>(c.n_sinks, n); ++t) exact.push_back(t);
-  for (int64_t t : far_targets)
-    for (int64_t u = std::max<int64_t>(c.n_sinks, t - radius); u <= std::min(n - 1, t + radius); ++u)
-      exact.push_back(u);
-  std::sort(exact.begin(), exact.end());
-  exact.erase(std::unique(exact.begin(), exact.end()), exact.end());
-  std::vector<int64_t> sorted_targets = targets;
-  std::sort(sorted_targets.begin(), sorted_targets.end());
-  auto is_target = [&](int64_t u) { return std::binary_search(sorted_targets.begin(), sorted_targets.end(), u); };
-  exact.erase(std::remove_if(exact.begin(), exact.end(), is_target), exact.end());
-
-  RestSet R;
-  R.storage.resize(exact.size() * d);
-  for (size_t i = 0; i < exact.size(); ++i) {
-    keys.row_f32(exact[i], &R.storage[i * d]);
-    R.rows.push_back(&R.storage[i * d]);
-    R.log_weight.push_back(0.f);
-  }
-  for (size_t i = 0; i < S.pos.size(); ++i) {
-    if (is_target(S.pos[i]) || std::binary_search(exact.begin(), exact.end(), S.pos[i])) continue;
-    R.rows.push_back(&S.rows[i * d]);
-    R.log_weight.push_back(S.log_weight[i]);
-  }
-  return R;
-}
-
-// Adds sum_G delta_G c_G to the query q (post-RoPE), with c_G the mean target
-// direction of group G, choosing delta so that each group's log-sum-exp of
-// scores reaches ln(share_G / (1 - total share)) + ln Z_rest: then the groups
-// hold about their shares of the softmax. Newton steps on the small system
-// F_G(delta) = log-mass gap, whose Jacobian is the softmax-weighted response of
-// each group's targets minus that of the rest to each direction (the
-// directions lift the other keys too: cross-talk).
-void plant(const SyntheticConfig& c, const NormaliserSample& S, const std::vector<int64_t>& tgt,
-           const std::vector<std::vector<size_t>>& group, const std::vector<double>& share,
-           const std::vector<int64_t>& far_targets, const RowStore& keys, float* q) {
-  const int d = keys.dim();
-  const size_t ng = group.size(), nt = tgt.size();
-  const float inv_sqrt_d = 1.f / std::sqrt((float)d);
-  std::vector<float> krows(nt * d), dirs(ng * d, 0.f);
-  for (size_t t = 0; t < nt; ++t) keys.row_f32(tgt[t], &krows[t * d]);
-  for (size_t g = 0; g < ng; ++g)
-    for (size_t t : group[g]) {
-      auto w = target_direction(&krows[t * d], S, d);
-      axpy_f32(1.f / (float)group[g].size(), w.data(), &dirs[g * d], (size_t)d);
-    }
-  const RestSet R = rest_set(c, S, keys, tgt, far_targets);
-  const size_t nr = R.rows.size();
-  if (nr == 0) return;
-  // resp[t][g] / rresp[i][g]: logits direction g adds to target t / rest row i per unit delta.
-  std::vector<double> resp(nt * ng), rresp(nr * ng);
-  for (size_t t = 0; t < nt; ++t)
-    for (size_t g = 0; g < ng; ++g) resp[t * ng + g] = dot_f32(&krows[t * d], &dirs[g * d], (size_t)d) * inv_sqrt_d;
-  for (size_t i = 0; i < nr; ++i)
-    for (size_t g = 0; g < ng; ++g) rresp[i * ng + g] = dot_f32(R.rows[i], &dirs[g * d], (size_t)d) * inv_sqrt_d;
-  const double log_other = std::log(1.0 - std::accumulate(share.begin(), share.end(), 0.0));
-
-  // Scores are linear in delta: s(delta) = s(0) + sum_g delta_g resp[.][g].
-  std::vector<double> rest0(nr), tgt0(nt);
-  for (size_t i = 0; i < nr; ++i) rest0[i] = dot_f32(R.rows[i], q, (size_t)d) * inv_sqrt_d + R.log_weight[i];
-  for (size_t t = 0; t < nt; ++t) tgt0[t] = dot_f32(&krows[t * d], q, (size_t)d) * inv_sqrt_d;
-
-  struct Eval {
-    std::vector<double> residual, J;  // residual[g]: wanted minus current log-mass gap; J = d gap / d delta
-    double norm2 = 0;
-  };
-  std::vector<double> ls(nr), score(nt);
-  auto evaluate = [&](const std::vector<double>& delta) {
-    Eval e;
-    e.residual.resize(ng);
-    e.J.assign(ng * ng, 0.0);
-    double mx = -INFINITY, z = 0;
-    for (size_t i = 0; i < nr; ++i) {
-      ls[i] = rest0[i];
-      for (size_t g = 0; g < ng; ++g) ls[i] += delta[g] * rresp[i * ng + g];
-      mx = std::max(mx, ls[i]);
-    }
-    for (double x : ls) z += std::exp(x - mx);
-    const double log_rest = mx + std::log(z);
-    std::vector<double> rest_grad(ng, 0.0);
-    for (size_t i = 0; i < nr; ++i) {
-      double p = std::exp(ls[i] - log_rest);
-      for (size_t h = 0; h < ng; ++h) rest_grad[h] += p * rresp[i * ng + h];
-    }
-    for (size_t t = 0; t < nt; ++t) {
-      score[t] = tgt0[t];
-      for (size_t g = 0; g < ng; ++g) score[t] += delta[g] * resp[t * ng + g];
-    }
-    for (size_t g = 0; g < ng; ++g) {
-      double m = -INFINITY, zg = 0;
-      for (size_t t : group[g]) m = std::max(m, score[t]);
-      for (size_t t : group[g]) zg += std::exp(score[t] - m);
-      e.residual[g] = std::log(share[g]) - log_other + log_rest - (m + std::log(zg));
-      e.norm2 += e.residual[g] * e.residual[g];
-      for (size_t h = 0; h < ng; ++h) e.J[g * ng + h] = -rest_grad[h];
-      for (size_t t : group[g]) {
-        double p = std::exp(score[t] - m) / zg;
-        for (size_t h = 0; h < ng; ++h) e.J[g * ng + h] += p * resp[t * ng + h];
-      }
-    }
-    return e;
-  };
-  // Damped Newton: halve the step until the residual shrinks. Where no delta
-  // reaches the shares (cross-talk lifting some other key as fast as the
-  // target), this stops at the best it found.
-  std::vector<double> delta(ng, 0.0);
-  Eval cur = evaluate(delta);
-  for (int step = 0; step < kCalibrationSteps && cur.norm2 > 1e-4; ++step) {
-    std::vector<double> dir = cur.residual;
-    bool ok = solve_linear(cur.J, dir);
-    for (double x : dir) ok = ok && std::isfinite(x);
-    if (!ok) dir = cur.residual;
-    bool improved = false;
-    for (double alpha = 1.0; alpha > 1e-3 && !improved; alpha *= 0.5) {
-      std::vector<double> trial = delta;
-      for (size_t g = 0; g < ng; ++g) trial[g] += alpha * std::clamp(dir[g], -30.0, 30.0);
-      Eval e = evaluate(trial);
-      if (e.norm2 < cur.norm2) {
-        delta = std::move(trial);
-        cur = std::move(e);
-        improved = true;
-      }
-    }
-    if (!improved) break;
-  }
-  for (size_t g = 0; g < ng; ++g) axpy_f32((float)delta[g], &dirs[g * d], q, (size_t)d);
-}
-
 // One query head of one decode step: base query, then planted sink/retrieval hits.
 void make_query(const SyntheticConfig& c, const HeadModel& M, const NormaliserSample& S, const RowStore& keys,
                 int head, int j, int g, float* q, PlantedQuery& planted) {
@@ -503,19 +199,14 @@ void make_query(const SyntheticConfig& c, const HeadModel& M, const NormaliserSa
 
   // Planted groups: the sinks together (their keys are nearly parallel, so they
   // are calibrated as one), each far target on its own.
-  std::vector<int64_t> tgt;               // target key positions
-  std::vector<std::vector<size_t>> group;  // indices into tgt
-  std::vector<double> share;              // attention share each group should get
+  std::vector<PlantGroup> groups;
   planted.sink = c.n_sinks > 0 && r.uniform() < c.sink_frac;
   if (planted.sink) {
-    group.emplace_back();
-    for (int64_t t = 0; t < std::min<int64_t>(c.n_sinks, n); ++t) {
-      group.back().push_back(tgt.size());
-      tgt.push_back(t);
-    }
-    share.push_back(c.sink_mass);
+    groups.emplace_back();
+    for (int64_t t = 0; t < std::min<int64_t>(c.n_sinks, n); ++t) groups.back().keys.push_back(t);
+    groups.back().share = c.sink_mass;
   }
-  const int64_t far_lo = std::min<int64_t>(c.n_sinks, n), far_hi = std::max(far_lo, n - kWindow);
+  const int64_t far_lo = std::min<int64_t>(c.n_sinks, n), far_hi = std::max(far_lo, n - kNewestExact);
   if (r.uniform() < c.retrieval_frac && far_hi > far_lo) {
     const int64_t want = std::min<int64_t>(c.retrieval_targets, far_hi - far_lo);
     while ((int64_t)planted.targets.size() < want) {
@@ -524,15 +215,10 @@ void make_query(const SyntheticConfig& c, const HeadModel& M, const NormaliserSa
         planted.targets.push_back(t);
     }
     std::sort(planted.targets.begin(), planted.targets.end());
-    for (int64_t t : planted.targets) {
-      group.push_back({tgt.size()});
-      tgt.push_back(t);
-      share.push_back(c.retrieval_mass / (double)want);
-    }
+    for (int64_t t : planted.targets) groups.push_back({{t}, c.retrieval_mass / (double)want});
   }
-  // Nothing else to share the attention with (every key a target): no calibration needed.
-  if (tgt.empty() || S.pos.empty()) return;
-  plant(c, S, tgt, group, share, planted.targets, keys, q);
+  const int64_t neighbourhood = std::clamp<int64_t>((int64_t)(2 * c.topic_len), 16, 1024);
+  plant_targets(S, keys, groups, c.n_sinks, neighbourhood, q);
 }
 
 }  // namespace
@@ -604,7 +290,8 @@ SyntheticData generate_synthetic(const SyntheticConfig& cfg, int n_threads, bool
     head.group = cfg.group;
     generate_keys_values(cfg, M, h, head, threads, bar);
 
-    const NormaliserSample S = make_sample(cfg, *head.keys, h);
+    Rng sample_rng(cfg.seed, kSample, (uint64_t)h);
+    const NormaliserSample S = make_normaliser_sample(*head.keys, cfg.n_sinks, sample_rng);
     const int64_t nq = (int64_t)cfg.n_queries * cfg.group;
     head.queries.resize((size_t)nq * cfg.head_dim);
     std::vector<PlantedQuery> planted((size_t)nq);
