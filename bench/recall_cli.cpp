@@ -87,6 +87,7 @@ void run(RecallArgs& a) {
   TOPKV_CHECK(a.k >= 1, "--k must be at least 1 (got {})", a.k);
   TOPKV_CHECK(a.threads >= 0, "--threads must be >= 0 (0 = all cores)");
   TOPKV_CHECK(a.queries >= 0, "--queries must be >= 0");
+  TOPKV_CHECK(a.scale >= 0, "--scale must be positive (0 = the data's own)");
   if (!a.dtype.empty()) parse_dtype(a.dtype);
   TOPKV_CHECK(a.png_metric == "recall" || a.png_metric == "mass", "--png-metric is recall or mass, not '{}'",
               a.png_metric);
@@ -107,7 +108,6 @@ void run(RecallArgs& a) {
 
   AttentionData data = load_data(a);
   if (a.scale > 0) data.scale = a.scale;
-  TOPKV_CHECK(a.scale >= 0, "--scale must be positive (0 = the data's own)");
   if (!a.save_dump.empty()) {
     KvDumpWriter w("synthetic");
     w.add_layer(0, data);
