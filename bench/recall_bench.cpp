@@ -198,13 +198,14 @@ RecallBenchResult run_recall_bench(const AttentionData& data, const RecallBenchC
 
       const KvIndex& index = *idx[0];
       for (int j = 0; j < std::min(kWarmupSearches, nq); ++j) index.search(head.step_queries(j), G, row.params);
-      std::vector<double> lat, rec, mass, err, scored, ids;
+      std::vector<double> lat, rec, mass, err, scored, ids, summaries;
       for (int j = 0; j < nq; ++j) {
         Timer t;
         SearchResult r = index.search(head.step_queries(j), G, row.params);
         lat.push_back(t.us());
         scored.push_back(fraction_scored(r, head.n_keys()));
         ids.push_back((double)r.ids.size());
+        summaries.push_back((double)r.stats.summaries_scored);
         for (int g = 0; g < G; ++g) {
           const float* q = head.step_queries(j) + (size_t)g * head.dim();
           QueryMetrics m = evaluate_query(r, g, q, truth[(size_t)j * G + g], *head.keys, *head.values, data.scale,
@@ -219,6 +220,7 @@ RecallBenchResult run_recall_bench(const AttentionData& data, const RecallBenchC
       row.output_error = summarize(err);
       row.fraction_scored = mean(scored);
       row.ids_per_search = mean(ids);
+      row.summaries_per_search = mean(summaries);
       row.latency_us = summarize(lat);
       row.qps = row.latency_us.mean > 0 ? 1e6 / row.latency_us.mean : 0;
 

@@ -67,6 +67,7 @@ struct RecallRow {
   int64_t n_keys = 0;
   Stat recall, mass_recall, output_error;  // over query heads
   double fraction_scored = 0;  // mean over searches
+  double summaries_per_search = 0;  // centroids / page bounds / coarse nodes evaluated per search call
   double ids_per_search = 0;   // mean ids returned per search call (the GQA union)
   Stat latency_us;             // one search call, one thread
   double qps = 0;              // 1e6 / mean latency

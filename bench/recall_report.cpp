@@ -89,7 +89,7 @@ void print_recall_table(const RecallBenchResult& r, std::FILE* out) {
   for (auto& row : r.rows)
     fmt::print(out,
                "{:<24} {:<22} {:>8.2f} {:>7.1f} {:>7.1f} | {:>6.4f} {:>6.4f} {:>6.4f} | {:>6.4f} {:>6.4f} {:>6.4f} | "
-               "{:>7.4f} {:>7.4f} | {:>7.4f} {:>7.1f} | {:>8.1f} {:>8.1f} {:>9.0f} | {:>9} {:>9}\n",
+               "{:>7.4f} {:>7.4f} | {:>7.3g} {:>7.1f} | {:>8.1f} {:>8.1f} {:>9.0f} | {:>9} {:>9}\n",
                row.index, row.label, row.build_seconds, row.bytes_per_key_structure(), row.bytes_per_key_owned(),
                row.recall.mean, row.recall.p5, row.recall.p50, row.mass_recall.mean, row.mass_recall.p5,
                row.mass_recall.p50, row.output_error.mean, row.output_error.p50, row.fraction_scored,
@@ -102,17 +102,18 @@ void write_recall_csv(const RecallBenchResult& r, const std::string& path) {
   std::string s =
       "index,backend,build_params,label,k,ef,nprobe,threshold,gqa,build_s,bytes_per_key_structure,"
       "bytes_per_key_owned,recall_mean,recall_p5,recall_p50,mass_mean,mass_p5,mass_p50,err_mean,err_p50,"
-      "fraction_scored,ids_per_search,lat_mean_us,lat_p50_us,lat_p99_us,qps,layer_heads,layer_p50_us,"
+      "fraction_scored,summaries_per_search,ids_per_search,lat_mean_us,lat_p50_us,lat_p99_us,qps,layer_heads,layer_p50_us,"
       "layer_p99_us,n_keys,head_dim,group,n_queries,recall_k\n";
   for (auto& row : r.rows) {
     const auto& p = row.params;
     s += fmt::format("{},{},{},{},{},{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},"
-                     "{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{},{},{},{},{},{},{},{}\n",
+                     "{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{},{},{},{},{},{},{},{}\n",
                      csv_field(row.index), csv_field(row.backend), csv_field(row.build_params), csv_field(row.label),
                      p.k, p.ef, p.nprobe, p.threshold, gqa_name(p.gqa), row.build_seconds,
                      row.bytes_per_key_structure(), row.bytes_per_key_owned(), row.recall.mean, row.recall.p5,
                      row.recall.p50, row.mass_recall.mean, row.mass_recall.p5, row.mass_recall.p50,
-                     row.output_error.mean, row.output_error.p50, row.fraction_scored, row.ids_per_search,
+                     row.output_error.mean, row.output_error.p50, row.fraction_scored, row.summaries_per_search,
+                     row.ids_per_search,
                      row.latency_us.mean, row.latency_us.p50, row.latency_us.p99, row.qps, row.layer_heads,
                      row.layer_heads ? fmt::format("{:.6g}", row.layer_latency_us.p50) : "",
                      row.layer_heads ? fmt::format("{:.6g}", row.layer_latency_us.p99) : "", r.n_keys, r.head_dim,
@@ -170,6 +171,7 @@ nlohmann::ordered_json recall_json(const RecallBenchResult& r) {
         {"mass_recall", stat_json(row.mass_recall)},
         {"output_error", stat_json(row.output_error)},
         {"fraction_scored", row.fraction_scored},
+        {"summaries_per_search", row.summaries_per_search},
         {"ids_per_search", row.ids_per_search},
         {"latency_us", stat_json(row.latency_us)},
         {"qps", row.qps},
