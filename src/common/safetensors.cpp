@@ -1,0 +1,273 @@
+#include "src/common/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "src/common/error.h"
+
+namespace topkv {
+
+namespace {
+
+struct DTypeEntry {
+  StDType type;
+  const char* name;
+  size_t size;
+};
+constexpr DTypeEntry kDTypes[] = {
+    {StDType::F64, "F64", 8}, {StDType::F32, "F32", 4}, {StDType::F16, "F16", 2}, {StDType::BF16, "BF16", 2},
+    {StDType::I64, "I64", 8}, {StDType::I32, "I32", 4}, {StDType::I16, "I16", 2}, {StDType::I8, "I8", 1},
+    {StDType::U8, "U8", 1},   {StDType::BOOL, "BOOL", 1},
+};
+
+// The reference implementation refuses headers above 100 MB; so do we.
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+// a * b, or false on overflow past 2^63.
+bool mul_ok(uint64_t a, uint64_t b, uint64_t& out) {
+  if (a != 0 && b > (uint64_t)INT64_MAX / a) return false;
+  out = a * b;
+  return true;
+}
+
+}  // namespace
+
+size_t st_dtype_size(StDType t) { return kDTypes[(size_t)t].size; }
+const char* st_dtype_name(StDType t) { return kDTypes[(size_t)t].name; }
+
+StDType parse_st_dtype(std::string_view name) {
+  for (auto& e : kDTypes)
+    if (name == e.name) return e.type;
+  fail("unsupported safetensors dtype '{}' (topkv reads F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)", name);
+}
+
+StDType st_dtype_of(DType t) {
+  switch (t) {
+    case DType::F32: return StDType::F32;
+    case DType::F16: return StDType::F16;
+    case DType::BF16: return StDType::BF16;
+  }
+  return StDType::F32;
+}
+
+bool st_is_row_type(StDType t) { return t == StDType::F32 || t == StDType::F16 || t == StDType::BF16; }
+
+DType row_dtype_of(StDType t) {
+  switch (t) {
+    case StDType::F32: return DType::F32;
+    case StDType::F16: return DType::F16;
+    case StDType::BF16: return DType::BF16;
+    default: fail("tensor type {} is not a key/value element type (use F32, F16 or BF16)", st_dtype_name(t));
+  }
+}
+
+int64_t TensorInfo::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+std::string TensorInfo::shape_str() const {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// ---- reader -------------------------------------------------------------------
+
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TOPKV_CHECK(fd >= 0, "cannot open safetensors file '{}': {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("'{}' is not a regular file", path);
+  }
+  map_bytes_ = (size_t)st.st_size;
+  if (map_bytes_ < 8) {
+    ::close(fd);
+    fail("safetensors file '{}' is {} bytes: too short for the 8-byte header length (truncated?)", path,
+         map_bytes_);
+  }
+  map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    fail("cannot memory-map '{}': {}", path, std::strerror(errno));
+  }
+  try {
+    const auto* bytes = static_cast<const uint8_t*>(map_);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
+    TOPKV_CHECK(n <= kMaxHeaderBytes, "safetensors file '{}': header length {} is over the 100 MB limit (corrupt "
+                "or not a safetensors file)", path, n);
+    TOPKV_CHECK(n <= map_bytes_ - 8, "safetensors file '{}': header of {} bytes but only {} bytes follow the "
+                "length (truncated?)", path, n, map_bytes_ - 8);
+    TOPKV_CHECK(n >= 2 && bytes[8] == '{', "safetensors file '{}': the header is not a JSON object", path);
+    const uint64_t data_bytes = map_bytes_ - 8 - n;
+    data_ = bytes + 8 + n;
+
+    nlohmann::json h;
+    try {
+      h = nlohmann::json::parse(bytes + 8, bytes + 8 + n);
+    } catch (const nlohmann::json::exception& e) {
+      fail("safetensors file '{}': header is not valid JSON ({})", path, e.what());
+    }
+    TOPKV_CHECK(h.is_object(), "safetensors file '{}': the header is not a JSON object", path);
+    for (auto& [name, v] : h.items()) {
+      if (name == "__metadata__") {
+        TOPKV_CHECK(v.is_object(), "safetensors file '{}': __metadata__ must be an object of strings", path);
+        for (auto& [k, s] : v.items()) {
+          TOPKV_CHECK(s.is_string(), "safetensors file '{}': metadata '{}' is not a string", path, k);
+          metadata_[k] = s.get<std::string>();
+        }
+        continue;
+      }
+      auto bad = [&](const std::string& what) {
+        fail("safetensors file '{}': tensor '{}': {}", path, name, what);
+      };
+      if (!v.is_object()) bad("entry is not an object");
+      TensorInfo t;
+      t.name = name;
+      auto dt = v.find("dtype");
+      if (dt == v.end() || !dt->is_string()) bad("missing dtype");
+      t.dtype = parse_st_dtype(dt->get<std::string>());
+      auto sh = v.find("shape");
+      if (sh == v.end() || !sh->is_array()) bad("missing shape");
+      uint64_t numel = 1;
+      for (auto& x : *sh) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0) bad("shape " + sh->dump() + " has a bad dimension");
+        t.shape.push_back(x.get<int64_t>());
+        if (!mul_ok(numel, (uint64_t)t.shape.back(), numel)) bad("shape " + sh->dump() + " overflows");
+      }
+      auto off = v.find("data_offsets");
+      if (off == v.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+          !(*off)[1].is_number_unsigned())
+        bad("data_offsets must be two non-negative integers");
+      t.begin = (*off)[0].get<uint64_t>();
+      t.end = (*off)[1].get<uint64_t>();
+      if (t.begin > t.end || t.end > data_bytes)
+        bad(fmt::format("data_offsets [{}, {}] outside the {} data bytes the file holds (truncated?)", t.begin,
+                        t.end, data_bytes));
+      uint64_t want;
+      if (!mul_ok(numel, st_dtype_size(t.dtype), want) || want != t.nbytes())
+        bad(fmt::format("{} {} needs {} bytes but data_offsets span {}", st_dtype_name(t.dtype), t.shape_str(),
+                        numel * st_dtype_size(t.dtype), t.nbytes()));
+      tensors_.push_back(std::move(t));
+    }
+    // The spec: offsets cover the buffer exactly, no holes, no overlaps.
+    std::sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
+      return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+    });
+    uint64_t at = 0;
+    for (auto& t : tensors_) {
+      TOPKV_CHECK(t.begin == at, "safetensors file '{}': tensor '{}' starts at byte {} of the data but the "
+                  "previous one ends at {} (overlap or hole: corrupt file)", path, t.name, t.begin, at);
+      at = t.end;
+    }
+    TOPKV_CHECK(at == data_bytes, "safetensors file '{}': tensors cover {} bytes but {} follow the header "
+                "(trailing garbage or a corrupt header)", path, at, data_bytes);
+    for (size_t i = 0; i < tensors_.size(); ++i) by_name_[tensors_[i].name] = i;
+  } catch (...) {
+    ::munmap(map_, map_bytes_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  if (map_) ::munmap(map_, map_bytes_);
+}
+
+std::string SafetensorsReader::metadata_or(const std::string& key, const std::string& def) const {
+  auto it = metadata_.find(key);
+  return it == metadata_.end() ? def : it->second;
+}
+
+const TensorInfo* SafetensorsReader::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+}
+
+const TensorInfo& SafetensorsReader::get(const std::string& name) const {
+  if (auto* t = find(name)) return *t;
+  std::string have;
+  size_t shown = 0;
+  for (auto& [n, i] : by_name_) {
+    if (shown++ == 12) {
+      have += ", ...";
+      break;
+    }
+    have += (have.empty() ? "" : ", ") + n;
+  }
+  fail("safetensors file '{}' has no tensor '{}' (it has: {})", path_, name, have.empty() ? "none" : have);
+}
+
+void SafetensorsReader::read_f32(const TensorInfo& t, int64_t first, int64_t count, float* out) const {
+  TOPKV_CHECK(first >= 0 && count >= 0 && first + count <= t.numel(),
+              "reading elements [{}, {}) of tensor '{}' which has {}", first, first + count, t.name, t.numel());
+  const DType dt = row_dtype_of(t.dtype);
+  to_f32(dt, data(t) + (size_t)first * dtype_size(dt), out, (size_t)count);
+}
+
+// ---- writer -------------------------------------------------------------------
+
+void SafetensorsWriter::add(const std::string& name, StDType dtype, std::vector<int64_t> shape,
+                            std::vector<Span> parts) {
+  TOPKV_CHECK(!name.empty() && name != "__metadata__", "bad safetensors tensor name '{}'", name);
+  for (auto& e : entries_) TOPKV_CHECK(e.name != name, "tensor '{}' added twice", name);
+  uint64_t numel = 1, bytes = 0;
+  for (int64_t s : shape) {
+    TOPKV_CHECK(s >= 0, "tensor '{}': negative dimension in its shape", name);
+    TOPKV_CHECK(mul_ok(numel, (uint64_t)s, numel), "tensor '{}': shape overflows", name);
+  }
+  for (auto& p : parts) bytes += p.bytes;
+  TOPKV_CHECK(bytes == numel * st_dtype_size(dtype), "tensor '{}': {} elements of {} need {} bytes, got {}", name,
+              numel, st_dtype_name(dtype), numel * st_dtype_size(dtype), bytes);
+  entries_.push_back({name, dtype, std::move(shape), std::move(parts), bytes});
+}
+
+void SafetensorsWriter::add(const std::string& name, StDType dtype, std::vector<int64_t> shape, const void* data) {
+  uint64_t numel = 1;
+  for (int64_t s : shape) numel *= (uint64_t)std::max<int64_t>(s, 0);
+  add(name, dtype, std::move(shape), {Span{data, (size_t)(numel * st_dtype_size(dtype))}});
+}
+
+void SafetensorsWriter::write(const std::string& path) const {
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  if (!metadata_.empty()) h["__metadata__"] = metadata_;
+  uint64_t at = 0;
+  for (auto& e : entries_) {
+    h[e.name] = {{"dtype", st_dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {at, at + e.bytes}}};
+    at += e.bytes;
+  }
+  std::string header = h.dump();
+  header.append((8 - header.size() % 8) % 8, ' ');  // align the data to 8 bytes
+
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  TOPKV_CHECK(f, "cannot create '{}': {}", tmp, std::strerror(errno));
+  bool ok = true;
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = (uint8_t)((uint64_t)header.size() >> (8 * i));
+  ok = ok && std::fwrite(len, 1, 8, f) == 8;
+  ok = ok && std::fwrite(header.data(), 1, header.size(), f) == header.size();
+  for (auto& e : entries_)
+    for (auto& p : e.parts) ok = ok && (p.bytes == 0 || std::fwrite(p.data, 1, p.bytes, f) == p.bytes);
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    std::remove(tmp.c_str());
+    fail("writing safetensors file '{}' failed: {}", path, std::strerror(err));
+  }
+}
+
+}  // namespace topkv

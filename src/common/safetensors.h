@@ -1,0 +1,105 @@
+// safetensors files (https://github.com/huggingface/safetensors, "Format"):
+//
+//   [8 bytes]  N, unsigned little-endian: length of the header
+//   [N bytes]  JSON object, UTF-8, may be padded with spaces:
+//                {"__metadata__": {"key": "value", ...},          (optional, string -> string)
+//                 "name": {"dtype": "F16", "shape": [2, 3], "data_offsets": [begin, end]}, ...}
+//   [rest]     the byte buffer; data_offsets are relative to its start
+//
+// Tensors are little-endian, row-major (C order). The spec requires the
+// offsets to index the whole buffer without holes or overlaps; the reader
+// checks that, and every shape, size and offset against the file, so a
+// truncated or corrupt file is a topkv::Error naming what is wrong, never an
+// out-of-bounds read. Reading memory-maps the file (nothing is copied until a
+// tensor is converted). The writer streams tensors from caller memory (no
+// copy either), pads the header to 8 bytes as the reference implementation
+// does, and writes through a temporary file renamed at the end.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "src/common/dtype.h"
+
+namespace topkv {
+
+// The element types of the safetensors spec that topkv reads and writes.
+enum class StDType : uint8_t { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
+
+size_t st_dtype_size(StDType t);
+const char* st_dtype_name(StDType t);  // "F32", "BF16", ...
+StDType parse_st_dtype(std::string_view name);  // throws Error for names topkv does not know
+StDType st_dtype_of(DType t);                    // F32 / F16 / BF16
+bool st_is_row_type(StDType t);                  // F32, F16 or BF16: a row-store type
+DType row_dtype_of(StDType t);                   // throws Error unless st_is_row_type
+
+struct TensorInfo {
+  std::string name;
+  StDType dtype = StDType::F32;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte range in the data buffer
+  int64_t numel() const;        // product of the shape (1 for a scalar)
+  uint64_t nbytes() const { return end - begin; }
+  std::string shape_str() const;  // "[2, 3]"
+};
+
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(const std::string& path);  // maps and validates; throws Error
+  ~SafetensorsReader();
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The metadata value of `key`, or `def` when absent.
+  std::string metadata_or(const std::string& key, const std::string& def) const;
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }  // in buffer order
+  const TensorInfo* find(const std::string& name) const;  // null when absent
+  const TensorInfo& get(const std::string& name) const;   // throws Error naming the file and the tensors it has
+  const uint8_t* data(const TensorInfo& t) const { return data_ + t.begin; }
+
+  // Elements [first, first + count) of a F32/F16/BF16 tensor as fp32.
+  void read_f32(const TensorInfo& t, int64_t first, int64_t count, float* out) const;
+
+ private:
+  std::string path_;
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  const uint8_t* data_ = nullptr;  // start of the byte buffer
+  std::map<std::string, std::string> metadata_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t> by_name_;
+};
+
+class SafetensorsWriter {
+ public:
+  struct Span {
+    const void* data;
+    size_t bytes;
+  };
+  // Adds a tensor whose bytes are the concatenation of `parts` (which must
+  // stay valid until write()). Their total must equal numel x element size.
+  void add(const std::string& name, StDType dtype, std::vector<int64_t> shape, std::vector<Span> parts);
+  void add(const std::string& name, StDType dtype, std::vector<int64_t> shape, const void* data);
+  void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+  // Writes path + ".tmp" and renames it to path. Throws Error on I/O failure
+  // (the temporary file is removed).
+  void write(const std::string& path) const;
+
+ private:
+  struct Entry {
+    std::string name;
+    StDType dtype;
+    std::vector<int64_t> shape;
+    std::vector<Span> parts;
+    uint64_t bytes;
+  };
+  std::vector<Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace topkv
