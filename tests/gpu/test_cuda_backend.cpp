@@ -259,7 +259,7 @@ TEST_CASE("kv_write and attention: chunks, ring wrap, windows, GQA, head dims, c
       {64, 4, 8, 16, 16 + 9 - 1, {9, 9, 1, 9, 2, 9}, DType::F16},                // ring wraps many times
       {128, 1, 1, 1, 1 + 3 - 1, {3, 1, 3, 2}, DType::F32},                       // window of one: itself
       {128, 2, 4, 0, 700, {300, 300, 1, 1}, DType::F32},                         // prefill T = 300
-      {64, 1, 1, 1000, 1000, {-3000, 1, 1, 5}, DType::F16},                      // window + split-KV; write > capacity
+      {64, 1, 1, 1000, 1000 + 5 - 1, {-3000, 1, 1, 5}, DType::F16},              // window + split-KV; write > capacity
       {128, 8, 1, 0, 2100, {-2048, 1, 2, 4}, DType::BF16},                       // GQA 1, 8 KV heads
       {32, 2, 2, 0, 100, {5, 1, 40, 1}, DType::F16},                             // head_dim 32
       {96, 1, 3, 8, 8 + 7 - 1, {7, 7, 1, 3, 7}, DType::BF16},                     // head_dim 96, GQA 3
