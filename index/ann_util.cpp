@@ -1,5 +1,7 @@
 #include "index/ann_util.h"
 
+#include "src/common/progress.h"
+
 #include <faiss/impl/io.h>
 #include <faiss/index_io.h>
 
@@ -44,6 +46,18 @@ std::unique_ptr<faiss::Index> read_faiss_index(BinaryReader& r) {
   BinaryIOReader in(r);
   return faiss_guard("loading the Faiss index",
                      [&] { return std::unique_ptr<faiss::Index>(faiss::read_index(&in)); });
+}
+
+void faiss_add_rows(faiss::Index& index, const RowStore& keys, int64_t from, int64_t to, int threads,
+                    bool progress, const char* label) {
+  ScopedOmpThreads scoped(omp_threads_for(to - from, threads));
+  Progress bar(fmt::format("{} build", label), to - from, "keys", progress && to - from >= 10000);
+  const std::string what = fmt::format("{}: adding keys", label);
+  for_each_f32_block(keys, from, to, RowStore::kChunkRows, [&](int64_t, int64_t n, const float* x) {
+    faiss_guard(what.c_str(), [&] { index.add(n, x); });
+    bar.add(n);
+  });
+  bar.finish();
 }
 
 }  // namespace topkv

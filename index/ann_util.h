@@ -68,6 +68,13 @@ inline int omp_threads_for(int64_t rows, int threads) { return rows >= 8192 ? th
 void write_faiss_index(BinaryWriter& w, const faiss::Index& index);
 std::unique_ptr<faiss::Index> read_faiss_index(BinaryReader& r);
 
+// faiss::Index::add over store rows [from, to) in fp32 blocks (the staging
+// buffer stays one chunk), with `threads` OpenMP threads for large adds and a
+// progress bar labelled `label` when `progress` and the add is large. Faiss
+// numbers vectors in add order, so its ids are the store's row ids.
+void faiss_add_rows(faiss::Index& index, const RowStore& keys, int64_t from, int64_t to, int threads,
+                    bool progress, const char* label);
+
 // Runs f(), turning a faiss::FaissException into a topkv::Error that names
 // `what` (Faiss reports bad arguments and allocation failures this way).
 template <typename F>

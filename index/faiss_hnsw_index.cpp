@@ -99,13 +99,7 @@ class FaissHnswIndex final : public KvIndex {
   // IndexHNSW::add over rows [from, to), in blocks so the fp32 staging buffer
   // stays small; Faiss copies each block into its storage.
   void add_rows(int64_t from, int64_t to) {
-    ScopedOmpThreads threads(omp_threads_for(to - from, n_threads()));
-    Progress bar("faiss-hnsw build", to - from, "keys", opt_.progress && to - from >= 10000);
-    for_each_f32_block(keys(), from, to, RowStore::kChunkRows, [&](int64_t, int64_t n, const float* x) {
-      faiss_guard("faiss-hnsw: adding keys", [&] { index_->add(n, x); });
-      bar.add(n);
-    });
-    bar.finish();
+    faiss_add_rows(*index_, keys(), from, to, n_threads(), opt_.progress, "faiss-hnsw");
   }
 
   int64_t m_, efc_;

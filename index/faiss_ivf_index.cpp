@@ -159,13 +159,7 @@ class FaissIvfIndex final : public KvIndex {
   // IndexIVF::add over rows [from, to): Faiss numbers vectors in add order, so
   // its ids are our row ids.
   void add_rows(int64_t from, int64_t to) {
-    ScopedOmpThreads threads(omp_threads_for(to - from, n_threads()));
-    Progress bar("faiss-ivf build", to - from, "keys", opt_.progress && to - from >= 10000);
-    for_each_f32_block(keys(), from, to, RowStore::kChunkRows, [&](int64_t, int64_t n, const float* x) {
-      faiss_guard("faiss-ivf: adding keys", [&] { index_->add(n, x); });
-      bar.add(n);
-    });
-    bar.finish();
+    faiss_add_rows(*index_, keys(), from, to, n_threads(), opt_.progress, "faiss-ivf");
   }
 
   int64_t nlist_, nprobe_, max_train_;

@@ -15,21 +15,14 @@
 #include "src/common/error.h"
 #include "src/model/gguf.h"
 #include "src/model/gguf_writer.h"
+#include "tests/test_util.h"
 
 using namespace topkv;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    dir = fs::temp_directory_path() / ("topkv_test_gguf_" + std::to_string(getpid()));
-    fs::create_directories(dir);
-  }
-  ~TempDir() { fs::remove_all(dir); }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
-};
+using test::TempDir;
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -16,6 +16,7 @@
 
 #include "index/kv_index.h"
 #include "src/common/error.h"
+#include "tests/test_util.h"
 
 using namespace topkv;
 namespace fs = std::filesystem;
@@ -119,14 +120,7 @@ double check_result(const KvIndex& flat, const RowStore& keys, const float* q, i
   return total ? (double)found / (double)total : 1.0;
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() : path(fs::temp_directory_path() / ("topkv_contract_" + std::to_string(getpid()))) {
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using test::TempDir;
 
 std::string safe_name(std::string s) {
   for (auto& c : s)

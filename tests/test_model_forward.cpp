@@ -15,24 +15,14 @@
 #include "src/model/model.h"
 #include "src/model/reference.h"
 #include "src/model/synth.h"
+#include "tests/test_util.h"
 
 using namespace topkv;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    dir = fs::temp_directory_path() / fmt::format("topkv_test_model_forward_{}", getpid());
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
-};
+using test::TempDir;
 const TempDir& tmp() {
   static TempDir d;
   return d;

@@ -12,21 +12,14 @@
 #include "src/common/error.h"
 #include "src/model/gguf.h"
 #include "src/model/synth.h"
+#include "tests/test_util.h"
 
 using namespace topkv;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    dir = fs::temp_directory_path() / ("topkv_test_synth_" + std::to_string(getpid()));
-    fs::create_directories(dir);
-  }
-  ~TempDir() { fs::remove_all(dir); }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
-};
+using test::TempDir;
 
 // Mean and standard deviation of a tensor's dequantised values.
 std::pair<double, double> moments(const GgufTensor& t) {

@@ -19,6 +19,7 @@
 #include "src/model/sampler.h"
 #include "src/model/synth.h"
 #include "tests/gpu/cuda_test_util.h"
+#include "tests/test_util.h"
 
 using namespace topkv;
 using namespace topkv::test;
@@ -26,14 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    dir = fs::temp_directory_path() / ("topkv_test_cuda_model_" + std::to_string(getpid()));
-    fs::create_directories(dir);
-  }
-  ~TempDir() { fs::remove_all(dir); }
-};
+using test::TempDir;
 
 struct ModelCase {
   std::string label;
