@@ -60,4 +60,11 @@ void faiss_add_rows(faiss::Index& index, const RowStore& keys, int64_t from, int
   bar.finish();
 }
 
+void check_loaded_faiss_index(const faiss::Index& ix, int dim, int64_t rows, const std::string& path,
+                              const char* label) {
+  TOPKV_CHECK(ix.metric_type == faiss::METRIC_INNER_PRODUCT && ix.d == dim && ix.ntotal == rows,
+              "{} index '{}' does not match its header (metric {}, d={}, {} vectors; expected inner product, "
+              "d={}, {} rows)", label, path, (int)ix.metric_type, ix.d, ix.ntotal, dim, rows);
+}
+
 }  // namespace topkv

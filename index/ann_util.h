@@ -68,6 +68,11 @@ inline int omp_threads_for(int64_t rows, int threads) { return rows >= 8192 ? th
 void write_faiss_index(BinaryWriter& w, const faiss::Index& index);
 std::unique_ptr<faiss::Index> read_faiss_index(BinaryReader& r);
 
+// Checks that an index read back from `path` is an inner-product index of
+// dimension `dim` holding `rows` vectors (what the topkv header promised).
+void check_loaded_faiss_index(const faiss::Index& index, int dim, int64_t rows, const std::string& path,
+                              const char* label);
+
 // faiss::Index::add over store rows [from, to) in fp32 blocks (the staging
 // buffer stays one chunk), with `threads` OpenMP threads for large adds and a
 // progress bar labelled `label` when `progress` and the add is large. Faiss

@@ -87,10 +87,7 @@ class FaissHnswIndex final : public KvIndex {
     std::unique_ptr<faiss::Index> any = read_faiss_index(r);
     auto* h = dynamic_cast<faiss::IndexHNSWFlat*>(any.get());
     TOPKV_CHECK(h, "faiss-hnsw index '{}' holds a Faiss index of another type", r.path());
-    TOPKV_CHECK(h->metric_type == faiss::METRIC_INNER_PRODUCT && h->d == dim() && h->ntotal == indexed_,
-                "faiss-hnsw index '{}' does not match its header (metric {}, d={}, {} vectors; expected "
-                "inner product, d={}, {} rows)",
-                r.path(), (int)h->metric_type, h->d, h->ntotal, dim(), indexed_);
+    check_loaded_faiss_index(*h, dim(), indexed_, r.path(), "faiss-hnsw");
     any.release();
     index_.reset(h);
   }

@@ -147,10 +147,7 @@ class FaissIvfIndex final : public KvIndex {
     TOPKV_CHECK(ivf && codec_ok && dynamic_cast<const faiss::IndexFlat*>(ivf->quantizer) &&
                     dynamic_cast<faiss::ArrayInvertedLists*>(ivf->invlists),
                 "faiss-ivf index '{}' holds a Faiss index of another type than codec={}", r.path(), codec_);
-    TOPKV_CHECK(ivf->metric_type == faiss::METRIC_INNER_PRODUCT && ivf->d == dim() && ivf->ntotal == indexed_,
-                "faiss-ivf index '{}' does not match its header (metric {}, d={}, {} vectors; expected inner "
-                "product, d={}, {} rows)",
-                r.path(), (int)ivf->metric_type, ivf->d, ivf->ntotal, dim(), indexed_);
+    check_loaded_faiss_index(*ivf, dim(), indexed_, r.path(), "faiss-ivf");
     any.release();
     index_.reset(ivf);
   }
