@@ -74,7 +74,7 @@ void OffloadRuntime::take_prefill(const Model& model) {
       c.k = k_[(size_t)i];
       c.search = policy_.search;
       c.index = policy_.index;
-      c.store_dtype = DType::F16;
+      c.store_dtype = policy_.store_dtype;
       c.streaming = streaming_[(size_t)i];
       c.build.n_threads = nl > 1 ? 1 : 0;
       auto layer = std::make_unique<OffloadedLayer>(c);

@@ -58,6 +58,8 @@ void OffloadPolicy::validate() const {
   TOPKV_CHECK(dense_layers >= 0, "--dense-layers must be >= 0 (got {})", dense_layers);
   TOPKV_CHECK(sinks >= 0, "--sinks must be >= 0 (got {})", sinks);
   TOPKV_CHECK(window >= 1, "--window must be at least 1 token (got {})", window);
+  TOPKV_CHECK(store_dtype == DType::F16 || store_dtype == DType::BF16,
+              "the host KV store holds f16 or bf16 (got {})", dtype_name(store_dtype));
   TOPKV_CHECK(heads_sparsity <= 1, "--heads-sparsity must be in [0, 1] (got {})", heads_sparsity);
   parse_spec(index);  // syntax
 }
@@ -84,6 +86,7 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
       else if (key == "dense_layers") dense_layers = v.get<int>();
       else if (key == "sinks") sinks = v.get<int>();
       else if (key == "window") window = v.get<int>();
+      else if (key == "store_type") store_dtype = parse_dtype(v.get<std::string>());
       else if (key == "heads_file") heads_file = v.get<std::string>();
       else if (key == "heads_threshold") heads_threshold = v.get<double>();
       else if (key == "heads_sparsity") heads_sparsity = v.get<double>();
@@ -118,6 +121,7 @@ std::string OffloadPolicy::to_json() const {
                       {"dense_layers", dense_layers},
                       {"sinks", sinks},
                       {"window", window},
+                      {"store_type", dtype_name(store_dtype)},
                       {"heads_file", heads_file},
                       {"heads_threshold", heads_threshold},
                       {"heads_sparsity", heads_sparsity}};

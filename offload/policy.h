@@ -23,6 +23,7 @@ struct OffloadPolicy {
   int dense_layers = 0;         // the first N layers stay dense (as Quest does)
   int sinks = 4;                // attention sinks kept with the window (StreamingLLM / DuoAttention)
   int window = 256;             // recent tokens kept exactly (GPU-resident in the CUDA runtime)
+  DType store_dtype = DType::F16;  // host store element type: f16 or bf16
   std::string heads_file;       // DuoAttention pattern; empty = every head retrieves
   double heads_threshold = 0.5; // gate < threshold -> streaming head
   double heads_sparsity = -1.0; // in [0,1]: this fraction of heads stream (overrides threshold)

@@ -152,7 +152,7 @@ void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
   {  // refuse a run that cannot fit before any work, with the numbers
     MemoryPlanInput mi;
     mi.cfg = &cfg, mi.policy = &policy, mi.context = n_ctx, mi.max_chunk = mo.max_chunk;
-    mi.kv_dtype = mo.kv_dtype;
+    mi.kv_dtype = mo.kv_dtype, mi.store_dtype = policy.store_dtype;
     mi.weight_bytes = (double)file->file_size();  // quant: the mapped file becomes resident
     if (mo.weights == WeightMode::F32) {         // f32: 4 bytes per parameter
       mi.weight_bytes = 0;

@@ -12,7 +12,7 @@ namespace topkv::cli {
 
 struct PolicyArgs {
   OffloadPolicy policy;
-  std::string config, attn, k_schedule, gqa;
+  std::string config, attn, k_schedule, gqa, store_type;
   // Builds the policy: config file first, then the flags given. Throws Error.
   OffloadPolicy resolve(const CLI::App& cmd) const;
 };
