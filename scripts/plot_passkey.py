@@ -50,7 +50,7 @@ def main():
         grid = [[(cells[(m, L, d)][0] / cells[(m, L, d)][1]) if cells[(m, L, d)][1] else float("nan")
                  for L in lengths] for d in depths]
         im = ax.imshow(grid, cmap=cmap, vmin=0, vmax=1, aspect="auto")
-        ax.set_xticks(range(len(lengths)), [f"{L // 1024}K" if L >= 1024 else str(L) for L in lengths])
+        ax.set_xticks(range(len(lengths)), [f"{round(L / 1024)}K" if L >= 1000 else str(L) for L in lengths])
         ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
         ax.set_xlabel("context length (tokens)")
         ax.set_title(m, fontsize=10)
@@ -61,6 +61,7 @@ def main():
                     ax.text(j, i, f"{v:.0%}" if v not in (0, 1) else ("✓" if v == 1 else "✗"), ha="center",
                             va="center", fontsize=7)
     axes[0][0].set_ylabel("needle depth")
+    fig.subplots_adjust(wspace=0.3)
     fig.colorbar(im, ax=axes[0].tolist(), label="pass rate", shrink=0.8)
     fig.suptitle(a.title, y=1.03)
     fig.savefig(a.png, dpi=120, bbox_inches="tight")
