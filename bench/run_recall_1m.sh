@@ -6,7 +6,7 @@
 # attention mass (at the defaults even the exact top-10% holds only 87%, so a
 # 0.95 mass target is out of reach for any sparse method).
 #   bench/run_recall_1m.sh OUTDIR [THREADS]
-#   GROUPS="hnswlib faiss-hnsw" bench/run_recall_1m.sh OUTDIR   # some groups only
+#   RECALL_GROUPS="hnswlib faiss-hnsw" bench/run_recall_1m.sh OUTDIR   # some groups only
 #   TOPKV=path/to/topkv  (default build/bin/topkv); a group may be cut by GROUP_TIMEOUT seconds
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ common=(bench recall --synthetic --n-keys 1000000 --head-dim 128 --queries 1000 
         --k 100 --threads "$threads" --quiet)
 run() {  # name, then index/sweep arguments
   local name=$1; shift
-  if [ -n "${GROUPS:-}" ] && [[ " $GROUPS " != *" $name "* ]]; then return 0; fi
+  if [ -n "${RECALL_GROUPS:-}" ] && [[ " $RECALL_GROUPS " != *" $name "* ]]; then return 0; fi
   echo "== $name: $*" >&2
   local timer=()
   [ -x /usr/bin/time ] && timer=(/usr/bin/time -f "$name: %e s wall, %M KiB peak")
@@ -29,10 +29,10 @@ run() {  # name, then index/sweep arguments
 run flat       --index flat --sweep k=100,25600
 run quest      --index quest:page=16 --sweep k=16000,32000,64000
 run centroid   --index centroid --index centroid:levels=2 --sweep k=16000,32000,64000
-run multipole  --index multipole --sweep k=8000,16000,32000
-run faiss-ivf  --index faiss-ivf --index faiss-ivf:codec=fp16 --sweep k=25600 --sweep nprobe=64,256
-run hnswlib    --index hnswlib:M=16 --sweep k=6400,25600
-run faiss-hnsw --index faiss-hnsw:M=16 --sweep k=6400,25600
+run multipole  --index multipole --sweep k=16000
+run faiss-ivf  --index faiss-ivf --index faiss-ivf:codec=fp16 --sweep k=25600 --sweep nprobe=128
+run hnswlib    --index hnswlib:M=16 --sweep k=1600,25600
+run faiss-hnsw --index faiss-hnsw:M=16 --sweep k=1600
 [ "${MERGE:-1}" = 1 ] || exit 0
 # One JSON (results of every group) for the plot, and one CSV.
 /usr/bin/python3 - "$out" <<'PY'
