@@ -10,23 +10,17 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include "tests/test_util.h"
 
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kBinary = TOPKV_BINARY_DIR "/bin/topkv";
 
-struct Run {
-  int rc = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), {}};
-}
+using Run = topkv::test::CliRun;
+using topkv::test::slurp;
+using topkv::test::run_topkv;
 
 fs::path temp_dir() {
   auto p = fs::temp_directory_path() / ("topkv_test_bench_cli_" + std::to_string(::getpid()));
@@ -34,17 +28,6 @@ fs::path temp_dir() {
   return p;
 }
 
-Run topkv(const std::string& args) {
-  REQUIRE(fs::exists(kBinary));  // build the `topkv` target before this test
-  auto dir = temp_dir();
-  auto out = dir / "stdout.txt", err = dir / "stderr.txt";
-  int status = std::system((kBinary + " " + args + " >" + out.string() + " 2>" + err.string()).c_str());
-  Run r;
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
 
 std::vector<std::vector<std::string>> parse_csv(const std::string& text) {
   std::vector<std::vector<std::string>> rows;
@@ -130,7 +113,7 @@ const std::string kTiny =
 TEST_CASE("bench recall: CSV and JSON (valid against the schema) hold one row per backend and sweep point") {
   auto dir = temp_dir();
   auto csv = dir / "r.csv", js = dir / "r.json";
-  auto r = topkv(kTiny + " --heads 2 --k 16 --index flat --sweep flat.k=4,16 --sweep gqa=union,mean --csv " +
+  auto r = run_topkv(kTiny + " --heads 2 --k 16 --index flat --sweep flat.k=4,16 --sweep gqa=union,mean --csv " +
                  csv.string() + " --json " + js.string());
   INFO(r.err);
   REQUIRE(r.rc == 0);
@@ -177,10 +160,10 @@ TEST_CASE("bench recall: CSV and JSON (valid against the schema) hold one row pe
 TEST_CASE("bench recall: synthetic data saved as a dump benchmarks the same through --dump") {
   auto dir = temp_dir();
   auto dump = dir / "kv.safetensors", a = dir / "a.json", b = dir / "b.json";
-  auto r1 = topkv(kTiny + " --heads 2 --k 8 --save-dump " + dump.string() + " --json " + a.string());
+  auto r1 = run_topkv(kTiny + " --heads 2 --k 8 --save-dump " + dump.string() + " --json " + a.string());
   INFO(r1.err);
   REQUIRE(r1.rc == 0);
-  auto r2 = topkv("bench recall --dump " + dump.string() + " --layer 0 --head 1 --heads 0 --k 8 --quiet --json " +
+  auto r2 = run_topkv("bench recall --dump " + dump.string() + " --layer 0 --head 1 --heads 0 --k 8 --quiet --json " +
                   b.string());
   INFO(r2.err);
   REQUIRE(r2.rc == 0);
@@ -201,7 +184,7 @@ TEST_CASE("bench recall: --png draws the plot when matplotlib is there") {
   }
   auto dir = temp_dir();
   auto png = dir / "r.png";
-  auto r = topkv(kTiny + " --index flat --sweep k=2,8 --png " + png.string() + " --png-metric mass");
+  auto r = run_topkv(kTiny + " --index flat --sweep k=2,8 --png " + png.string() + " --png-metric mass");
   INFO(r.err);
   REQUIRE(r.rc == 0);
   const std::string bytes = slurp(png);
@@ -214,7 +197,7 @@ TEST_CASE("bench recall: bad input is a clear error, a non-zero exit, and no out
   auto dir = temp_dir();
   auto csv = dir / "never.csv";
   auto bad = [&](const std::string& args, const std::string& needle) {
-    auto r = topkv(args + " --csv " + csv.string());
+    auto r = run_topkv(args + " --csv " + csv.string());
     INFO(args << "\n" << r.err);
     CHECK(r.rc != 0);
     CHECK(r.err.find(needle) != std::string::npos);

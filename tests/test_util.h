@@ -2,8 +2,13 @@
 #pragma once
 #include <unistd.h>
 
+#include <sys/wait.h>
+
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 namespace topkv::test {
@@ -27,5 +32,28 @@ struct TempDir {
   TempDir& operator=(const TempDir&) = delete;
   std::string file(const std::string& name) const { return (dir / name).string(); }
 };
+
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+// Runs the built `topkv` binary (TOPKV_BINARY_DIR/bin/topkv; tests depend on
+// that target) with `args` through the shell; returns its exit code and output.
+struct CliRun {
+  int rc = -1;
+  std::string out, err;
+};
+inline CliRun run_topkv(const std::string& args) {
+  const std::string bin = std::string(TOPKV_BINARY_DIR) + "/bin/topkv";
+  TempDir dir("topkv_cli");
+  const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
+  const int status = std::system((bin + " " + args + " >" + out + " 2>" + err + " </dev/null").c_str());
+  CliRun r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
 
 }  // namespace topkv::test

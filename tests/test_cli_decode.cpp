@@ -1,0 +1,121 @@
+// The decoding commands end to end through the built binary on a tiny
+// synthetic gemma3 model: generate (dense and top-k), eval passkey, kv dump
+// read back by bench recall, tokenize; and their bad-input paths, each a
+// non-zero exit with a message that names the problem.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tests/test_util.h"
+
+using namespace topkv;
+using test::run_topkv;
+
+namespace {
+
+// One tiny model for the whole file (written once per process).
+const std::string& model() {
+  static test::TempDir dir("topkv_test_cli_decode");
+  static const std::string path = [] {
+    std::string p = dir.file("tiny-gemma3.gguf");
+    auto r = run_topkv("model synth --preset tiny-gemma3 -q -o " + p);
+    REQUIRE(r.rc == 0);
+    return p;
+  }();
+  return path;
+}
+
+const std::string kPrompt = "'the quick brown fox jumps over the lazy dog and the cat sat on the mat'";
+
+}  // namespace
+
+TEST_CASE("generate: dense and top-k runs stream tokens and write their statistics") {
+  test::TempDir tmp("topkv_cli_gen");
+  for (const std::string attn : {"dense", "topk --index multipole --k 8 --window 4 --sinks 2"}) {
+    INFO(attn);
+    const std::string js = tmp.file("stats.json");
+    auto r = run_topkv("generate -m " + model() + " -p " + kPrompt + " -n 6 --seed 3 --attn " + attn + " --json " + js);
+    REQUIRE(r.rc == 0);
+    CHECK(!r.out.empty());
+    auto j = nlohmann::json::parse(test::slurp(js));
+    CHECK(j["generated_tokens"].get<int>() >= 1);
+    CHECK(j["prompt_tokens"].get<int>() > 5);
+    CHECK(j["attn"].get<std::string>() == attn.substr(0, attn.find(' ')));
+    if (attn != "dense") {
+      CHECK(j["offload"]["retrieval_layers"].size() == 2);  // tiny-gemma3: global layers 2 and 5 of 6
+      CHECK(r.err.find("memory plan") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
+  test::TempDir tmp("topkv_cli_gen_bad");
+  const std::string heads = tmp.file("heads.tsv"), cfg = tmp.file("policy.json");
+  { std::ofstream(heads) << "0.5 0.5\n"; }  // 1 row of 2 heads; the model has 6 layers of 1
+  { std::ofstream(cfg) << "{\"window\": -3}"; }
+  struct Bad { std::string args, says; };
+  const std::vector<Bad> cases = {
+      {"-m /nonexistent.gguf -p hi", "nonexistent.gguf"},
+      {"-m " + model() + " -p hi -n -1", "-n must be >= 0"},
+      {"-m " + model() + " -p hi --attn sparse", "sparse"},
+      {"-m " + model() + " -p hi --attn topk --index nosuch", "unknown index backend 'nosuch'"},
+      {"-m " + model() + " -p hi --attn topk --k 0", "--k must be at least 1"},
+      {"-m " + model() + " -p hi --attn topk --heads " + heads, "more than the model's 1 KV heads per row"},
+      {"-m " + model() + " -p hi --attn topk --config " + cfg, "--window must be at least 1"},
+      {"-m " + model() + " -p " + kPrompt + " -c 4", "raise it with -c"},
+      {"-m " + model() + " -p hi -f /etc/hostname", "not both"},
+      {"-m " + model() + " -p hi --top-p 2", "top-p"},
+  };
+  for (const Bad& b : cases) {
+    INFO(b.args);
+    auto r = run_topkv("generate " + b.args);
+    CHECK(r.rc != 0);
+    CHECK(r.err.find(b.says) != std::string::npos);
+  }
+}
+
+TEST_CASE("eval passkey: rows for dense and each method; bad methods refused before work") {
+  test::TempDir tmp("topkv_cli_eval");
+  const std::string csv = tmp.file("pk.csv"), js = tmp.file("pk.json");
+  auto r = run_topkv("eval passkey -m " + model() + " --lengths 400 --depths 0.5 --methods-index flat,quest "
+                     "--methods-k 16 --answer-tokens 3 --window 8 --csv " + csv + " --json " + js);
+  REQUIRE(r.rc == 0);
+  const std::string text = test::slurp(csv);
+  CHECK(text.find("\ndense,") != std::string::npos);
+  CHECK(text.find("\ntopk:flat@16,") != std::string::npos);
+  CHECK(text.find("\ntopk:quest@16,") != std::string::npos);
+  auto j = nlohmann::json::parse(test::slurp(js));
+  CHECK(j["summary"].size() == 3);
+  for (auto& m : j["summary"]) CHECK(m["attention_rel_error_per_layer"].size() == (m["method"] == "dense" ? 0 : 2));
+  auto bad = run_topkv("eval passkey -m " + model() + " --methods-index nosuch");
+  CHECK(bad.rc != 0);
+  CHECK(bad.err.find("unknown index backend") != std::string::npos);
+  bad = run_topkv("eval passkey -m " + model() + " --methods-k 0%");
+  CHECK(bad.rc != 0);
+  bad = run_topkv("eval passkey -m " + model() + " --task haystack");
+  CHECK(bad.rc != 0);
+}
+
+TEST_CASE("kv dump: a dump of the global layer is read back by bench recall; bad layers refused") {
+  test::TempDir tmp("topkv_cli_kv");
+  const std::string dump = tmp.file("kv.safetensors");
+  auto r = run_topkv("kv dump -m " + model() + " -p " + kPrompt + " --queries 4 -o " + dump);
+  REQUIRE(r.rc == 0);
+  auto b = run_topkv("bench recall --dump " + dump + " --index flat --index quest --k 4 --quiet");
+  CHECK(b.rc == 0);
+  CHECK(b.out.find("quest") != std::string::npos);
+  auto bad = run_topkv("kv dump -m " + model() + " -p " + kPrompt + " --layers 0 -o " + dump + ".bad");
+  CHECK(bad.rc != 0);
+  CHECK(bad.err.find("sliding-window layer") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dump + ".bad"));
+  bad = run_topkv("kv dump -m " + model() + " -p " + kPrompt + " --layers 99 -o " + dump + ".bad");
+  CHECK(bad.rc != 0);
+  CHECK(bad.err.find("does not exist") != std::string::npos);
+}
+
+TEST_CASE("tokenize: ids of a text; a missing model is an error") {
+  auto r = run_topkv("tokenize -m " + model() + " -p hello --ids");
+  CHECK(r.rc == 0);
+  CHECK(!r.out.empty());
+  auto bad = run_topkv("tokenize -m /nonexistent.gguf -p hello");
+  CHECK(bad.rc != 0);
+}
