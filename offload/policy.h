@@ -16,7 +16,10 @@ enum class KSchedule : uint8_t { Uniform, Linear };
 
 struct OffloadPolicy {
   AttnMode attn = AttnMode::Dense;
-  std::string index = "flat";   // KvIndex spec: "name[:build params]"
+  // KvIndex spec "name[:build params]". multipole by default: the closest to
+  // dense decoding on real Gemma passkey data, no private key copy, ~36 B/key
+  // (bench/results/passkey_gemma3_270m_cpu.txt, bench/results/recall_1m/).
+  std::string index = "multipole";
   SearchParams search;          // per-call search parameters; search.k is the mean k per layer
   double k_fraction = 0.0;      // > 0: k = k_fraction x context tokens (e.g. 0.01 = 1%)
   KSchedule k_schedule = KSchedule::Uniform;

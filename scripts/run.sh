@@ -17,4 +17,4 @@ prompt=$(mktemp)
 trap 'rm -f "$prompt"' EXIT
 cat README.md scripts/*.sh > "$prompt"
 printf '\n\nIn one sentence, the two set-up commands of this project are' >> "$prompt"
-"$BUILD_DIR/bin/topkv" generate -m "$model" -f "$prompt" -n 48 -c 8192 --attn topk --index hnswlib --k 64
+"$BUILD_DIR/bin/topkv" generate -m "$model" -f "$prompt" -n 48 -c 8192 --attn topk --index multipole --k 64
