@@ -17,7 +17,8 @@ enum class KSchedule : uint8_t { Uniform, Linear };
 struct OffloadPolicy {
   AttnMode attn = AttnMode::Dense;
   // KvIndex spec "name[:build params]". multipole by default: the closest to
-  // dense decoding on real Gemma passkey data, no private key copy, ~36 B/key
+  // dense decoding on real Gemma passkey data, no private key copy (~70 B/key
+  // at head_dim 128 against ~500 for the graph indexes' fp32 key copies)
   // (bench/results/passkey_gemma3_270m_cpu.txt, bench/results/recall_1m/).
   std::string index = "multipole";
   SearchParams search;          // per-call search parameters; search.k is the mean k per layer
