@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "gpu/partial_attention.h"
 #include "src/common/error.h"
 #include "src/common/timer.h"
 
@@ -133,22 +132,7 @@ void OffloadedLayer::attend(const float* queries, float scale, float* out, Atten
     const float* q = queries + (size_t)h * G * d;
     std::vector<AttnPartial> parts((size_t)G, AttnPartial((int)d));
     // Sinks + window: exact.
-    std::vector<float> s;
-    for (int g = 0; g < G; ++g) {
-      const float* qg = q + (size_t)g * d;
-      s.clear();
-      for (int t = 0; t < n_sinks_; ++t) s.push_back(dot_f32(hd.sink_k.data() + t * d, qg, d) * scale);
-      partial_add(parts[(size_t)g], s.data(), nullptr, hd.sink_v.data(), n_sinks_);
-      s.clear();
-      for (int64_t i = 0; i < win_len_; ++i) {
-        size_t slot = (size_t)((win_start_ + i) % cfg_.window);
-        s.push_back(dot_f32(hd.win_k.data() + slot * d, qg, d) * scale);
-      }
-      for (int64_t i = 0; i < win_len_; ++i) {  // ring order does not matter to the softmax
-        size_t slot = (size_t)((win_start_ + i) % cfg_.window);
-        partial_add(parts[(size_t)g], &s[(size_t)i], nullptr, hd.win_v.data() + slot * d, 1);
-      }
-    }
+    for (int g = 0; g < G; ++g) add_exact_parts(hd, q + (size_t)g * d, scale, parts[(size_t)g]);
     st.exact = n_sinks_ + win_len_;
     // Store: search, then exact scores of the returned rows.
     if (hd.index && hd.keys->size() > 0) {
@@ -195,6 +179,20 @@ void OffloadedLayer::attend(const float* queries, float scale, float* out, Atten
   }
 }
 
+void OffloadedLayer::add_exact_parts(const Head& hd, const float* q, float scale, AttnPartial& p) const {
+  const size_t d = (size_t)cfg_.head_dim;
+  std::vector<float> s((size_t)std::max<int64_t>(n_sinks_, win_len_));
+  for (int t = 0; t < n_sinks_; ++t) s[(size_t)t] = dot_f32(hd.sink_k.data() + t * d, q, d) * scale;
+  partial_add(p, s.data(), nullptr, hd.sink_v.data(), n_sinks_);
+  // The window's positions sit in the ring as at most two contiguous runs of
+  // slots; the softmax does not care about their order.
+  const int64_t first = win_start_ % cfg_.window, run1 = std::min<int64_t>(win_len_, cfg_.window - first);
+  for (auto [a, len] : {std::pair<int64_t, int64_t>{first, run1}, std::pair<int64_t, int64_t>{0, win_len_ - run1}}) {
+    for (int64_t i = 0; i < len; ++i) s[(size_t)i] = dot_f32(hd.win_k.data() + (size_t)(a + i) * d, q, d) * scale;
+    partial_add(p, s.data(), nullptr, hd.win_v.data() + (size_t)a * d, len);
+  }
+}
+
 void OffloadedLayer::attend_exact(const float* queries, float scale, float* out) const {
   const int G = cfg_.n_heads / cfg_.kv_heads;
   const size_t d = (size_t)cfg_.head_dim;
@@ -203,17 +201,9 @@ void OffloadedLayer::attend_exact(const float* queries, float scale, float* out)
     for (int g = 0; g < G; ++g) {
       const float* q = queries + ((size_t)h * G + g) * d;
       AttnPartial p((int)d);
-      std::vector<float> s;
-      for (int t = 0; t < n_sinks_; ++t) s.push_back(dot_f32(hd.sink_k.data() + t * d, q, d) * scale);
-      partial_add(p, s.data(), nullptr, hd.sink_v.data(), n_sinks_);
-      for (int64_t i = 0; i < win_len_; ++i) {
-        const size_t slot = (size_t)((win_start_ + i) % cfg_.window);
-        float si = dot_f32(hd.win_k.data() + slot * d, q, d) * scale;
-        partial_add(p, &si, nullptr, hd.win_v.data() + slot * d, 1);
-      }
+      add_exact_parts(hd, q, scale, p);
       if (hd.keys && hd.keys->size() > 0) {
         AttnPartial st((int)d);
-        std::vector<float> buf(d);
         std::vector<float> ss((size_t)hd.keys->size());
         std::vector<int64_t> ids(ss.size());
         for (int64_t r = 0; r < hd.keys->size(); ++r) ss[(size_t)r] = hd.keys->dot(r, q) * scale, ids[(size_t)r] = r;

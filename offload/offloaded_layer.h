@@ -20,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "gpu/partial_attention.h"
 #include "index/kv_index.h"
 #include "offload/policy.h"
 
@@ -82,6 +83,8 @@ class OffloadedLayer {
     std::vector<float> win_k, win_v;         // ring [window][d]
   };
   void push_window(Head& h, int64_t pos, const float* k, const float* v);
+  // Adds one query head's sinks + window (exact) to `p`.
+  void add_exact_parts(const Head& h, const float* q, float scale, AttnPartial& p) const;
 
   Config cfg_;
   std::vector<Head> heads_;
