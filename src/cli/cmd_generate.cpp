@@ -94,25 +94,7 @@ void write_json_atomic(const std::string& path, const nlohmann::json& j) {
   TOPKV_CHECK(!ec, "cannot move {} to {}: {}", tmp, path, ec.message());
 }
 
-// OpenMP threads that spin while they wait (libgomp's default) starve each
-// other when the cores are shared: measured on a loaded 2-core machine,
-// decode ran 0.4 tok/s spinning and 14 tok/s sleeping. libgomp reads
-// OMP_WAIT_POLICY once at load, so unless the user chose a policy the
-// process re-executes itself with it set to passive.
-void ensure_passive_openmp_wait() {
-  if (std::getenv("OMP_WAIT_POLICY")) return;
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<char*> argv;
-  for (size_t i = 0; i < cmdline.size(); i += std::strlen(&cmdline[i]) + 1) argv.push_back(&cmdline[i]);
-  if (argv.empty()) return;
-  argv.push_back(nullptr);
-  setenv("OMP_WAIT_POLICY", "passive", 1);
-  execv("/proc/self/exe", argv.data());  // returns only on failure: carry on spinning
-}
-
 void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
-  ensure_passive_openmp_wait();
   if (a.quiet) Progress::set_global_enabled(false);
   const auto note = [&](const std::string& s) {
     if (!a.quiet) fmt::print(stderr, "{}\n", s);
@@ -291,8 +273,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option_function<uint64_t>("--seed", [a](uint64_t s) { a->seed = s, a->seed_given = true; },
                                      "Random seed for sampling (default: random; the same seed repeats a run)");
   cmd->add_option("--threads", a->threads,
-                  "CPU threads (default: OpenMP's, i.e. all cores or OMP_NUM_THREADS; waiting threads sleep unless "
-                  "OMP_WAIT_POLICY says otherwise)");
+                  "CPU threads (default: OpenMP's, i.e. all cores or OMP_NUM_THREADS)");
   cmd->add_option("--weights", a->weights,
                   "quant: keep the file's quantised rows (mapped, smallest); f32: dequantise once at load "
                   "(about 4 bytes per parameter; the memory of both is printed)")

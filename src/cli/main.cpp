@@ -1,10 +1,30 @@
 // topkv: one executable, subcommands registered by src/cli/cmd_*.cpp.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 
 #include "src/cli/commands.h"
 #include "src/common/error.h"
 
+namespace {
+
+// OpenMP threads that spin while they wait (libgomp's default) starve each
+// other when the cores are shared: measured on a loaded 2-core machine,
+// decode ran 0.4 tok/s spinning and 14 tok/s sleeping. libgomp reads
+// OMP_WAIT_POLICY once at load, so unless the user chose a policy the
+// process re-executes itself with it set to passive (every subcommand: generate,
+// eval, kv dump and the benchmarks all run OpenMP regions).
+void ensure_passive_openmp_wait(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY")) return;
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv);  // returns only on failure: carry on spinning
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  ensure_passive_openmp_wait(argv);
   CLI::App app{"topkv: million-token LLM generation on one GPU, with the KV cache in host memory behind "
                "per-head vector indexes"};
   app.set_version_flag("--version", std::string("topkv ") + TOPKV_VERSION);

@@ -31,15 +31,7 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
   output_norm_ = prep(t.output_norm);
   output_ = t.output == t.token_embd ? token_embd_ : prep(t.output);
   layers_.resize(cfg_.n_layer);
-  for (int il = 0; il < cfg_.n_layer; ++il) {
-    const LayerTensors& s = t.layers[il];
-    LayerWeights& L = layers_[il];
-    L.attn_norm = prep(s.attn_norm), L.wq = prep(s.wq), L.wk = prep(s.wk), L.wv = prep(s.wv);
-    L.wo = prep(s.wo), L.q_norm = prep(s.q_norm), L.k_norm = prep(s.k_norm);
-    L.post_attn_norm = prep(s.post_attn_norm), L.ffn_norm = prep(s.ffn_norm);
-    L.ffn_gate = prep(s.ffn_gate), L.ffn_up = prep(s.ffn_up), L.ffn_down = prep(s.ffn_down);
-    L.post_ffw_norm = prep(s.post_ffw_norm);
-  }
+  for (int il = 0; il < cfg_.n_layer; ++il) map_layer_tensors(t.layers[il], layers_[il], prep);
 
   all_weights_ = {&token_embd_, &output_norm_};
   if (t.output != t.token_embd) all_weights_.push_back(&output_);

@@ -49,6 +49,17 @@ struct LayerTensors {
   const GgufTensor *ffn_norm = nullptr, *ffn_gate = nullptr, *ffn_up = nullptr, *ffn_down = nullptr;
   const GgufTensor* post_ffw_norm = nullptr;
 };
+// Fills every per-layer weight of `out` (any struct with the LayerTensors
+// member names: the model's prepared weights, the reference's fp32 copies)
+// as f(tensor of that name), so the list of names lives in one place.
+template <class Out, class F>
+void map_layer_tensors(const LayerTensors& s, Out& out, F&& f) {
+  out.attn_norm = f(s.attn_norm), out.wq = f(s.wq), out.wk = f(s.wk), out.wv = f(s.wv), out.wo = f(s.wo);
+  out.q_norm = f(s.q_norm), out.k_norm = f(s.k_norm), out.post_attn_norm = f(s.post_attn_norm);
+  out.ffn_norm = f(s.ffn_norm), out.ffn_gate = f(s.ffn_gate), out.ffn_up = f(s.ffn_up);
+  out.ffn_down = f(s.ffn_down), out.post_ffw_norm = f(s.post_ffw_norm);
+}
+
 struct ModelTensors {
   const GgufTensor* token_embd = nullptr;  // [vocab][n_embd]
   const GgufTensor* output_norm = nullptr;

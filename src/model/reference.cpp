@@ -91,15 +91,7 @@ ReferenceModel::ReferenceModel(const GgufFile& f) : cfg_(read_model_config(f)) {
   output_norm_ = dequant(t.output_norm);
   output_ = dequant(t.output);
   layers_.resize(cfg_.n_layer);
-  for (int il = 0; il < cfg_.n_layer; ++il) {
-    const LayerTensors& s = t.layers[il];
-    Layer& L = layers_[il];
-    L.attn_norm = dequant(s.attn_norm), L.wq = dequant(s.wq), L.wk = dequant(s.wk), L.wv = dequant(s.wv);
-    L.wo = dequant(s.wo), L.q_norm = dequant(s.q_norm), L.k_norm = dequant(s.k_norm);
-    L.post_attn_norm = dequant(s.post_attn_norm), L.ffn_norm = dequant(s.ffn_norm);
-    L.ffn_gate = dequant(s.ffn_gate), L.ffn_up = dequant(s.ffn_up), L.ffn_down = dequant(s.ffn_down);
-    L.post_ffw_norm = dequant(s.post_ffw_norm);
-  }
+  for (int il = 0; il < cfg_.n_layer; ++il) map_layer_tensors(t.layers[il], layers_[il], dequant);
 }
 
 std::vector<float> ReferenceModel::forward(int32_t token) {
