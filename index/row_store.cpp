@@ -8,7 +8,8 @@
 
 namespace topkv {
 
-RowStore::RowStore(int dim, DType dtype) : dim_(dim), dtype_(dtype), row_bytes_((size_t)dim * dtype_size(dtype)) {
+RowStore::RowStore(int dim, DType dtype, ChunkAllocator alloc)
+    : dim_(dim), dtype_(dtype), row_bytes_((size_t)dim * dtype_size(dtype)), alloc_(std::move(alloc)) {
   TOPKV_CHECK(dim > 0 && dim <= 65536, "row dimension {} is out of range (1..65536)", dim);
   chunks_.reserve(kMaxChunks);
 }
@@ -24,7 +25,11 @@ void RowStore::append_raw(const void* rows, int64_t n) {
   while (done < n) {
     int64_t i = at + done;
     size_t c = (size_t)(i >> kChunkShift);
-    if (c == chunks_.size()) chunks_.emplace_back(new uint8_t[(size_t)kChunkRows * row_bytes_]);
+    if (c == chunks_.size()) {
+      const size_t bytes = (size_t)kChunkRows * row_bytes_;
+      chunks_.push_back(alloc_ ? alloc_(bytes) : std::shared_ptr<uint8_t>(new uint8_t[bytes], std::default_delete<uint8_t[]>()));
+      TOPKV_CHECK(chunks_.back() != nullptr, "could not allocate a {}-byte row-store chunk", bytes);
+    }
     int64_t take = std::min(n - done, kChunkRows - (i & kChunkMask));
     std::memcpy(chunks_[c].get() + (size_t)(i & kChunkMask) * row_bytes_, src + (size_t)done * row_bytes_,
                 (size_t)take * row_bytes_);

@@ -26,7 +26,12 @@ class RowStore {
   static constexpr int64_t kChunkMask = kChunkRows - 1;
   static constexpr int64_t kMaxChunks = 8192;  // 536M rows per head
 
-  RowStore(int dim, DType dtype);
+  // Where chunks come from. The default is plain heap memory; the CUDA
+  // runtime passes a pinned, device-mapped allocator (gpu/pinned_memory.h) so
+  // that a kernel can read retrieved rows straight from host memory.
+  using ChunkAllocator = std::function<std::shared_ptr<uint8_t>(size_t bytes)>;
+
+  RowStore(int dim, DType dtype, ChunkAllocator alloc = {});
   RowStore(const RowStore&) = delete;
   RowStore& operator=(const RowStore&) = delete;
 
@@ -44,6 +49,9 @@ class RowStore {
   const void* row(int64_t i) const {
     return chunks_[(size_t)(i >> kChunkShift)].get() + (size_t)(i & kChunkMask) * row_bytes_;
   }
+  // Chunk c's memory (kChunkRows rows), c < n_chunks().
+  size_t n_chunks() const { return chunks_.size(); }
+  const uint8_t* chunk(size_t c) const { return chunks_[c].get(); }
   void row_f32(int64_t i, float* out) const { to_f32(dtype_, row(i), out, (size_t)dim_); }
   float dot(int64_t i, const float* q) const { return dot_row(dtype_, row(i), q, (size_t)dim_); }
 
@@ -60,7 +68,8 @@ class RowStore {
   DType dtype_;
   size_t row_bytes_;
   std::atomic<int64_t> size_{0};
-  std::vector<std::unique_ptr<uint8_t[]>> chunks_;  // capacity reserved: never reallocates
+  ChunkAllocator alloc_;
+  std::vector<std::shared_ptr<uint8_t>> chunks_;  // capacity reserved: never reallocates
 };
 
 }  // namespace topkv

@@ -23,6 +23,15 @@ class AttentionOverride {
   // Host memory.
   virtual void decode_attention(int layer, const float* q, const float* k, const float* v, int64_t pos,
                                 float scale, float* out) = 0;
+  // An override that runs on the model's backend (the CUDA offload runtime)
+  // says so here; the model then calls decode_attention_device with q, k, v
+  // and out in backend memory (device memory on a CUDA backend, same layouts)
+  // instead of staging them through the host.
+  virtual bool on_device() const { return false; }
+  virtual void decode_attention_device(int layer, const float* q, const float* k, const float* v, int64_t pos,
+                                       float scale, float* out) {
+    (void)layer, (void)q, (void)k, (void)v, (void)pos, (void)scale, (void)out;
+  }
 };
 
 }  // namespace topkv

@@ -161,6 +161,8 @@ void Model::layer(int il, int T) {
   if (override_ && override_->overrides(il)) {
     overridden_attention(il, T);  // reads q_, k_, v_, writes att_
   } else {
+    TOPKV_CHECK(cache_[il].capacity > 0, "layer {}'s cache was handed to an attention override (release_kv); "
+                "it cannot attend without it", il);
     be_.kv_write(cache_[il], k, v, T, n_past_);
     be_.attention(q, T, nh, n_past_, cache_[il], lc.window, cfg_.attn_scale, att);
   }
@@ -180,6 +182,13 @@ void Model::layer(int il, int T) {
 // Attention of an overridden layer: token by token (each appends its own key
 // before attending, so later tokens of the chunk see earlier ones).
 void Model::overridden_attention(int il, int T) {
+  const size_t qs = (size_t)cfg_.n_head * cfg_.head_dim, ks = (size_t)cfg_.n_head_kv * cfg_.head_dim;
+  if (override_->on_device()) {
+    for (int t = 0; t < T; ++t)
+      override_->decode_attention_device(il, q_.f32() + t * qs, k_.f32() + t * ks, v_.f32() + t * ks, n_past_ + t,
+                                         cfg_.attn_scale, att_.f32() + t * qs);
+    return;
+  }
   const size_t qn = (size_t)T * cfg_.n_head * cfg_.head_dim, kn = (size_t)T * cfg_.n_head_kv * cfg_.head_dim;
   host_q_.resize(qn);
   host_k_.resize(kn);
@@ -188,16 +197,22 @@ void Model::overridden_attention(int il, int T) {
   be_.to_host(q_, 0, host_q_.data(), qn * sizeof(float));
   be_.to_host(k_, 0, host_k_.data(), kn * sizeof(float));
   be_.to_host(v_, 0, host_v_.data(), kn * sizeof(float));
-  const size_t qs = (size_t)cfg_.n_head * cfg_.head_dim, ks = (size_t)cfg_.n_head_kv * cfg_.head_dim;
   for (int t = 0; t < T; ++t)
     override_->decode_attention(il, host_q_.data() + t * qs, host_k_.data() + t * ks, host_v_.data() + t * ks,
                                 n_past_ + t, cfg_.attn_scale, host_att_.data() + t * qs);
   be_.from_host(host_att_.data(), att_, 0, qn * sizeof(float));
 }
 
+void Model::release_kv(int il) {
+  TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "layer {} is out of range (0..{})", il, cfg_.n_layer - 1);
+  KvLayerCache& c = cache_[(size_t)il];
+  c.k = {}, c.v = {}, c.capacity = 0;
+}
+
 void Model::read_kv(int il, std::vector<float>& k, std::vector<float>& v) const {
   TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "layer {} is out of range (0..{})", il, cfg_.n_layer - 1);
   const KvLayerCache& c = cache_[(size_t)il];
+  TOPKV_CHECK(c.capacity > 0 || n_past_ == 0, "layer {}'s cache was released to an attention override", il);
   TOPKV_CHECK(c.capacity >= n_past_, "layer {} keeps only its last {} positions (sliding window); its keys "
               "cannot be read back", il, c.capacity);
   const size_t hd = (size_t)c.head_dim, n = (size_t)n_past_, es = dtype_size(c.dtype);

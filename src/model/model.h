@@ -73,6 +73,10 @@ class Model {
   // The keys and values of positions [0, n_past()) of a full-context layer, as
   // fp32 [n_head_kv][n_past][head_dim] in host memory.
   void read_kv(int layer, std::vector<float>& k, std::vector<float>& v) const;
+  // Frees the cache of a layer the override now serves (after take_prefill):
+  // its keys live in the override from then on, so the backend memory is given
+  // back. Attending that layer without the override afterwards is an Error.
+  void release_kv(int layer);
 
   // Memory: the weights as held (mapped quantised rows, or f32 copies), what
   // the other weight mode would take, and the KV cache.
