@@ -48,9 +48,28 @@ const OffloadedLayer* OffloadRuntime::layer(int il) const {
   return overrides(il) ? layers_.empty() ? nullptr : layers_[(size_t)slot_[(size_t)il]].get() : nullptr;
 }
 
+OffloadedLayer::Config OffloadRuntime::layer_config(int i) const {
+  OffloadedLayer::Config c;
+  c.n_heads = cfg_.n_head;
+  c.kv_heads = cfg_.n_head_kv;
+  c.head_dim = cfg_.head_dim;
+  c.sinks = policy_.sinks;
+  c.window = policy_.window;
+  c.k = k_[(size_t)i];
+  c.search = policy_.search;
+  c.index = policy_.index;
+  c.store_dtype = policy_.store_dtype;
+  c.streaming = streaming_[(size_t)i];
+  c.build.n_threads = retrieval_layers_.size() > 1 ? 1 : 0;
+  return c;
+}
+
 void OffloadRuntime::take_prefill(const Model& model) {
+  take_context(model.n_past(), [&model](int il, std::vector<float>& k, std::vector<float>& v) { model.read_kv(il, k, v); });
+}
+
+void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
   TOPKV_CHECK(layers_.empty(), "the offloaded runtime already holds a prompt; start a new one");
-  const int64_t n = model.n_past();
   TOPKV_CHECK(n >= 1, "the offloaded runtime needs a prefilled prompt");
   const int64_t k_mean = policy_.k_fraction > 0 ? std::max<int64_t>(1, (int64_t)std::llround(policy_.k_fraction * n))
                                                 : policy_.search.k;
@@ -65,26 +84,18 @@ void OffloadRuntime::take_prefill(const Model& model) {
 #pragma omp parallel for schedule(dynamic, 1) if (nl > 1)
   for (int i = 0; i < nl; ++i) {
     try {
-      OffloadedLayer::Config c;
-      c.n_heads = cfg_.n_head;
-      c.kv_heads = cfg_.n_head_kv;
-      c.head_dim = cfg_.head_dim;
-      c.sinks = policy_.sinks;
-      c.window = policy_.window;
-      c.k = k_[(size_t)i];
-      c.search = policy_.search;
-      c.index = policy_.index;
-      c.store_dtype = policy_.store_dtype;
-      c.streaming = streaming_[(size_t)i];
-      c.build.n_threads = nl > 1 ? 1 : 0;
-      auto layer = std::make_unique<OffloadedLayer>(c);
+      auto layer = std::make_unique<OffloadedLayer>(layer_config(i));
       std::vector<float> k, v;
-      model.read_kv(retrieval_layers_[(size_t)i], k, v);  // [kv][n][d]
+      read(retrieval_layers_[(size_t)i], k, v);  // [kv][n][d]
+      TOPKV_CHECK(k.size() == (size_t)cfg_.n_head_kv * n * cfg_.head_dim && v.size() == k.size(),
+                  "internal: the context of layer {} has {} key values, expected {}", retrieval_layers_[(size_t)i],
+                  k.size(), (size_t)cfg_.n_head_kv * n * cfg_.head_dim);
       layer->prefill(k.data(), v.data(), n, (size_t)cfg_.head_dim, (size_t)n * cfg_.head_dim);
       int64_t indexed = 0;
       for (int h = 0; h < cfg_.n_head_kv; ++h) indexed += layer->stored_rows(h);
       bar.add(indexed);
       layers_[(size_t)i] = std::move(layer);
+      on_layer_ready(i);
     } catch (const std::exception& e) {
       errors[(size_t)i] = e.what();
     }

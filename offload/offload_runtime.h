@@ -10,6 +10,7 @@
 // k per retrieval layer follows the policy's schedule; with k_fraction > 0,
 // k = k_fraction x prompt tokens (at least 1).
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -29,14 +30,22 @@ struct OffloadStats {
   double attend_s = 0;         // whole offloaded attention time
   double build_s = 0;          // index build time after prefill
   int64_t keys_indexed = 0;
+  // The GPU runtime's split of attend_s (0 on the CPU runtime): kernels on
+  // the device, host<->device copies, and time the host waited for the device.
+  double gpu_s = 0, transfer_s = 0, wait_s = 0;
 };
 
-class OffloadRuntime final : public AttentionOverride {
+class OffloadRuntime : public AttentionOverride {
  public:
   OffloadRuntime(const ModelConfig& cfg, const OffloadPolicy& policy, bool progress = true);
 
   bool overrides(int layer) const override;
   void take_prefill(const Model& model) override;
+  // The same from any source of a context's keys and values: read(model_layer,
+  // k, v) fills k and v with fp32 [n_head_kv][n][head_dim] (post-RoPE keys) of
+  // positions [0, n). take_prefill is take_context(model.n_past(), Model::read_kv).
+  using KvReader = std::function<void(int layer, std::vector<float>& k, std::vector<float>& v)>;
+  virtual void take_context(int64_t n, const KvReader& read);
   void decode_attention(int layer, const float* q, const float* k, const float* v, int64_t pos, float scale,
                         float* out) override;
 
@@ -53,7 +62,12 @@ class OffloadRuntime final : public AttentionOverride {
   size_t host_bytes() const;
   std::string describe() const;  // one paragraph: layers, heads, k, index
 
- private:
+ protected:
+  // The configuration of retrieval layer i (a subclass may change where its
+  // store lives) and a hook run once layer i holds the context.
+  virtual OffloadedLayer::Config layer_config(int i) const;
+  virtual void on_layer_ready(int i) { (void)i; }
+
   ModelConfig cfg_;
   OffloadPolicy policy_;
   bool progress_;
