@@ -159,10 +159,9 @@ MemoryReport KvIndex::memory() const {
   return m;
 }
 
-void KvIndex::save(const std::string& path) const {
+void KvIndex::save_to(BinaryWriter& w) const {
   TOPKV_CHECK(keys_, "cannot save an index that was never built");
   std::shared_lock lk(mu_);
-  BinaryWriter w(path, kIndexMagic, kIndexVersion);
   w.str(name_);
   w.str(params_.str());
   w.pod<int32_t>(keys_->dim());
@@ -173,10 +172,38 @@ void KvIndex::save(const std::string& path) const {
   w.commit();
 }
 
+void KvIndex::save(const std::string& path) const {
+  TOPKV_CHECK(keys_, "cannot save an index that was never built");
+  BinaryWriter w(path, kIndexMagic, kIndexVersion);
+  save_to(w);
+}
+
+std::vector<uint8_t> KvIndex::save_bytes() const {
+  TOPKV_CHECK(keys_, "cannot save an index that was never built");
+  std::vector<uint8_t> out;
+  BinaryWriter w(out, kIndexMagic, kIndexVersion);
+  save_to(w);
+  return out;
+}
+
 std::unique_ptr<KvIndex> KvIndex::load(const std::string& path, std::shared_ptr<const RowStore> keys,
                                        std::shared_ptr<const RowStore> values, const BuildOptions& opt) {
   TOPKV_CHECK(keys, "loading an index needs the key store it was built on");
   BinaryReader r(path, kIndexMagic, kIndexVersion, "index");
+  return load_from(r, std::move(keys), std::move(values), opt);
+}
+
+std::unique_ptr<KvIndex> KvIndex::load_bytes(const std::string& name, const uint8_t* data, size_t n,
+                                             std::shared_ptr<const RowStore> keys,
+                                             std::shared_ptr<const RowStore> values, const BuildOptions& opt) {
+  TOPKV_CHECK(keys, "loading an index needs the key store it was built on");
+  BinaryReader r(name, data, n, kIndexMagic, kIndexVersion, "index");
+  return load_from(r, std::move(keys), std::move(values), opt);
+}
+
+std::unique_ptr<KvIndex> KvIndex::load_from(BinaryReader& r, std::shared_ptr<const RowStore> keys,
+                                            std::shared_ptr<const RowStore> values, const BuildOptions& opt) {
+  const std::string& path = r.path();
   std::string name = r.str();
   std::string params = r.str();
   auto idx = create(Spec{name, Params(params)}, opt);

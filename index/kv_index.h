@@ -141,6 +141,13 @@ class KvIndex {
   static std::unique_ptr<KvIndex> load(const std::string& path, std::shared_ptr<const RowStore> keys,
                                        std::shared_ptr<const RowStore> values = nullptr,
                                        const BuildOptions& opt = {});
+  // The same bytes save() writes, in memory (a context pack embeds them), and
+  // load() from such bytes; `name` stands for the path in error messages.
+  std::vector<uint8_t> save_bytes() const;
+  static std::unique_ptr<KvIndex> load_bytes(const std::string& name, const uint8_t* data, size_t n,
+                                             std::shared_ptr<const RowStore> keys,
+                                             std::shared_ptr<const RowStore> values = nullptr,
+                                             const BuildOptions& opt = {});
 
  protected:
   KvIndex(std::string name, Params params, const BuildOptions& opt)
@@ -162,6 +169,9 @@ class KvIndex {
   virtual void load_impl(BinaryReader& r) = 0;
 
   int n_threads() const;  // opt_.n_threads resolved (0 -> hardware threads)
+  void save_to(BinaryWriter& w) const;
+  static std::unique_ptr<KvIndex> load_from(BinaryReader& r, std::shared_ptr<const RowStore> keys,
+                                            std::shared_ptr<const RowStore> values, const BuildOptions& opt);
 
   std::string name_;
   Params params_;

@@ -39,12 +39,20 @@ class RowStore {
   DType dtype() const { return dtype_; }
   size_t row_bytes() const { return row_bytes_; }
   int64_t size() const { return size_.load(std::memory_order_acquire); }
-  size_t bytes() const;  // memory held (whole chunks)
+  size_t bytes() const;  // memory held (whole chunks, mapped ones included)
+  size_t mapped_bytes() const { return mapped_chunks_ * (size_t)kChunkRows * row_bytes_; }  // of which in place
 
   // Appends n rows given in fp32 (converted to the store's type) / already in
   // the store's type. Single writer; concurrent readers see old or new size.
   void append_f32(const float* rows, int64_t n);
   void append_raw(const void* rows, int64_t n);
+  // Appends n rows of the store's type that lie contiguously at `rows`, in
+  // memory that `owner` keeps alive (a memory-mapped context pack). Without a
+  // chunk allocator, every whole chunk that starts on a chunk boundary of the
+  // store is used in place, not copied (the mapping is read-only: such a
+  // chunk is full, so no later append writes to it); the rest is copied, as
+  // everything is when an allocator is set (pinned memory must be ours).
+  void append_mapped(const void* rows, int64_t n, const std::shared_ptr<const void>& owner);
 
   const void* row(int64_t i) const {
     return chunks_[(size_t)(i >> kChunkShift)].get() + (size_t)(i & kChunkMask) * row_bytes_;
@@ -70,6 +78,7 @@ class RowStore {
   std::atomic<int64_t> size_{0};
   ChunkAllocator alloc_;
   std::vector<std::shared_ptr<uint8_t>> chunks_;  // capacity reserved: never reallocates
+  size_t mapped_chunks_ = 0;
 };
 
 }  // namespace topkv

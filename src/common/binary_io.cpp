@@ -17,22 +17,36 @@ uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {
 
 BinaryWriter::BinaryWriter(std::string path, std::string_view magic8, uint32_t version)
     : path_(std::move(path)), tmp_(path_ + ".tmp") {
-  TOPKV_CHECK(magic8.size() == 8, "internal: magic must be 8 bytes");
   f_ = std::fopen(tmp_.c_str(), "wb");
   TOPKV_CHECK(f_, "cannot create '{}': {} (check the directory exists and is writable)", tmp_,
               std::strerror(errno));
+  start(magic8, version);
+}
+
+BinaryWriter::BinaryWriter(std::vector<uint8_t>& sink, std::string_view magic8, uint32_t version)
+    : path_("memory"), sink_(&sink) {
+  start(magic8, version);
+}
+
+void BinaryWriter::start(std::string_view magic8, uint32_t version) {
+  TOPKV_CHECK(magic8.size() == 8, "internal: magic must be 8 bytes");
   bytes(magic8.data(), 8);
   pod(version);
 }
 
 BinaryWriter::~BinaryWriter() {
   if (f_) std::fclose(f_);
-  if (!committed_) std::remove(tmp_.c_str());
+  if (!committed_ && !sink_) std::remove(tmp_.c_str());
 }
 
 void BinaryWriter::bytes(const void* p, size_t n) {
   if (n == 0) return;
   hash_ = fnv1a64(p, n, hash_);
+  if (sink_) {
+    TOPKV_CHECK(!committed_, "internal: write after commit");
+    sink_->insert(sink_->end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
+    return;
+  }
   TOPKV_CHECK(std::fwrite(p, 1, n, f_) == n, "writing '{}' failed: {} (disk full?)", tmp_,
               std::strerror(errno));
 }
@@ -44,6 +58,11 @@ void BinaryWriter::str(std::string_view s) {
 
 void BinaryWriter::commit() {
   uint64_t h = hash_;
+  if (sink_) {
+    bytes(&h, 8);
+    committed_ = true;
+    return;
+  }
   TOPKV_CHECK(std::fwrite(&h, 8, 1, f_) == 1, "writing '{}' failed: {}", tmp_, std::strerror(errno));
   TOPKV_CHECK(std::fflush(f_) == 0, "writing '{}' failed: {} (disk full?)", tmp_, std::strerror(errno));
   std::fclose(f_);
@@ -62,23 +81,35 @@ BinaryReader::BinaryReader(const std::string& path, std::string_view magic8, uin
   std::fseek(f, 0, SEEK_END);
   long size = std::ftell(f);
   std::fseek(f, 0, SEEK_SET);
-  buf_.resize(size > 0 ? (size_t)size : 0);
-  size_t got = buf_.empty() ? 0 : std::fread(buf_.data(), 1, buf_.size(), f);
+  owned_.resize(size > 0 ? (size_t)size : 0);
+  size_t got = owned_.empty() ? 0 : std::fread(owned_.data(), 1, owned_.size(), f);
   std::fclose(f);
-  TOPKV_CHECK(got == buf_.size(), "cannot read {} '{}'", what_, path);
-  TOPKV_CHECK(buf_.size() >= 8 + 4 + 8, "{} '{}' is too short ({} bytes) to be a topkv {}: truncated?",
-              what_, path, buf_.size(), what_);
-  TOPKV_CHECK(std::memcmp(buf_.data(), magic8.data(), 8) == 0,
-              "'{}' is not a topkv {} (bad magic bytes): wrong file?", path, what_);
-  std::memcpy(&version_, buf_.data() + 8, 4);
+  TOPKV_CHECK(got == owned_.size(), "cannot read {} '{}'", what_, path);
+  data_ = owned_.data();
+  size_ = owned_.size();
+  validate(magic8, max_version);
+}
+
+BinaryReader::BinaryReader(std::string name, const uint8_t* data, size_t n, std::string_view magic8,
+                           uint32_t max_version, std::string_view what)
+    : path_(std::move(name)), what_(what), data_(data), size_(n) {
+  validate(magic8, max_version);
+}
+
+void BinaryReader::validate(std::string_view magic8, uint32_t max_version) {
+  const std::string& path = path_;
+  TOPKV_CHECK(size_ >= 8 + 4 + 8, "{} '{}' is too short ({} bytes) to be a topkv {}: truncated?", what_, path,
+              size_, what_);
+  TOPKV_CHECK(std::memcmp(data_, magic8.data(), 8) == 0, "'{}' is not a topkv {} (bad magic bytes): wrong file?",
+              path, what_);
+  std::memcpy(&version_, data_ + 8, 4);
   TOPKV_CHECK(version_ >= 1 && version_ <= max_version,
               "{} '{}' has format version {}, this topkv reads versions 1..{}: rebuild it or upgrade topkv",
               what_, path, version_, max_version);
-  end_ = buf_.size() - 8;
-  uint64_t stored, actual = fnv1a64(buf_.data(), end_);
-  std::memcpy(&stored, buf_.data() + end_, 8);
-  TOPKV_CHECK(stored == actual, "{} '{}' is corrupted or truncated (checksum mismatch): rebuild it", what_,
-              path);
+  end_ = size_ - 8;
+  uint64_t stored, actual = fnv1a64(data_, end_);
+  std::memcpy(&stored, data_ + end_, 8);
+  TOPKV_CHECK(stored == actual, "{} '{}' is corrupted or truncated (checksum mismatch): rebuild it", what_, path);
   pos_ = 12;
 }
 
@@ -90,14 +121,14 @@ void BinaryReader::need(uint64_t count, size_t elem) const {
 
 void BinaryReader::bytes(void* p, size_t n) {
   need(n, 1);
-  if (n) std::memcpy(p, buf_.data() + pos_, n);
+  if (n) std::memcpy(p, data_ + pos_, n);
   pos_ += n;
 }
 
 std::string BinaryReader::str() {
   uint64_t n = pod<uint64_t>();
   need(n, 1);
-  std::string s(reinterpret_cast<const char*>(buf_.data() + pos_), n);
+  std::string s(reinterpret_cast<const char*>(data_ + pos_), n);
   pos_ += n;
   return s;
 }

@@ -2,6 +2,8 @@
 // trailing checksum over everything before it, for saved indexes and other
 // topkv files. A reader validates every length against the bytes that remain,
 // so a truncated or foreign file is an Error, never an out-of-bounds read.
+// The same bytes can also be written to and read from memory: a context pack
+// (offload/context_pack.h) embeds each saved index as one such blob.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,7 +23,12 @@ class BinaryWriter {
   // Writes to `path + ".tmp"`; commit() appends the checksum and renames it to
   // `path`, so a crash never leaves a file that looks valid.
   BinaryWriter(std::string path, std::string_view magic8, uint32_t version);
+  // Appends to `sink` instead (it must outlive the writer); commit() appends
+  // the checksum.
+  BinaryWriter(std::vector<uint8_t>& sink, std::string_view magic8, uint32_t version);
   ~BinaryWriter();
+  BinaryWriter(const BinaryWriter&) = delete;
+  BinaryWriter& operator=(const BinaryWriter&) = delete;
   void bytes(const void* p, size_t n);
   template <typename T>
   void pod(const T& v) {
@@ -37,8 +44,10 @@ class BinaryWriter {
   void commit();
 
  private:
+  void start(std::string_view magic8, uint32_t version);
   std::string path_, tmp_;
   std::FILE* f_ = nullptr;
+  std::vector<uint8_t>* sink_ = nullptr;
   uint64_t hash_ = 0xcbf29ce484222325ull;
   bool committed_ = false;
 };
@@ -47,6 +56,10 @@ class BinaryReader {
  public:
   // Reads the whole file, checks magic, version (<= max_version) and checksum.
   BinaryReader(const std::string& path, std::string_view magic8, uint32_t max_version,
+               std::string_view what = "file");
+  // The same checks on `n` bytes in memory (not copied: they must outlive the
+  // reader); `name` stands for the path in messages.
+  BinaryReader(std::string name, const uint8_t* data, size_t n, std::string_view magic8, uint32_t max_version,
                std::string_view what = "file");
   uint32_t version() const { return version_; }
   void bytes(void* p, size_t n);
@@ -72,8 +85,11 @@ class BinaryReader {
 
  private:
   void need(uint64_t count, size_t elem) const;
+  void validate(std::string_view magic8, uint32_t max_version);
   std::string path_, what_;
-  std::vector<uint8_t> buf_;
+  std::vector<uint8_t> owned_;  // the file's bytes (file constructor)
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
   size_t pos_ = 0, end_ = 0;
   uint32_t version_ = 0;
 };

@@ -1,6 +1,7 @@
 #include "src/model/model.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "src/common/error.h"
 
@@ -209,21 +210,58 @@ void Model::release_kv(int il) {
   c.k = {}, c.v = {}, c.capacity = 0;
 }
 
-void Model::read_kv(int il, std::vector<float>& k, std::vector<float>& v) const {
+void Model::read_kv(int il, std::vector<float>& k, std::vector<float>& v, int64_t from) const {
   TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "layer {} is out of range (0..{})", il, cfg_.n_layer - 1);
   const KvLayerCache& c = cache_[(size_t)il];
-  TOPKV_CHECK(c.capacity > 0 || n_past_ == 0, "layer {}'s cache was released to an attention override", il);
-  TOPKV_CHECK(c.capacity >= n_past_, "layer {} keeps only its last {} positions (sliding window); its keys "
-              "cannot be read back", il, c.capacity);
-  const size_t hd = (size_t)c.head_dim, n = (size_t)n_past_, es = dtype_size(c.dtype);
+  TOPKV_CHECK(c.capacity > 0 || n_past_ == from, "layer {}'s cache was released to an attention override", il);
+  TOPKV_CHECK(from >= 0 && from <= n_past_, "cannot read positions from {}: the cache holds {}", from, n_past_);
+  TOPKV_CHECK(n_past_ - from <= c.capacity, "layer {} keeps only its last {} positions (sliding window); "
+              "positions from {} cannot be read back", il, c.capacity, from);
+  const size_t hd = (size_t)c.head_dim, n = (size_t)(n_past_ - from), es = dtype_size(c.dtype);
   k.resize((size_t)c.n_kv_heads * n * hd);
   v.resize(k.size());
-  std::vector<uint8_t> tmp(n * hd * es);
+  if (n == 0) return;
+  // Position p sits in slot p % capacity: at most two runs of slots.
+  const size_t first = (size_t)(from % c.capacity), run1 = std::min(n, (size_t)c.capacity - first);
+  std::vector<uint8_t> tmp(std::max(run1, n - run1) * hd * es);
   for (int h = 0; h < c.n_kv_heads; ++h)
-    for (auto [src, dst] : {std::pair{&c.k, &k}, std::pair{&c.v, &v}}) {
-      be_.to_host(*src, (size_t)h * c.head_stride() * es, tmp.data(), tmp.size());
-      to_f32(c.dtype, tmp.data(), dst->data() + (size_t)h * n * hd, n * hd);
-    }
+    for (auto [src, dst] : {std::pair{&c.k, &k}, std::pair{&c.v, &v}})
+      for (auto [slot, len, at] : {std::tuple{first, run1, (size_t)0}, std::tuple{(size_t)0, n - run1, run1}}) {
+        if (!len) continue;
+        be_.to_host(*src, ((size_t)h * c.head_stride() + slot * hd) * es, tmp.data(), len * hd * es);
+        to_f32(c.dtype, tmp.data(), dst->data() + ((size_t)h * n + at) * hd, len * hd);
+      }
+}
+
+void Model::write_kv(int il, int64_t from, int64_t n, const float* k, const float* v) {
+  TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "layer {} is out of range (0..{})", il, cfg_.n_layer - 1);
+  KvLayerCache& c = cache_[(size_t)il];
+  TOPKV_CHECK(c.capacity > 0, "layer {}'s cache was released to an attention override", il);
+  TOPKV_CHECK(from >= 0 && n >= 0 && from + n <= opt_.n_ctx, "positions [{}, {}) do not fit the context size {}; "
+              "raise it (-c)", from, from + n, opt_.n_ctx);
+  TOPKV_CHECK(n <= c.capacity, "layer {} keeps {} positions; {} cannot be written", il, c.capacity, n);
+  // kv_write takes token-major rows in backend memory: go through the
+  // chunk-sized k_/v_ scratch (max_chunk tokens).
+  const size_t hd = (size_t)c.head_dim, nkv = (size_t)c.n_kv_heads, C = (size_t)opt_.max_chunk;
+  std::vector<float> tk(C * nkv * hd), tv(tk.size());
+  for (int64_t t0 = 0; t0 < n; t0 += (int64_t)C) {
+    const size_t T = (size_t)std::min<int64_t>((int64_t)C, n - t0);
+    for (size_t t = 0; t < T; ++t)
+      for (size_t h = 0; h < nkv; ++h) {
+        const size_t src = (h * (size_t)n + (size_t)t0 + t) * hd, dst = (t * nkv + h) * hd;
+        std::copy_n(k + src, hd, tk.data() + dst);
+        std::copy_n(v + src, hd, tv.data() + dst);
+      }
+    be_.from_host(tk.data(), k_, 0, T * nkv * hd * sizeof(float));
+    be_.from_host(tv.data(), v_, 0, T * nkv * hd * sizeof(float));
+    be_.kv_write(c, k_.f32(), v_.f32(), (int)T, from + t0);
+  }
+}
+
+void Model::resume_at(int64_t n) {
+  TOPKV_CHECK(n >= 0 && n <= opt_.n_ctx, "cannot resume at position {}: the context size is {}; raise it (-c)", n,
+              opt_.n_ctx);
+  n_past_ = n;
 }
 
 }  // namespace topkv

@@ -70,9 +70,16 @@ class Model {
   // (the offloaded top-k runtime); null restores dense attention. Set it after
   // the prompt is prefilled and ov->take_prefill(*this) has run.
   void set_attention_override(AttentionOverride* ov) { override_ = ov; }
-  // The keys and values of positions [0, n_past()) of a full-context layer, as
-  // fp32 [n_head_kv][n_past][head_dim] in host memory.
-  void read_kv(int layer, std::vector<float>& k, std::vector<float>& v) const;
+  // The keys and values of positions [from, n_past()), as fp32
+  // [n_head_kv][n_past - from][head_dim] in host memory. A sliding-window
+  // layer's ring keeps only its last positions: `from` must be among them.
+  void read_kv(int layer, std::vector<float>& k, std::vector<float>& v, int64_t from = 0) const;
+  // The inverse, for a context restored from a pack (offload/context_pack.h):
+  // writes positions [from, from + n) of `layer` from fp32
+  // [n_head_kv][n][head_dim]; then resume_at(end) makes the next token run at
+  // position `end`. A ring takes at most its capacity of positions.
+  void write_kv(int layer, int64_t from, int64_t n, const float* k, const float* v);
+  void resume_at(int64_t n_past);
   // Frees the cache of a layer the override now serves (after take_prefill):
   // its keys live in the override from then on, so the backend memory is given
   // back. Attending that layer without the override afterwards is an Error.

@@ -1,0 +1,183 @@
+// The pieces a context pack is made of, each against its reference: binary
+// blobs in memory equal the files save() writes, every index backend
+// round-trips through bytes, a row store over mapped rows equals a copied
+// one (and really is in place), and a model whose cache is written back
+// position by position decodes exactly as the one that prefilled.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <random>
+
+#include "index/kv_index.h"
+#include "src/common/binary_io.h"
+#include "src/common/error.h"
+#include "src/model/model.h"
+#include "src/model/synth.h"
+#include "tests/test_util.h"
+
+using namespace topkv;
+
+namespace {
+
+std::vector<float> random_rows(int64_t n, int d, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> v((size_t)(n * d));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = nd(rng) + 0.3f * (float)(i % (size_t)d % 3);
+  return v;
+}
+
+std::shared_ptr<RowStore> store_of(const std::vector<float>& rows, int d, DType t) {
+  auto s = std::make_shared<RowStore>(d, t);
+  s->append_f32(rows.data(), (int64_t)rows.size() / d);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("binary blobs in memory are the bytes of the file, and are checked the same way") {
+  test::TempDir tmp("topkv_pack_bin");
+  const std::string path = tmp.file("x.bin");
+  std::vector<uint8_t> mem;
+  for (int mode = 0; mode < 2; ++mode) {
+    auto w = mode ? std::make_unique<BinaryWriter>(mem, "TESTBLOB", 3) : std::make_unique<BinaryWriter>(path, "TESTBLOB", 3);
+    w->str("hello");
+    w->vec(std::vector<int32_t>{7, -1, 42});
+    w->pod<double>(2.5);
+    w->commit();
+  }
+  const std::string file = test::slurp(path);
+  REQUIRE(mem.size() == file.size());
+  CHECK(std::memcmp(mem.data(), file.data(), mem.size()) == 0);
+  BinaryReader r("blob", mem.data(), mem.size(), "TESTBLOB", 3);
+  CHECK(r.version() == 3);
+  CHECK(r.str() == "hello");
+  CHECK(r.vec<int32_t>() == std::vector<int32_t>{7, -1, 42});
+  CHECK(r.pod<double>() == 2.5);
+  r.expect_end();
+  CHECK_THROWS_WITH(BinaryReader("blob", mem.data(), mem.size() - 3, "TESTBLOB", 3), Catch::Contains("checksum"));
+  CHECK_THROWS_WITH(BinaryReader("blob", mem.data(), 10, "TESTBLOB", 3), Catch::Contains("too short"));
+  CHECK_THROWS_WITH(BinaryReader("blob", mem.data(), mem.size(), "TESTBLOB", 2), Catch::Contains("version 3"));
+  CHECK_THROWS_WITH(BinaryReader("blob", mem.data(), mem.size(), "OTHERMAG", 3), Catch::Contains("bad magic"));
+  std::vector<uint8_t> bad = mem;
+  bad[14] ^= 0x10;
+  CHECK_THROWS_WITH(BinaryReader("blob", bad.data(), bad.size(), "TESTBLOB", 3), Catch::Contains("corrupted"));
+}
+
+TEST_CASE("every index backend round-trips through bytes: the file's bytes, the same answers") {
+  test::TempDir tmp("topkv_pack_idx");
+  const int d = 64;
+  const int64_t n = 777;
+  const auto keys = store_of(random_rows(n, d, 1), d, DType::F16), values = store_of(random_rows(n, d, 2), d, DType::F16);
+  const std::vector<float> q = random_rows(3, d, 3);
+  BuildOptions bo;
+  bo.n_threads = 1;
+  for (const BackendInfo& b : index_backends()) {
+    INFO(b.name);
+    auto idx = KvIndex::create(b.name, bo);
+    idx->build(keys, values);
+    const std::vector<uint8_t> bytes = idx->save_bytes();
+    idx->save(tmp.file("i.idx"));
+    const std::string file = test::slurp(tmp.file("i.idx"));
+    REQUIRE(bytes.size() == file.size());
+    CHECK(std::memcmp(bytes.data(), file.data(), bytes.size()) == 0);
+    auto back = KvIndex::load_bytes("blob", bytes.data(), bytes.size(), keys, values, bo);
+    CHECK(back->name() == b.name);
+    CHECK(back->indexed_rows() == n);
+    SearchParams p;
+    p.k = 40;
+    SearchResult r1 = idx->search(q.data(), 3, p), r2 = back->search(q.data(), 3, p);
+    CHECK(r1.ids == r2.ids);
+    CHECK(r1.scores == r2.scores);
+    CHECK(r1.far_clusters == r2.far_clusters);
+    // Other keys: the sampled fingerprint refuses them.
+    const auto other = store_of(random_rows(n, d, 9), d, DType::F16);
+    CHECK_THROWS_WITH(KvIndex::load_bytes("blob", bytes.data(), bytes.size(), other, values, bo),
+                      Catch::Contains("fingerprint"));
+  }
+}
+
+TEST_CASE("a row store over mapped rows uses whole chunks in place and equals a copied store") {
+  const int d = 8;
+  const int64_t C = RowStore::kChunkRows;
+  for (DType t : {DType::F16, DType::BF16, DType::F32}) {
+    for (int64_t n : {int64_t(1), int64_t(123), C, 2 * C + 77}) {
+      INFO(dtype_name(t) << " n " << n);
+      const std::vector<float> rows = random_rows(n + 50, d, (uint64_t)n);
+      const auto ref = store_of(rows, d, t);  // the rows as a store would hold them
+      auto mem = std::make_shared<std::vector<uint8_t>>((size_t)n * ref->row_bytes());
+      for (int64_t i = 0; i < n; ++i) std::memcpy(mem->data() + (size_t)i * ref->row_bytes(), ref->row(i), ref->row_bytes());
+      RowStore s(d, t);
+      s.append_mapped(mem->data(), n, mem);
+      CHECK(s.size() == n);
+      CHECK(s.mapped_bytes() == (size_t)(n / C) * C * ref->row_bytes());
+      if (n >= C) CHECK(s.chunk(0) == mem->data());       // in place
+      if (n % C) CHECK(s.chunk(s.n_chunks() - 1) != mem->data() + (n / C) * C * ref->row_bytes());  // tail copied
+      s.append_f32(rows.data() + (size_t)n * d, 50);      // appends go on after the mapped rows
+      REQUIRE(s.size() == n + 50);
+      for (int64_t i : {int64_t(0), n / 2, n - 1, n, n + 49})
+        CHECK(std::memcmp(s.row(i), ref->row(i), ref->row_bytes()) == 0);
+      CHECK(s.fingerprint(s.size()) == ref->fingerprint(ref->size()));
+    }
+  }
+  // Not on a chunk boundary, or with an allocator (pinned memory): everything is copied.
+  const std::vector<float> rows = random_rows(C + 3, d, 5);
+  const auto ref = store_of(rows, d, DType::F16);
+  auto mem = std::make_shared<std::vector<uint8_t>>((size_t)(C + 3) * ref->row_bytes());
+  ref->for_each_span(0, C + 3, [&](int64_t first, int64_t cnt, const void* p) {
+    std::memcpy(mem->data() + (size_t)first * ref->row_bytes(), p, (size_t)cnt * ref->row_bytes());
+  });
+  RowStore offset(d, DType::F16);
+  offset.append_f32(rows.data(), 1);
+  offset.append_mapped(mem->data() + ref->row_bytes(), C + 2, mem);
+  RowStore allocated(d, DType::F16, [](size_t b) { return std::shared_ptr<uint8_t>(new uint8_t[b], std::default_delete<uint8_t[]>()); });
+  allocated.append_mapped(mem->data(), C + 3, mem);
+  for (const RowStore* s : {&offset, &allocated}) {
+    CHECK(s->mapped_bytes() == 0);
+    CHECK(s->chunk(0) != mem->data());
+    for (int64_t i : {int64_t(0), int64_t(1), C - 1, C, C + 2}) CHECK(std::memcmp(s->row(i), ref->row(i), ref->row_bytes()) == 0);
+  }
+}
+
+TEST_CASE("a model whose cache is written back decodes exactly like the one that prefilled") {
+  test::TempDir tmp("topkv_pack_model");
+  for (const char* preset : {"tiny-gemma3", "tiny-llama"}) {
+    for (DType kv : {DType::F32, DType::F16}) {
+      INFO(preset << " kv " << dtype_name(kv));
+      const std::string path = tmp.file(std::string(preset) + ".gguf");
+      synth_write(synth_preset(preset), path);
+      std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+      const ModelConfig cfg = read_model_config(*file);
+      auto be = make_cpu_backend();
+      // The prompt is longer than a sliding window plus a chunk, so the ring
+      // wraps: the window's positions sit in two runs of slots, the second longer.
+      const int64_t P = 72;
+      std::vector<int32_t> prompt((size_t)P);
+      for (int64_t i = 0; i < P; ++i) prompt[(size_t)i] = (int32_t)((i * 131 + 7) % cfg.n_vocab);
+      ModelOptions a_opt{.n_ctx = P + 20, .max_chunk = 16, .kv_dtype = kv};
+      ModelOptions b_opt{.n_ctx = P + 33, .max_chunk = 5, .kv_dtype = kv};  // other ring sizes
+      Model a(file, *be, a_opt), b(file, *be, b_opt);
+      std::vector<float> la = a.prefill(prompt, 16), k, v;
+      for (int il = 0; il < cfg.n_layer; ++il) {
+        const int64_t window = cfg.layers[(size_t)il].window, from = window > 0 ? P - window : 0;
+        a.read_kv(il, k, v, from);
+        REQUIRE(k.size() == (size_t)(cfg.n_head_kv * (P - from) * cfg.head_dim));
+        b.write_kv(il, from, P - from, k.data(), v.data());
+        if (window > 0) CHECK_THROWS_WITH(a.read_kv(il, k, v, 0), Catch::Contains("keeps only its last"));
+      }
+      b.resume_at(P);
+      CHECK(b.n_past() == P);
+      for (int s = 0; s < 12; ++s) {
+        const int32_t tok = (int32_t)(std::max_element(la.begin(), la.end()) - la.begin());
+        la = a.decode(tok);
+        CHECK(b.decode(tok) == la);
+      }
+    }
+  }
+  std::shared_ptr<const GgufFile> file = GgufFile::open(tmp.file("tiny-llama.gguf"));
+  auto be = make_cpu_backend();
+  Model m(file, *be, {.n_ctx = 10, .max_chunk = 4});
+  std::vector<float> k(64 * 1024, 0.5f);
+  CHECK_THROWS_WITH(m.write_kv(0, 8, 3, k.data(), k.data()), Catch::Contains("do not fit the context size 10"));
+  CHECK_THROWS_WITH(m.resume_at(11), Catch::Contains("context size is 10"));
+  CHECK_THROWS_WITH(m.read_kv(0, k, k, 1), Catch::Contains("cannot read positions from 1"));
+}
