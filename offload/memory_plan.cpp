@@ -56,9 +56,10 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     plan.lines.push_back({fmt::format("KV of {} sliding-window layers ({} slots)", sliding, (int64_t)ring),
                           sliding * ring * kv_per_tok, 0});
   }
-  plan.lines.push_back({fmt::format("KV of {} full-context layers ({} tokens, {})", full, in.context,
+  const int in_model = in.from_pack ? full - retrieval : full;
+  plan.lines.push_back({fmt::format("KV of {} full-context layers ({} tokens, {})", in_model, in.context,
                                     dtype_name(in.kv_dtype)),
-                        full * (double)in.context * kv_per_tok, 0});
+                        in_model * (double)in.context * kv_per_tok, 0});
   if (retrieval) {
     const double stored = (double)std::max<int64_t>(0, in.context - p.sinks - p.window);
     const double heads = (double)retrieval * c.n_head_kv;

@@ -31,6 +31,7 @@ struct MemoryPlanInput {
   double weight_bytes = 0;    // as the model holds them (mapped file pages count: they become resident)
   DType kv_dtype = DType::F32;
   DType store_dtype = DType::F16;
+  bool from_pack = false;     // context restored from a pack: top-k layers never fill the model's cache
 };
 
 // Host: weights, the model's KV caches (full-context layers hold the whole

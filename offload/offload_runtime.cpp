@@ -1,11 +1,15 @@
 #include "offload/offload_runtime.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 
+#include "offload/pack_file.h"
 #include "src/common/error.h"
 #include "src/common/options.h"
 #include "src/common/progress.h"
@@ -68,44 +72,99 @@ void OffloadRuntime::take_prefill(const Model& model) {
   take_context(model.n_past(), [&model](int il, std::vector<float>& k, std::vector<float>& v) { model.read_kv(il, k, v); });
 }
 
-void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
+void OffloadRuntime::start_context(int64_t n) {
   TOPKV_CHECK(layers_.empty(), "the offloaded runtime already holds a prompt; start a new one");
   TOPKV_CHECK(n >= 1, "the offloaded runtime needs a prefilled prompt");
   const int64_t k_mean = policy_.k_fraction > 0 ? std::max<int64_t>(1, (int64_t)std::llround(policy_.k_fraction * n))
                                                 : policy_.search.k;
   k_ = topkv::k_per_layer(k_mean, (int)retrieval_layers_.size(), policy_.k_schedule);
-  const int nl = (int)retrieval_layers_.size();
-  layers_.resize((size_t)nl);
-  const int64_t keys_total = (int64_t)nl * cfg_.n_head_kv * std::max<int64_t>(0, n - policy_.sinks - policy_.window);
+  layers_.resize(retrieval_layers_.size());
+}
+
+void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
+  start_context(n);
+  const int64_t keys_total = (int64_t)layers_.size() * cfg_.n_head_kv * std::max<int64_t>(0, n - policy_.sinks - policy_.window);
   Progress bar("index build", keys_total, "keys", progress_ && keys_total >= 100000);
+  fill_layers([&](int i, OffloadedLayer& layer) {
+    std::vector<float> k, v;
+    read(retrieval_layers_[(size_t)i], k, v);  // [kv][n][d]
+    TOPKV_CHECK(k.size() == (size_t)cfg_.n_head_kv * n * cfg_.head_dim && v.size() == k.size(),
+                "internal: the context of layer {} has {} key values, expected {}", retrieval_layers_[(size_t)i],
+                k.size(), (size_t)cfg_.n_head_kv * n * cfg_.head_dim);
+    layer.prefill(k.data(), v.data(), n, (size_t)cfg_.head_dim, (size_t)n * cfg_.head_dim);
+    int64_t indexed = 0;
+    for (int h = 0; h < cfg_.n_head_kv; ++h) indexed += layer.stored_rows(h);
+    bar.add(indexed);
+  });
+  bar.finish();
+}
+
+void OffloadRuntime::fill_layers(const std::function<void(int, OffloadedLayer&)>& fill) {
   Timer t;
+  const int nl = (int)layers_.size();
   // Layers in parallel (each builds its heads; nested parallelism is off by default).
   std::vector<std::string> errors((size_t)nl);
 #pragma omp parallel for schedule(dynamic, 1) if (nl > 1)
   for (int i = 0; i < nl; ++i) {
     try {
       auto layer = std::make_unique<OffloadedLayer>(layer_config(i));
-      std::vector<float> k, v;
-      read(retrieval_layers_[(size_t)i], k, v);  // [kv][n][d]
-      TOPKV_CHECK(k.size() == (size_t)cfg_.n_head_kv * n * cfg_.head_dim && v.size() == k.size(),
-                  "internal: the context of layer {} has {} key values, expected {}", retrieval_layers_[(size_t)i],
-                  k.size(), (size_t)cfg_.n_head_kv * n * cfg_.head_dim);
-      layer->prefill(k.data(), v.data(), n, (size_t)cfg_.head_dim, (size_t)n * cfg_.head_dim);
-      int64_t indexed = 0;
-      for (int h = 0; h < cfg_.n_head_kv; ++h) indexed += layer->stored_rows(h);
-      bar.add(indexed);
+      fill(i, *layer);
       layers_[(size_t)i] = std::move(layer);
       on_layer_ready(i);
     } catch (const std::exception& e) {
       errors[(size_t)i] = e.what();
     }
   }
-  bar.finish();
-  for (auto& e : errors) TOPKV_CHECK(e.empty(), "{}", e);
+  for (auto& e : errors)
+    if (!e.empty()) {
+      layers_.clear();  // no half-filled runtime: a later take_* starts afresh
+      fail("{}", e);
+    }
   stats_.build_s = t.seconds();
+  count_keys();
+}
+
+void OffloadRuntime::count_keys() {
   stats_.keys_indexed = 0;
   for (auto& l : layers_)
     for (int h = 0; h < cfg_.n_head_kv; ++h) stats_.keys_indexed += l->stored_rows(h);
+}
+
+void OffloadRuntime::save(PackWriter& w) const {
+  TOPKV_CHECK(!layers_.empty(), "internal: saving an offloaded runtime that holds no context");
+  for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->save(w, fmt::format("offload.L{}.", retrieval_layers_[i]));
+  nlohmann::json streaming = nlohmann::json::array();
+  for (auto& s : streaming_) streaming.push_back(std::vector<int>(s.begin(), s.end()));
+  w.meta()["offload"] = {{"tokens", layers_[0]->n_tokens()},
+                         {"retrieval_layers", retrieval_layers_},
+                         {"streaming", streaming}};
+}
+
+void OffloadRuntime::take_pack(const PackReader& r) {
+  int64_t n = 0;
+  std::vector<int> layers;
+  std::vector<std::vector<int>> streaming;
+  try {
+    const nlohmann::json& j = r.meta().at("offload");
+    n = j.at("tokens").get<int64_t>();
+    layers = j.at("retrieval_layers").get<std::vector<int>>();
+    streaming = j.at("streaming").get<std::vector<std::vector<int>>>();
+  } catch (const nlohmann::json::exception& e) {
+    fail("context pack '{}' has no readable offload description ({}): rebuild it", r.path(), e.what());
+  }
+  TOPKV_CHECK(layers == retrieval_layers_, "context pack '{}' serves layers {} with top-k attention but this run "
+              "would serve {}: use the pack's model and --dense-layers", r.path(), fmt::join(layers, ","),
+              fmt::join(retrieval_layers_, ","));
+  TOPKV_CHECK(streaming.size() == layers.size(), "context pack '{}': {} streaming masks for {} layers", r.path(),
+              streaming.size(), layers.size());
+  for (size_t i = 0; i < streaming.size(); ++i)
+    TOPKV_CHECK((int)streaming[i].size() == cfg_.n_head_kv, "context pack '{}': layer {} has a streaming mask of "
+                "{} heads, the model has {}", r.path(), layers[i], streaming[i].size(), cfg_.n_head_kv);
+  start_context(n);
+  for (size_t i = 0; i < streaming.size(); ++i) streaming_[i].assign(streaming[i].begin(), streaming[i].end());
+  fill_layers([&](int i, OffloadedLayer& layer) {
+    layer.restore(r, fmt::format("offload.L{}.", retrieval_layers_[(size_t)i]), n);
+  });
 }
 
 void OffloadRuntime::decode_attention(int layer, const float* q, const float* k, const float* v, int64_t pos,

@@ -46,9 +46,20 @@ class OffloadRuntime : public AttentionOverride {
   // positions [0, n). take_prefill is take_context(model.n_past(), Model::read_kv).
   using KvReader = std::function<void(int layer, std::vector<float>& k, std::vector<float>& v)>;
   virtual void take_context(int64_t n, const KvReader& read);
+  // Context packs (offload/context_pack.h): save() writes every retrieval
+  // layer (OffloadedLayer::save, prefix "offload.L<layer>.") and, under the
+  // pack's metadata key "offload", {"tokens", "retrieval_layers",
+  // "streaming": [per retrieval layer, per KV head 0/1]}. take_pack() is
+  // take_context from such a pack: the layers, their streaming heads (the
+  // pack's, whatever the policy's head pattern) and the indexes come from
+  // the pack, nothing is rebuilt. The runtime must have the pack's layers
+  // (same model, same --dense-layers).
+  void save(PackWriter& w) const;
+  virtual void take_pack(const PackReader& r);
   void decode_attention(int layer, const float* q, const float* k, const float* v, int64_t pos, float scale,
                         float* out) override;
 
+  const OffloadPolicy& policy() const { return policy_; }
   const std::vector<int>& retrieval_layers() const { return retrieval_layers_; }
   const std::vector<int64_t>& k_per_layer() const { return k_; }
   const OffloadStats& stats() const { return stats_; }
@@ -67,6 +78,11 @@ class OffloadRuntime : public AttentionOverride {
   // store lives) and a hook run once layer i holds the context.
   virtual OffloadedLayer::Config layer_config(int i) const;
   virtual void on_layer_ready(int i) { (void)i; }
+  void start_context(int64_t n);  // k per layer for a context of n tokens; layers_ sized
+  // Builds every layer (layer_config, then fill(i, layer), then
+  // on_layer_ready), layers in parallel; times it into stats_.build_s.
+  void fill_layers(const std::function<void(int, OffloadedLayer&)>& fill);
+  void count_keys();  // stats_.keys_indexed from the layers
 
   ModelConfig cfg_;
   OffloadPolicy policy_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "offload/pack_file.h"
 #include "src/common/error.h"
 #include "src/common/timer.h"
 
@@ -84,6 +85,77 @@ void OffloadedLayer::prefill(const float* keys, const float* values, int64_t n, 
     Head& hd = heads_[(size_t)todo[i]];
     hd.index->build(hd.keys, hd.values);
   }
+}
+
+void OffloadedLayer::save(PackWriter& w, const std::string& prefix) const {
+  const int64_t d = cfg_.head_dim;
+  const auto f32_span = [&](const float* p, int64_t rows) { return PackWriter::Span{p, (size_t)(rows * d) * sizeof(float)}; };
+  for (int h = 0; h < cfg_.kv_heads; ++h) {
+    const Head& hd = heads_[(size_t)h];
+    const std::string name = fmt::format("{}h{}.", prefix, h);
+    w.add(name + "sinks_k", StDType::F32, {n_sinks_, d}, {f32_span(hd.sink_k.data(), n_sinks_)});
+    w.add(name + "sinks_v", StDType::F32, {n_sinks_, d}, {f32_span(hd.sink_v.data(), n_sinks_)});
+    // The ring in position order, so a pack does not depend on slot layout.
+    std::vector<float> wk((size_t)(win_len_ * d)), wv(wk.size());
+    for (int64_t i = 0; i < win_len_; ++i) {
+      const size_t slot = (size_t)((win_start_ + i) % cfg_.window) * d;
+      std::copy_n(hd.win_k.data() + slot, d, wk.data() + i * d);
+      std::copy_n(hd.win_v.data() + slot, d, wv.data() + i * d);
+    }
+    w.add_owned(name + "window_k", StDType::F32, {win_len_, d}, wk);
+    w.add_owned(name + "window_v", StDType::F32, {win_len_, d}, wv);
+    if (hd.streaming || hd.keys->size() == 0) continue;
+    TOPKV_CHECK(hd.index->attached() && hd.keys->size() == win_start_ - n_sinks_,
+                "internal: head {} holds {} store rows and an index over {}, expected {}", h, hd.keys->size(),
+                hd.index->indexed_rows(), win_start_ - n_sinks_);
+    for (const auto& [store, what] : {std::pair{hd.keys.get(), "keys"}, std::pair{hd.values.get(), "values"}}) {
+      std::vector<PackWriter::Span> parts;
+      store->for_each_span(0, store->size(), [&](int64_t, int64_t cnt, const void* rows) {
+        parts.push_back({rows, (size_t)cnt * store->row_bytes()});
+      });
+      w.add(name + what, st_dtype_of(store->dtype()), {store->size(), d}, std::move(parts));
+    }
+    std::vector<uint8_t> blob = hd.index->save_bytes();
+    const int64_t bytes = (int64_t)blob.size();
+    w.add_owned(name + "index", StDType::U8, {bytes}, std::move(blob));
+  }
+}
+
+void OffloadedLayer::restore(const PackReader& r, const std::string& prefix, int64_t n) {
+  TOPKV_CHECK(n_tokens_ == 0, "internal: restore on a layer that already holds {} tokens", n_tokens_);
+  TOPKV_CHECK(n >= 1, "context pack '{}' holds {} tokens: nothing to restore", r.path(), n);
+  const int64_t d = cfg_.head_dim;
+  // The split prefill() and append() keep: sinks fill first, then the window, then the store.
+  n_sinks_ = (int)std::min<int64_t>(cfg_.sinks, n);
+  win_len_ = std::min<int64_t>(cfg_.window, n - n_sinks_);
+  win_start_ = n - win_len_;
+  const int64_t stored = win_start_ - n_sinks_;
+  const std::string backend = parse_spec(cfg_.index).name;
+  for (int h = 0; h < cfg_.kv_heads; ++h) {
+    Head& hd = heads_[(size_t)h];
+    const std::string name = fmt::format("{}h{}.", prefix, h);
+    const auto rows = [&](const char* what, int64_t m) {
+      return reinterpret_cast<const float*>(r.tensor(name + what, StDType::F32, {m, d}));
+    };
+    const float *sk = rows("sinks_k", n_sinks_), *sv = rows("sinks_v", n_sinks_);
+    hd.sink_k.assign(sk, sk + n_sinks_ * d);
+    hd.sink_v.assign(sv, sv + n_sinks_ * d);
+    const float *wk = rows("window_k", win_len_), *wv = rows("window_v", win_len_);
+    for (int64_t i = 0; i < win_len_; ++i) push_window(hd, win_start_ + i, wk + i * d, wv + i * d);
+    TOPKV_CHECK(hd.streaming != r.has(name + "keys") || stored == 0,
+                "context pack '{}': KV head {}{} is a {} head there, but a {} head here (the DuoAttention head "
+                "pattern differs)", r.path(), prefix, h, hd.streaming ? "retrieval" : "streaming",
+                hd.streaming ? "streaming" : "retrieval");
+    if (hd.streaming || stored == 0) continue;
+    const StDType st = st_dtype_of(cfg_.store_dtype);
+    hd.keys->append_mapped(r.tensor(name + "keys", st, {stored, d}, /*bulk=*/true), stored, r.owner());
+    hd.values->append_mapped(r.tensor(name + "values", st, {stored, d}, /*bulk=*/true), stored, r.owner());
+    auto [blob, bytes] = r.blob(name + "index");
+    hd.index = KvIndex::load_bytes(r.path() + ":" + name + "index", blob, bytes, hd.keys, hd.values, cfg_.build);
+    TOPKV_CHECK(hd.index->name() == backend, "context pack '{}' holds a {} index for {}h{}, but this layer uses {}",
+                r.path(), hd.index->name(), prefix, h, backend);
+  }
+  n_tokens_ = n;
 }
 
 void OffloadedLayer::append(const float* key, const float* value) {

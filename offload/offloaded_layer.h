@@ -26,6 +26,9 @@
 
 namespace topkv {
 
+class PackWriter;
+class PackReader;
+
 struct AttendStats {
   int64_t retrieved = 0;     // distinct store rows attended, summed over KV heads
   int64_t far_clusters = 0;  // multipole summaries attended, summed over KV heads
@@ -66,6 +69,20 @@ class OffloadedLayer {
   // Exact attention over every token the layer holds (sinks + all store rows +
   // window): the reference the retrieved attention is measured against.
   void attend_exact(const float* queries, float scale, float* out) const;
+
+  // Context packs (offload/context_pack.h). save() writes what each KV head h
+  // holds as tensors named prefix + "h<h>." + ...
+  //   sinks_k, sinks_v     F32 [sinks held][head_dim]
+  //   window_k, window_v   F32 [window tokens][head_dim], oldest first
+  //   keys, values         store type [store rows][head_dim]  (retrieval heads with stored rows)
+  //   index                U8 [bytes]: KvIndex::save_bytes     (idem)
+  // Sinks and stores are referenced, not copied: the layer must stay
+  // unchanged until PackWriter::write. restore() fills a freshly built layer
+  // of the same configuration (streaming mask included) holding n_tokens
+  // from such tensors; its stores use the pack's mapped rows in place
+  // (RowStore::append_mapped) and its indexes are loaded, not rebuilt.
+  void save(PackWriter& w, const std::string& prefix) const;
+  void restore(const PackReader& r, const std::string& prefix, int64_t n_tokens);
 
   int64_t n_tokens() const { return n_tokens_; }
   int64_t stored_rows(int kv_head) const;

@@ -1,0 +1,178 @@
+#include "offload/context_pack.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "src/common/error.h"
+
+namespace topkv {
+
+namespace {
+
+constexpr int kPackFormat = 1;
+
+std::string hash_hex(uint64_t h) { return fmt::format("{:016x}", h); }
+
+// The positions [from, n) of model layer `il` that a pack keeps: all of a
+// full-context layer, the window of a sliding-window one (the only keys its
+// later queries see).
+int64_t kept_from(const ModelConfig& cfg, int il, int64_t n) {
+  const int64_t window = cfg.layers[(size_t)il].window;
+  return window > 0 ? std::max<int64_t>(0, n - window) : 0;
+}
+
+std::string model_tensor(int il, const char* kv) { return fmt::format("model.L{}.{}", il, kv); }
+
+}  // namespace
+
+void save_context_pack(const std::string& path, const GgufFile& file, const Model& model, const OffloadRuntime& rt,
+                       std::span<const int32_t> tokens, std::span<const float> logits, const nlohmann::json& build) {
+  const ModelConfig& cfg = model.config();
+  const int64_t n = model.n_past();
+  TOPKV_CHECK(n >= 1 && (int64_t)tokens.size() == n, "internal: a pack of {} tokens from a model holding {}",
+              tokens.size(), n);
+  TOPKV_CHECK((int64_t)logits.size() == cfg.n_vocab, "internal: {} logits for a vocabulary of {}", logits.size(),
+              cfg.n_vocab);
+  PackWriter w;
+  w.add("tokens", StDType::I32, {n}, {{tokens.data(), tokens.size_bytes()}});
+  w.add("logits", StDType::F32, {cfg.n_vocab}, {{logits.data(), logits.size_bytes()}});
+  // The layers the model attends itself, in its cache's element type (f16
+  // keys stay f16: the restored context equals the one that was built).
+  const DType kv_type = model.options().kv_dtype;
+  nlohmann::json model_layers = nlohmann::json::array();
+  std::vector<float> k, v;
+  for (int il = 0; il < cfg.n_layer; ++il) {
+    if (rt.overrides(il)) continue;
+    const int64_t from = kept_from(cfg, il, n);
+    model.read_kv(il, k, v, from);
+    for (auto [src, what] : {std::pair{&k, "k"}, std::pair{&v, "v"}}) {
+      std::vector<uint8_t> bytes(src->size() * dtype_size(kv_type));
+      from_f32(kv_type, src->data(), bytes.data(), src->size());
+      w.add_owned(model_tensor(il, what), st_dtype_of(kv_type), {cfg.n_head_kv, n - from, cfg.head_dim},
+                  std::move(bytes));
+    }
+    model_layers.push_back({{"layer", il}, {"from", from}});
+  }
+  rt.save(w);
+  nlohmann::json& m = w.meta();
+  m["format"] = kPackFormat;
+  m["tokens"] = n;
+  m["model"] = {{"path", file.path()},
+                {"content_hash", hash_hex(file.content_hash())},
+                {"arch", arch_name(cfg.arch)},
+                {"summary", cfg.summary()}};
+  m["policy"] = nlohmann::json::parse(rt.policy().to_json());
+  m["kv_type"] = dtype_name(kv_type);
+  m["model_layers"] = model_layers;
+  m["build"] = build;
+  m["build"]["topkv"] = TOPKV_VERSION;
+  w.write(path);
+}
+
+ContextPack::ContextPack(const std::string& path) : file_(std::make_unique<PackReader>(path)) {
+  const nlohmann::json& m = meta();
+  try {
+    const int format = m.at("format").get<int>();
+    TOPKV_CHECK(format >= 1 && format <= kPackFormat, "context pack '{}' has format {}, this topkv reads formats "
+                "1..{}: upgrade topkv or rebuild the pack", path, format, kPackFormat);
+    n_tokens_ = m.at("tokens").get<int64_t>();
+    policy_.apply_json(m.at("policy").dump(), path + " (policy)");
+    for (const char* key : {"path", "content_hash", "summary"}) m.at("model").at(key).get<std::string>();
+    for (const char* key : {"offload", "kv_type", "model_layers"}) m.at(key);
+  } catch (const nlohmann::json::exception& e) {
+    fail("context pack '{}' has incomplete metadata ({}): rebuild it with `topkv index build`", path, e.what());
+  }
+  TOPKV_CHECK(n_tokens_ >= 1, "context pack '{}' holds no tokens", path);
+}
+
+std::vector<int32_t> ContextPack::tokens() const {
+  const auto* p = reinterpret_cast<const int32_t*>(file_->tensor("tokens", StDType::I32, {n_tokens_}));
+  return std::vector<int32_t>(p, p + n_tokens_);
+}
+
+void ContextPack::check_model(const GgufFile& f) const {
+  const nlohmann::json& m = meta().at("model");
+  const std::string want = m.at("content_hash").get<std::string>(), have = hash_hex(f.content_hash());
+  TOPKV_CHECK(want == have, "context pack '{}' was built with the model {} ({}, content hash {}), not with {} "
+              "(content hash {}): give that model with -m", file_->path(), m.at("path").get<std::string>(),
+              m.at("summary").get<std::string>(), want, f.path(), have);
+}
+
+OffloadPolicy ContextPack::policy_for_run(const OffloadPolicy& p) const {
+  const OffloadPolicy& b = policy_;
+  const auto fixed = [&](bool same, const char* flag, const std::string& built, const std::string& asked) {
+    TOPKV_CHECK(same, "context pack '{}' was built with {} {}; this run asks for {}: {} is fixed when the pack is "
+                "built (drop it here, or rebuild the pack with `topkv index build` to change it)", file_->path(), flag,
+                built, asked, flag);
+  };
+  TOPKV_CHECK(p.attn == AttnMode::TopK, "a context pack is decoded with --attn topk (its top-k layers keep their "
+              "KV in host stores, not in the model's cache); drop --attn dense");
+  const Spec bi = parse_spec(b.index), pi = parse_spec(p.index);
+  fixed(bi.name == pi.name && bi.params.str() == pi.params.str(), "--index", b.index, p.index);
+  fixed(b.sinks == p.sinks, "--sinks", std::to_string(b.sinks), std::to_string(p.sinks));
+  fixed(b.window == p.window, "--window", std::to_string(b.window), std::to_string(p.window));
+  fixed(b.dense_layers == p.dense_layers, "--dense-layers", std::to_string(b.dense_layers),
+        std::to_string(p.dense_layers));
+  fixed(b.store_dtype == p.store_dtype, "--store-type", dtype_name(b.store_dtype), dtype_name(p.store_dtype));
+  const auto heads = [](const OffloadPolicy& x) {
+    return x.heads_file.empty() ? std::string("(none)")
+                                : fmt::format("{} (threshold {}, sparsity {})", x.heads_file, x.heads_threshold,
+                                              x.heads_sparsity);
+  };
+  fixed(heads(b) == heads(p), "--heads", heads(b), heads(p));
+  OffloadPolicy run = p;
+  run.heads_file.clear();  // the pack's streaming masks stand (OffloadRuntime::take_pack)
+  return run;
+}
+
+std::vector<float> ContextPack::restore(Model& model, OffloadRuntime& rt) const {
+  const ModelConfig& cfg = model.config();
+  const int64_t n = n_tokens_;
+  TOPKV_CHECK(model.n_past() == 0, "internal: restoring a context pack into a model that holds {} tokens",
+              model.n_past());
+  TOPKV_CHECK(n <= model.options().n_ctx, "context pack '{}' holds {} tokens, more than the context size {}: raise "
+              "it (-c)", file_->path(), n, model.options().n_ctx);
+  // The model's own layers: the pack must hold exactly those this run does not serve.
+  std::vector<std::pair<int, int64_t>> want, have;
+  for (int il = 0; il < cfg.n_layer; ++il)
+    if (!rt.overrides(il)) want.emplace_back(il, kept_from(cfg, il, n));
+  DType kv_type = DType::F32;
+  try {
+    kv_type = parse_dtype(meta().at("kv_type").get<std::string>());
+    for (auto& e : meta().at("model_layers")) have.emplace_back(e.at("layer").get<int>(), e.at("from").get<int64_t>());
+  } catch (const nlohmann::json::exception& e) {
+    fail("context pack '{}' has incomplete metadata ({}): rebuild it", file_->path(), e.what());
+  }
+  TOPKV_CHECK(want == have, "context pack '{}' keeps the KV of {} model layers, this run needs {}: the pack's model "
+              "or --dense-layers differ", file_->path(), have.size(), want.size());
+  // Position blocks: bounded memory for a whole-context dense layer.
+  const int64_t block = 4096, hd = cfg.head_dim, nkv = cfg.n_head_kv;
+  const size_t es = dtype_size(kv_type);
+  std::vector<float> k, v;
+  for (auto [il, from] : want) {
+    const int64_t m = n - from;
+    const uint8_t* src[2];
+    for (int j = 0; j < 2; ++j)
+      src[j] = file_->tensor(model_tensor(il, j ? "v" : "k"), st_dtype_of(kv_type), {nkv, m, hd}, /*bulk=*/true);
+    for (int64_t b0 = 0; b0 < m; b0 += block) {
+      const int64_t len = std::min(block, m - b0);
+      k.resize((size_t)(nkv * len * hd));
+      v.resize(k.size());
+      for (int64_t h = 0; h < nkv; ++h)
+        for (int j = 0; j < 2; ++j)
+          to_f32(kv_type, src[j] + (size_t)((h * m + b0) * hd) * es, (j ? v : k).data() + (size_t)(h * len * hd),
+                 (size_t)(len * hd));
+      model.write_kv(il, from + b0, len, k.data(), v.data());
+    }
+  }
+  rt.take_pack(*file_);
+  model.resume_at(n);
+  model.set_attention_override(&rt);
+  for (int il : rt.retrieval_layers()) model.release_kv(il);
+  const auto* lp = reinterpret_cast<const float*>(file_->tensor("logits", StDType::F32, {cfg.n_vocab}));
+  return std::vector<float>(lp, lp + cfg.n_vocab);
+}
+
+}  // namespace topkv

@@ -1,0 +1,148 @@
+#include "offload/pack_file.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "src/common/binary_io.h"
+#include "src/common/error.h"
+#include "src/common/progress.h"
+
+namespace topkv {
+
+namespace {
+
+constexpr char kMetaKey[] = "topkv.context_pack";
+constexpr char kChecksumKey[] = "topkv.checksums";
+
+uint64_t checksum(const std::vector<PackWriter::Span>& parts) {
+  uint64_t h = fnv1a64(nullptr, 0);
+  for (auto& p : parts) h = fnv1a64(p.data, p.bytes, h);
+  return h;
+}
+
+std::string hex(uint64_t h) { return fmt::format("{:016x}", h); }
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+void PackWriter::add(const std::string& name, StDType dtype, std::vector<int64_t> shape, std::vector<Span> parts) {
+  for (auto& e : entries_) TOPKV_CHECK(e.name != name, "internal: pack tensor '{}' added twice", name);
+  entries_.push_back({name, dtype, std::move(shape), std::move(parts)});
+}
+
+void PackWriter::add_owned(const std::string& name, StDType dtype, std::vector<int64_t> shape,
+                           std::vector<uint8_t> bytes) {
+  owned_.push_back(std::move(bytes));
+  add(name, dtype, std::move(shape), {Span{owned_.back().data(), owned_.back().size()}});
+}
+
+void PackWriter::add_owned(const std::string& name, StDType dtype, std::vector<int64_t> shape,
+                           const std::vector<float>& v) {
+  TOPKV_CHECK(dtype == StDType::F32, "internal: fp32 data for a {} tensor", st_dtype_name(dtype));
+  std::vector<uint8_t> bytes(v.size() * sizeof(float));
+  if (!v.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
+  add_owned(name, dtype, std::move(shape), std::move(bytes));
+}
+
+uint64_t PackWriter::bytes() const {
+  uint64_t b = 0;
+  for (auto& e : entries_)
+    for (auto& p : e.parts) b += p.bytes;
+  return b;
+}
+
+void PackWriter::write(const std::string& path) const {
+  // Largest elements first: every tensor starts aligned to its element size
+  // (the safetensors header is padded to 8 bytes).
+  std::vector<const Entry*> order;
+  for (auto& e : entries_) order.push_back(&e);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Entry* a, const Entry* b) { return st_dtype_size(a->dtype) > st_dtype_size(b->dtype); });
+  std::vector<uint64_t> sums(order.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < order.size(); ++i) sums[i] = checksum(order[i]->parts);
+  nlohmann::json sum_json = nlohmann::json::object();
+  SafetensorsWriter w;
+  for (size_t i = 0; i < order.size(); ++i) {
+    sum_json[order[i]->name] = hex(sums[i]);
+    w.add(order[i]->name, order[i]->dtype, order[i]->shape, order[i]->parts);
+  }
+  w.set_metadata(kMetaKey, meta_.dump());
+  w.set_metadata(kChecksumKey, sum_json.dump());
+  w.write(path);
+}
+
+PackReader::PackReader(const std::string& path) : path_(path) {
+  st_ = std::make_shared<SafetensorsReader>(path);
+  const std::string meta = st_->metadata_or(kMetaKey, ""), sums = st_->metadata_or(kChecksumKey, "");
+  TOPKV_CHECK(!meta.empty() && !sums.empty(), "'{}' is a safetensors file but not a topkv context pack (no '{}' "
+              "metadata): build one with `topkv index build`", path, kMetaKey);
+  try {
+    meta_ = nlohmann::json::parse(meta);
+    const nlohmann::json sum_json = nlohmann::json::parse(sums);
+    for (auto& [name, h] : sum_json.items()) checksums_[name] = std::stoull(h.get<std::string>(), nullptr, 16);
+  } catch (const std::exception& e) {
+    fail("context pack '{}' has unreadable metadata ({}): rebuild it with `topkv index build`", path, e.what());
+  }
+  TOPKV_CHECK(meta_.is_object(), "context pack '{}': the '{}' metadata is not a JSON object", path, kMetaKey);
+  for (const TensorInfo& t : st_->tensors())
+    TOPKV_CHECK(checksums_.count(t.name), "context pack '{}' has no checksum for tensor '{}': not written by "
+                "topkv, or its metadata was edited", path, t.name);
+}
+
+uint64_t PackReader::file_bytes() const { return std::filesystem::file_size(path_); }
+
+void PackReader::verify(const TensorInfo& t) const {
+  const uint64_t h = fnv1a64(st_->data(t), t.nbytes());
+  TOPKV_CHECK(h == checksums_.at(t.name), "context pack '{}' is corrupted: tensor '{}' does not match its checksum "
+              "(copy it again or rebuild it with `topkv index build`)", path_, t.name);
+}
+
+const uint8_t* PackReader::tensor(const std::string& name, StDType dtype, const std::vector<int64_t>& shape,
+                                  bool bulk) const {
+  const TensorInfo* t = st_->find(name);
+  TOPKV_CHECK(t, "context pack '{}' has no tensor '{}': the file is incomplete or from another topkv version",
+              path_, name);
+  TOPKV_CHECK(t->dtype == dtype && t->shape == shape, "context pack '{}': tensor '{}' is {} {}, expected {} {}",
+              path_, name, st_dtype_name(t->dtype), t->shape_str(), st_dtype_name(dtype), shape_str(shape));
+  if (!bulk) verify(*t);
+  return st_->data(*t);
+}
+
+std::pair<const uint8_t*, size_t> PackReader::blob(const std::string& name) const {
+  const TensorInfo* t = st_->find(name);
+  TOPKV_CHECK(t && t->dtype == StDType::U8 && t->shape.size() == 1, "context pack '{}' has no U8 tensor '{}': the "
+              "file is incomplete or from another topkv version", path_, name);
+  verify(*t);
+  return {st_->data(*t), (size_t)t->nbytes()};
+}
+
+uint64_t PackReader::verify_all(bool progress) const {
+  uint64_t total = 0;
+  for (const TensorInfo& t : st_->tensors()) total += t.nbytes();
+  Progress bar("verify", (int64_t)(total >> 20), "MiB", progress && total >= (1ull << 30));
+  const auto& ts = st_->tensors();
+  std::vector<std::string> errors(ts.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < ts.size(); ++i) {
+    try {
+      verify(ts[i]);
+    } catch (const Error& e) {
+      errors[i] = e.what();
+    }
+    bar.add((int64_t)(ts[i].nbytes() >> 20));
+  }
+  bar.finish();
+  for (auto& e : errors) TOPKV_CHECK(e.empty(), "{}", e);
+  return total;
+}
+
+}  // namespace topkv
