@@ -98,15 +98,14 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
   validate();
 }
 
-OffloadPolicy OffloadPolicy::from_json_file(const std::string& path) {
+void OffloadPolicy::apply_json_file(const std::string& path) {
   std::ifstream f(path);
   TOPKV_CHECK(f, "cannot open policy config '{}'", path);
   std::stringstream ss;
   ss << f.rdbuf();
-  OffloadPolicy p;
-  p.apply_json(ss.str(), path);
-  return p;
+  apply_json(ss.str(), path);
 }
+
 
 std::string OffloadPolicy::to_json() const {
   nlohmann::json j = {{"attn", attn_mode_name(attn)},

@@ -34,8 +34,8 @@ struct OffloadPolicy {
 
   // Reads a JSON object with any of the fields above (names as here, k as "k",
   // enums as strings). Unknown keys are an Error.
-  static OffloadPolicy from_json_file(const std::string& path);
   void apply_json(const std::string& json_text, const std::string& origin);
+  void apply_json_file(const std::string& path);  // the keys the file has, over this policy
   std::string to_json() const;
   void validate() const;  // Error on nonsense (negative window, k < 1, ...)
 };

@@ -2,23 +2,18 @@
 // streamed to stdout as they come, statistics on stderr and in --json.
 // Attention is dense over the whole cache (--attn dense) or, with --attn topk,
 // the retrieval layers decode from the offloaded runtime: host store + per-head
-// index + sinks + window (offload/offload_runtime.h).
+// index + sinks + window (offload/offload_runtime.h). With --pack the context
+// comes from a context pack (`topkv index build`, offload/context_pack.h)
+// instead of a prefill, and the prompt, if any, is appended to it.
 #include <omp.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 
-#include "offload/memory_plan.h"
+#include "offload/context_pack.h"
 #include "offload/offload_runtime.h"
+#include "src/cli/cli_util.h"
 #include "src/cli/commands.h"
 #include "src/cli/policy_options.h"
 #include "src/common/error.h"
@@ -31,11 +26,8 @@
 namespace topkv::cli {
 namespace {
 
-namespace fs = std::filesystem;
-constexpr const char* kDefaultModel = ".models/gemma-3-270m-q4_k_m.gguf";  // scripts/fetch-model.sh
-
 struct GenerateArgs {
-  std::string model, prompt, prompt_file, json_path, weights = "quant", kv_type = "f32";
+  std::string model, prompt, prompt_file, json_path, pack, weights = "quant", kv_type = "f32";
   int n_predict = 128, threads = 0, chunk = 256, top_k = 0;
   int64_t n_ctx = 0;
   float temp = 0.f, top_p = 1.f;
@@ -43,107 +35,62 @@ struct GenerateArgs {
   bool seed_given = false, chat = false, quiet = false;
 };
 
-// -m omitted: the fetch script's output, looked for under the working
-// directory and then upwards from the executable (build/bin/topkv in a checkout).
-std::string default_model_path() {
-  std::vector<fs::path> roots{fs::current_path()};
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  for (fs::path p = exe.parent_path(); !ec && !p.empty() && p != p.root_path(); p = p.parent_path()) roots.push_back(p);
-  for (const auto& r : roots)
-    if (fs::is_regular_file(r / kDefaultModel, ec)) return (r / kDefaultModel).string();
-  fail("no model given (-m) and the default model {} was not found here or above the executable; run "
-       "scripts/fetch-model.sh to install it, or pass -m model.gguf", kDefaultModel);
-}
-
-std::string read_prompt(const GenerateArgs& a) {
-  TOPKV_CHECK(a.prompt.empty() || a.prompt_file.empty(), "give the prompt either as -p text or as -f file, not both");
-  if (!a.prompt.empty()) return a.prompt;
-  std::stringstream ss;
-  if (!a.prompt_file.empty()) {
-    std::ifstream in(a.prompt_file, std::ios::binary);
-    TOPKV_CHECK(in, "cannot read the prompt file {}", a.prompt_file);
-    ss << in.rdbuf();
-  } else {
-    TOPKV_CHECK(!isatty(STDIN_FILENO), "no prompt: give -p text, -f file, or pipe the prompt on stdin");
-    ss << std::cin.rdbuf();
-  }
-  std::string text = ss.str();
-  TOPKV_CHECK(!text.empty(), "the prompt is empty");
-  return text;
-}
-
-size_t peak_rss_bytes() {
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return (size_t)ru.ru_maxrss * 1024;  // Linux reports KiB
-}
-
-std::string mib(size_t b) { return fmt::format("{:.1f} MiB", (double)b / (1024.0 * 1024.0)); }
-
-void write_json_atomic(const std::string& path, const nlohmann::json& j) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    TOPKV_CHECK(out, "cannot write {}", tmp);
-    out << j.dump(2) << "\n";
-    TOPKV_CHECK(out.good(), "writing {} failed", tmp);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  TOPKV_CHECK(!ec, "cannot move {} to {}: {}", tmp, path, ec.message());
-}
-
-void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
+void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
   if (a.quiet) Progress::set_global_enabled(false);
   const auto note = [&](const std::string& s) {
     if (!a.quiet) fmt::print(stderr, "{}\n", s);
   };
   TOPKV_CHECK(a.n_predict >= 0, "-n must be >= 0, got {}", a.n_predict);
   TOPKV_CHECK(a.chunk > 0, "--chunk must be positive, got {}", a.chunk);
+  // A pack fixes the context and the build-time policy; the run may change
+  // the query-time part (k, ef, ...).
+  std::unique_ptr<ContextPack> pack;
+  if (!a.pack.empty()) {
+    TOPKV_CHECK(!a.chat, "--chat cannot wrap a prompt appended to a context pack (the chat turn would have to "
+                "open before the pack's document); write the question as plain text");
+    pack = std::make_unique<ContextPack>(a.pack);
+  }
+  const OffloadPolicy policy = pack ? pack->policy_for_run(pol.resolve(cmd, pack->policy())) : pol.resolve(cmd);
   SamplerParams sp;
   sp.temperature = a.temp, sp.top_k = a.top_k, sp.top_p = a.top_p;
   sp.seed = a.seed_given ? a.seed : std::random_device{}();
   Sampler sampler(sp);  // checks the sampling options before the model loads
   const std::string path = a.model.empty() ? default_model_path() : a.model;
   std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  if (pack) pack->check_model(*file);
   const Tokenizer tok = Tokenizer::from_gguf(*file);
   const ModelConfig cfg = read_model_config(*file);
 
-  const std::string text = read_prompt(a);
-  const std::vector<int32_t> prompt =
-      a.chat ? tok.encode_chat(text) : tok.encode(text, tok.add_bos_default(), /*parse_special=*/false);
-  TOPKV_CHECK(!prompt.empty(), "the prompt encodes to no tokens");
+  // The prompt: all of it, or with a pack what follows the pack's context
+  // (optional, no BOS: it continues the document).
+  const std::string text = read_input_text(a.prompt, a.prompt_file, /*required=*/!pack);
+  const int64_t n_pack = pack ? pack->n_tokens() : 0;
+  const std::vector<int32_t> prompt = pack ? (text.empty() ? std::vector<int32_t>{} : tok.encode(text, false, false))
+                                      : a.chat ? tok.encode_chat(text)
+                                               : tok.encode(text, tok.add_bos_default(), /*parse_special=*/false);
+  TOPKV_CHECK(pack || !prompt.empty(), "the prompt encodes to no tokens");
+  const int64_t n_prompt = n_pack + (int64_t)prompt.size();
 
-  int64_t n_ctx = a.n_ctx > 0 ? a.n_ctx : std::min<int64_t>(cfg.n_ctx_train, 4096);
+  int64_t n_ctx = a.n_ctx > 0 ? a.n_ctx
+                  : pack      ? n_prompt + std::max(a.n_predict, 1)
+                              : std::min<int64_t>(cfg.n_ctx_train, 4096);
   if (n_ctx > cfg.n_ctx_train)
     fmt::print(stderr, "topkv: warning: context {} exceeds the {} tokens the model was trained on; quality may "
                "degrade past it\n", n_ctx, cfg.n_ctx_train);
-  TOPKV_CHECK((int64_t)prompt.size() <= n_ctx, "the prompt has {} tokens, more than the context size {}; raise it "
-              "with -c (the model was trained on {})", prompt.size(), n_ctx, cfg.n_ctx_train);
+  TOPKV_CHECK(n_prompt <= n_ctx, "the prompt has {} tokens{}, more than the context size {}; raise it with -c (the "
+              "model was trained on {})", n_prompt, pack ? fmt::format(" ({} from the pack)", n_pack) : "", n_ctx,
+              cfg.n_ctx_train);
 
   auto backend = make_cpu_backend({a.threads});
   ModelOptions mo;
   mo.n_ctx = n_ctx;
-  mo.max_chunk = (int)std::min<int64_t>(a.chunk, (int64_t)prompt.size());
+  mo.max_chunk = (int)std::clamp<int64_t>((int64_t)prompt.size(), 1, a.chunk);
   mo.kv_dtype = parse_dtype(a.kv_type);
   TOPKV_CHECK(mo.kv_dtype != DType::BF16, "--kv-type must be f32 or f16");
   mo.weights = parse_weight_mode(a.weights);
   std::unique_ptr<OffloadRuntime> offload;
   if (policy.attn == AttnMode::TopK) offload = std::make_unique<OffloadRuntime>(cfg, policy, !a.quiet);
-  {  // refuse a run that cannot fit before any work, with the numbers
-    MemoryPlanInput mi;
-    mi.cfg = &cfg, mi.policy = &policy, mi.context = n_ctx, mi.max_chunk = mo.max_chunk;
-    mi.kv_dtype = mo.kv_dtype, mi.store_dtype = policy.store_dtype;
-    mi.weight_bytes = (double)file->file_size();  // quant: the mapped file becomes resident
-    if (mo.weights == WeightMode::F32) {         // f32: 4 bytes per parameter
-      mi.weight_bytes = 0;
-      for (const auto& t : file->tensors()) mi.weight_bytes += 4.0 * t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
-    }
-    MemoryPlan plan = plan_memory(mi);
-    if (!a.quiet) fmt::print(stderr, "{}\n", plan.table());
-    check_plan_fits(plan, host_memory_available());
-  }
+  check_memory_plan(*file, cfg, policy, mo, /*from_pack=*/pack != nullptr, a.quiet);
   Timer load_timer;
   Model model(file, *backend, mo);
   model.touch_weights();  // page the mapped weights in now, not inside the timed prefill
@@ -152,20 +99,27 @@ void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
   note(fmt::format("topkv: {}", cfg.summary()));
   note(fmt::format("topkv: weights {} ({}; --weights {} would take {}), KV cache {} ({} positions, {}), "
                    "{} prompt tokens", a.weights, mib(model.weight_bytes()), other,
-                   mib(model.weight_bytes_other_mode()), mib(model.kv_bytes()), n_ctx, a.kv_type, prompt.size()));
+                   mib(model.weight_bytes_other_mode()), mib(model.kv_bytes()), n_ctx, a.kv_type, n_prompt));
 
-  // Prefill, with a bar for prompts longer than one chunk.
-  Progress bar("prefill", (int64_t)prompt.size(), "tok", prompt.size() > (size_t)mo.max_chunk);
   Timer prefill_timer;
-  std::vector<float> logits = model.prefill(prompt, mo.max_chunk, false, [&](int64_t done) { bar.set(done); });
-  bar.finish();
-  if (offload) {  // hand the retrieval layers' KV to the host stores and build their indexes
+  std::vector<float> logits;
+  if (pack) {  // the pack's context, then the prompt on top of it
+    logits = pack->restore(model, *offload);
+    note(fmt::format("topkv: context pack {}: {} tokens restored in {:.2f} s; {}; host store + index {}", a.pack,
+                     n_pack, offload->stats().build_s, offload->describe(), mib(offload->host_bytes())));
+  }
+  if (!prompt.empty()) {  // with a bar for prompts longer than one chunk
+    Progress bar("prefill", (int64_t)prompt.size(), "tok", prompt.size() > (size_t)mo.max_chunk);
+    logits = model.prefill(prompt, mo.max_chunk, false, [&](int64_t done) { bar.set(done); });
+    bar.finish();
+  }
+  if (offload && !pack) {  // hand the retrieval layers' KV to the host stores and build their indexes
     offload->take_prefill(model);
     model.set_attention_override(offload.get());
     note(fmt::format("topkv: {}; {} keys indexed in {:.2f} s, host store + index {}", offload->describe(),
                      offload->stats().keys_indexed, offload->stats().build_s, mib(offload->host_bytes())));
   }
-  const double prefill_s = prefill_timer.seconds();  // index build included
+  const double prefill_s = prefill_timer.seconds();  // index build (or pack restore) included
 
   // Each step: sample from the current logits, print, then (unless done)
   // run the sampled token to get the next logits. decode tok/s counts those
@@ -196,6 +150,7 @@ void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
   std::fflush(stdout);
   if (stop == "context") note(fmt::format("topkv: stopped: the context ({} tokens) is full; raise -c", n_ctx));
 
+  // With a pack, only the appended prompt is prefilled.
   const double prefill_tps = prompt.size() / prefill_s, decode_tps = n_decode > 0 ? n_decode / decode_s : 0.0;
   if (offload && offload->stats().steps > 0) {
     const OffloadStats& st = offload->stats();
@@ -206,7 +161,7 @@ void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
                      st.attend_s * 1e3 / st.steps));
   }
   note(fmt::format("topkv: prompt {} tokens, prefill {:.2f} s ({:.1f} tok/s); generated {} tokens, decode {:.1f} "
-                   "tok/s; stop: {}; peak RSS {}", prompt.size(), prefill_s, prefill_tps, n_gen, decode_tps, stop,
+                   "tok/s; stop: {}; peak RSS {}", n_prompt, prefill_s, prefill_tps, n_gen, decode_tps, stop,
                    mib(peak_rss_bytes())));
   if (!a.json_path.empty()) {
     nlohmann::json j = {{"model", path},
@@ -219,7 +174,7 @@ void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
                         {"kv_bytes", model.kv_bytes()},
                         {"n_ctx", n_ctx},
                         {"load_s", load_s},
-                        {"prompt_tokens", prompt.size()},
+                        {"prompt_tokens", n_prompt},
                         {"prefill_s", prefill_s},
                         {"prefill_tok_per_s", prefill_tps},
                         {"generated_tokens", n_gen},
@@ -233,13 +188,14 @@ void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
                         {"seed", sp.seed},
                         {"peak_rss_bytes", peak_rss_bytes()},
                         {"attn", attn_mode_name(policy.attn)}};
+    if (pack) j["pack"] = {{"path", a.pack}, {"tokens", n_pack}, {"restore_s", offload->stats().build_s}};
     if (offload) {
       const OffloadStats& st = offload->stats();
       j["offload"] = {{"policy", nlohmann::json::parse(policy.to_json())},
                       {"retrieval_layers", offload->retrieval_layers()},
                       {"k_per_layer", offload->k_per_layer()},
                       {"keys_indexed", st.keys_indexed},
-                      {"index_build_s", st.build_s},
+                      {pack ? "pack_restore_s" : "index_build_s", st.build_s},
                       {"host_bytes", offload->host_bytes()},
                       {"steps", st.steps},
                       {"retrieved_per_step", st.steps ? (double)st.retrieved / st.steps : 0.0},
@@ -263,8 +219,14 @@ void register_generate(CLI::App& app) {
   cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate at most (stops earlier at end-of-generation)")
       ->capture_default_str();
   cmd->add_option("-c,--ctx", a->n_ctx,
-                  "Context size in tokens: prompt + generated (default: min(model's trained context, 4096); "
-                  "beyond the trained context is allowed with a warning)");
+                  "Context size in tokens: prompt + generated (default: min(model's trained context, 4096); with "
+                  "--pack, the pack's tokens + prompt + -n; beyond the trained context is allowed with a warning)");
+  cmd->add_option("--pack", a->pack,
+                  "Go on from a context pack (topkv index build) instead of prefilling: its document is the start "
+                  "of the context, the prompt (-p/-f/stdin, optional) is appended; the pack fixes the index, "
+                  "sinks, window, dense layers, store type and head pattern, --k and the other search options may "
+                  "change")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--chat", a->chat, "Wrap the prompt in the model's chat template as one user turn");
   cmd->add_option("--temp", a->temp, "Sampling temperature; 0 = greedy (argmax)")->capture_default_str();
   cmd->add_option("--top-k", a->top_k, "Sample among the k most likely tokens; 0 = all")->capture_default_str();
@@ -288,7 +250,7 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("-q,--quiet", a->quiet, "No progress bar or information on stderr (errors still go there)");
   auto pol = std::make_shared<PolicyArgs>();
   add_policy_options(cmd, pol);
-  cmd->callback([a, pol, cmd] { run_generate(*a, pol->resolve(*cmd)); });
+  cmd->callback([a, pol, cmd] { run_generate(*a, *pol, *cmd); });
 }
 
 }  // namespace topkv::cli

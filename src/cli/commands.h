@@ -12,6 +12,7 @@ void register_tokenize(CLI::App& app);
 void register_generate(CLI::App& app);  // generate: prompt in, tokens out (src/cli/cmd_generate.cpp)
 void register_eval(CLI::App& app);      // eval passkey (src/cli/cmd_eval.cpp)
 void register_kv(CLI::App& app);        // kv dump (src/cli/cmd_kv.cpp)
+void register_index(CLI::App& app);     // index build, index info: context packs (src/cli/cmd_index.cpp)
 void register_bench_recall(CLI::App& bench);  // bench/recall_cli.cpp
 
 }  // namespace topkv::cli

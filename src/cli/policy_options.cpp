@@ -43,9 +43,9 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
       ->group(g)->check(CLI::ExistingFile);
 }
 
-OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd) const {
-  OffloadPolicy out;
-  if (!config.empty()) out = OffloadPolicy::from_json_file(config);
+OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd, const OffloadPolicy& base) const {
+  OffloadPolicy out = base;
+  if (!config.empty()) out.apply_json_file(config);
   auto given = [&](const char* name) { return cmd.count(name) > 0; };
   if (given("--attn")) out.attn = parse_attn_mode(attn);
   if (given("--index")) out.index = policy.index;

@@ -13,8 +13,9 @@ namespace topkv::cli {
 struct PolicyArgs {
   OffloadPolicy policy;
   std::string config, attn, k_schedule, gqa, store_type;
-  // Builds the policy: config file first, then the flags given. Throws Error.
-  OffloadPolicy resolve(const CLI::App& cmd) const;
+  // Builds the policy: `base` (the defaults, or a context pack's policy),
+  // then the config file's keys, then the flags given. Throws Error.
+  OffloadPolicy resolve(const CLI::App& cmd, const OffloadPolicy& base = {}) const;
 };
 
 // Adds the options to `cmd` in an "Attention policy" group.

@@ -1,0 +1,83 @@
+#include "src/cli/cli_util.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "offload/memory_plan.h"
+#include "src/common/error.h"
+
+namespace topkv::cli {
+
+namespace fs = std::filesystem;
+
+std::string default_model_path() {
+  std::vector<fs::path> roots{fs::current_path()};
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  for (fs::path p = exe.parent_path(); !ec && !p.empty() && p != p.root_path(); p = p.parent_path()) roots.push_back(p);
+  for (const auto& r : roots)
+    if (fs::is_regular_file(r / kDefaultModel, ec)) return (r / kDefaultModel).string();
+  fail("no model given (-m) and the default model {} was not found here or above the executable; run "
+       "scripts/fetch-model.sh to install it, or pass -m model.gguf", kDefaultModel);
+}
+
+std::string read_input_text(const std::string& text, const std::string& file, bool required) {
+  TOPKV_CHECK(text.empty() || file.empty(), "give the prompt either as -p text or as -f file, not both");
+  if (!text.empty()) return text;
+  std::stringstream ss;
+  if (!file.empty()) {
+    std::ifstream in(file, std::ios::binary);
+    TOPKV_CHECK(in, "cannot read the prompt file {}", file);
+    ss << in.rdbuf();
+  } else if (!isatty(STDIN_FILENO)) {
+    ss << std::cin.rdbuf();
+  } else {
+    TOPKV_CHECK(!required, "no prompt: give -p text, -f file, or pipe the prompt on stdin");
+  }
+  std::string out = ss.str();
+  TOPKV_CHECK(!required || !out.empty(), "the prompt is empty");
+  return out;
+}
+
+void check_memory_plan(const GgufFile& file, const ModelConfig& cfg, const OffloadPolicy& policy,
+                       const ModelOptions& mo, bool from_pack, bool quiet) {
+  MemoryPlanInput mi;
+  mi.cfg = &cfg, mi.policy = &policy, mi.context = mo.n_ctx, mi.max_chunk = mo.max_chunk;
+  mi.kv_dtype = mo.kv_dtype, mi.store_dtype = policy.store_dtype, mi.from_pack = from_pack;
+  mi.weight_bytes = (double)file.file_size();  // quant: the mapped file becomes resident
+  if (mo.weights == WeightMode::F32) {         // f32: 4 bytes per parameter
+    mi.weight_bytes = 0;
+    for (const auto& t : file.tensors()) mi.weight_bytes += 4.0 * t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+  }
+  MemoryPlan plan = plan_memory(mi);
+  if (!quiet) fmt::print(stderr, "{}\n", plan.table());
+  check_plan_fits(plan, host_memory_available());
+}
+
+size_t peak_rss_bytes() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return (size_t)ru.ru_maxrss * 1024;  // Linux reports KiB
+}
+
+std::string mib(size_t b) { return fmt::format("{:.1f} MiB", (double)b / (1024.0 * 1024.0)); }
+
+void write_json_atomic(const std::string& path, const nlohmann::json& j) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    TOPKV_CHECK(out, "cannot write {}", tmp);
+    out << j.dump(2) << "\n";
+    TOPKV_CHECK(out.good(), "writing {} failed", tmp);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  TOPKV_CHECK(!ec, "cannot move {} to {}: {}", tmp, path, ec.message());
+}
+
+}  // namespace topkv::cli

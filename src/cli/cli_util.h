@@ -1,0 +1,36 @@
+// Pieces the commands that run a model share (generate, index build): the
+// default model, the input text, the memory plan check, the statistics file.
+#pragma once
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "offload/policy.h"
+#include "src/model/gguf.h"
+#include "src/model/model.h"
+
+namespace topkv::cli {
+
+inline constexpr const char* kDefaultModel = ".models/gemma-3-270m-q4_k_m.gguf";  // scripts/fetch-model.sh
+
+// -m omitted: the fetch script's output, looked for under the working
+// directory and then upwards from the executable (build/bin/topkv in a checkout).
+std::string default_model_path();
+
+// The text of -p `text` or -f `file` (not both), else stdin when it is not a
+// terminal. `required`: an empty or missing text is an Error; otherwise it
+// comes back empty.
+std::string read_input_text(const std::string& text, const std::string& file, bool required);
+
+// Prints the memory plan of a run (unless quiet) and refuses one that cannot
+// fit, with the numbers, before any work. `from_pack`: the context comes from
+// a context pack (MemoryPlanInput::from_pack).
+void check_memory_plan(const GgufFile& file, const ModelConfig& cfg, const OffloadPolicy& policy,
+                       const ModelOptions& mo, bool from_pack, bool quiet);
+
+size_t peak_rss_bytes();
+std::string mib(size_t bytes);  // "12.3 MiB"
+// Writes path.tmp and renames it to path.
+void write_json_atomic(const std::string& path, const nlohmann::json& j);
+
+}  // namespace topkv::cli

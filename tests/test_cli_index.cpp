@@ -1,0 +1,149 @@
+// topkv index build / index info / generate --pack end to end through the
+// built binary: a run that goes on from a pack prints exactly what the run
+// that prefilled the same document prints (tiny synthetic gemma3, and the
+// real Gemma 3 270M when it is installed); the query-time options change on a
+// pack, the build-time ones are refused; every bad input is a non-zero exit
+// with a message that names the problem.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/test_util.h"
+
+using namespace topkv;
+using test::run_topkv;
+
+namespace {
+
+const std::string kDoc =
+    "The lighthouse keeper wrote in his log every night. On the first night the sea was calm and the lamp burned "
+    "bright. On the second night a storm came from the west and the keeper climbed the stairs twice. On the third "
+    "night a ship passed close to the rocks, and the keeper rang the bell until dawn. The secret word is amber.";
+const std::string kPolicy = "--index multipole --k 8 --window 4 --sinks 2";
+
+struct Fixture {
+  test::TempDir dir{"topkv_cli_index"};
+  std::string model = dir.file("tiny.gguf"), other = dir.file("other.gguf"), doc = dir.file("doc.txt"),
+              pack = dir.file("doc.pack");
+  Fixture() {
+    REQUIRE(run_topkv("model synth --preset tiny-gemma3 -q -o " + model).rc == 0);
+    REQUIRE(run_topkv("model synth --preset tiny-gemma3 --seed 5 -q -o " + other).rc == 0);
+    std::ofstream(doc) << kDoc;
+    auto r = run_topkv("index build -m " + model + " -f " + doc + " -o " + pack + " " + kPolicy + " --json " +
+                       dir.file("build.json"));
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+  }
+};
+
+Fixture& fixture() {
+  static Fixture f;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("index build writes a pack that index info describes and verifies") {
+  Fixture& f = fixture();
+  auto j = nlohmann::json::parse(test::slurp(f.dir.file("build.json")));
+  CHECK(j["tokens"].get<int>() > 40);
+  CHECK(j["retrieval_layers"] == nlohmann::json::array({2, 5}));
+  CHECK(j["pack_bytes"].get<size_t>() == std::filesystem::file_size(f.pack));
+  auto r = run_topkv("index info " + f.pack + " --verify");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find(fmt::format("context    {} tokens", j["tokens"].get<int>())) != std::string::npos);
+  CHECK(r.out.find("index multipole, sinks 2, window 4") != std::string::npos);
+  CHECK(r.out.find("top-k      layers [2,5]") != std::string::npos);
+  CHECK(r.out.find("verified   every tensor matches its checksum") != std::string::npos);
+}
+
+TEST_CASE("generate --pack prints what generate prints after prefilling the same document") {
+  Fixture& f = fixture();
+  const std::string common = " -m " + f.model + " -n 12 --seed 4 --temp 0.8 -q";
+  auto direct = run_topkv("generate" + common + " -f " + f.doc + " --attn topk " + kPolicy + " -c 256");
+  auto packed = run_topkv("generate" + common + " --pack " + f.pack + " -c 256 --json " + f.dir.file("g.json"));
+  INFO(direct.err << packed.err);
+  REQUIRE(direct.rc == 0);
+  REQUIRE(packed.rc == 0);
+  CHECK(packed.out == direct.out);
+  auto j = nlohmann::json::parse(test::slurp(f.dir.file("g.json")));
+  CHECK(j["pack"]["tokens"] == j["prompt_tokens"]);
+  CHECK(j["offload"]["policy"]["index"] == "multipole");
+
+  // A prompt appended to the pack, and query-time options changed on it.
+  auto more = run_topkv("generate -m " + f.model + " --pack " + f.pack + " -p ' What is the secret word?' -n 3 -q "
+                        "--k 4 --k-schedule linear --json " + f.dir.file("q.json"));
+  INFO(more.err);
+  REQUIRE(more.rc == 0);
+  auto q = nlohmann::json::parse(test::slurp(f.dir.file("q.json")));
+  CHECK(q["prompt_tokens"].get<int>() > q["pack"]["tokens"].get<int>());
+  CHECK(q["offload"]["k_per_layer"] == nlohmann::json::array({3, 5}));  // mean 4, rising linearly
+}
+
+TEST_CASE("index build, index info and generate --pack: bad input is a clear error and a non-zero exit") {
+  Fixture& f = fixture();
+  const std::string corrupt = f.dir.file("corrupt.pack");
+  {
+    std::string bytes = test::slurp(f.pack);
+    bytes[bytes.size() - 3] ^= 0x40;  // inside the last tensor's bytes
+    std::ofstream(corrupt, std::ios::binary) << bytes;
+  }
+  struct Bad { std::string args, says; };
+  const std::string build = "index build -m " + f.model + " -f " + f.doc + " ";
+  const std::string gen = "generate -m " + f.model + " --pack " + f.pack + " -n 2 ";
+  const std::vector<Bad> cases = {
+      {build, "--out is required"},
+      {build + "-o /nonexistent/dir/x.pack", "cannot create '/nonexistent/dir/x.pack.tmp'"},
+      {build + "-o " + f.dir.file("x.pack") + " --attn dense", "drop --attn dense"},
+      {build + "-o " + f.dir.file("x.pack") + " --index nosuch", "unknown index backend 'nosuch'"},
+      {"index build -m " + f.model + " -f /dev/null -o " + f.dir.file("x.pack"), "the prompt is empty"},
+      {gen + "--window 8", "--window is fixed when the pack is built"},
+      {gen + "--index flat", "was built with --index multipole; this run asks for flat"},
+      {gen + "--attn dense", "drop --attn dense"},
+      {gen + "--chat -p hi", "--chat cannot wrap a prompt appended to a context pack"},
+      {gen + "-c 10", "more than the context size 10"},
+      {"generate -m " + f.other + " --pack " + f.pack + " -n 2", "give that model with -m"},
+      {"generate -m " + f.model + " --pack /nonexistent.pack", "nonexistent.pack"},
+      {"index info " + f.model, "not a safetensors file"},
+      {"index info " + corrupt + " --verify", "does not match its checksum"},
+      {"index", "A subcommand is required"},
+  };
+  for (const Bad& b : cases) {
+    INFO(b.args);
+    auto r = run_topkv(b.args);
+    CHECK(r.rc != 0);
+    CHECK(r.err.find(b.says) != std::string::npos);
+  }
+  CHECK(!std::filesystem::exists(f.dir.file("x.pack")));
+  CHECK(!std::filesystem::exists(f.dir.file("x.pack.tmp")));
+}
+
+TEST_CASE("gemma3 270M: generate --pack prints what generate prints after prefilling the document") {
+  const char* env = std::getenv("TOPKV_MODEL");
+  const std::string model = env ? env : std::string(TOPKV_SOURCE_DIR) + "/.models/gemma-3-270m-q4_k_m.gguf";
+  if (!std::filesystem::exists(model)) {
+    WARN("skipped: no model at " << model << " (run scripts/fetch-model.sh or set TOPKV_MODEL)");
+    return;
+  }
+  test::TempDir dir("topkv_cli_index_real");
+  std::string doc;
+  for (int i = 0; i < 6; ++i) doc += kDoc + " ";
+  std::ofstream(dir.file("doc.txt")) << doc;
+  const std::string policy = " --index multipole --k 32 --window 64 --sinks 4";
+  auto b = run_topkv("index build -q -m " + model + " -f " + dir.file("doc.txt") + " -o " + dir.file("d.pack") + policy);
+  INFO(b.err);
+  REQUIRE(b.rc == 0);
+  const std::string common = " -m " + model + " -n 16 -q -c 600";
+  auto direct = run_topkv("generate" + common + " -f " + dir.file("doc.txt") + " --attn topk" + policy);
+  auto packed = run_topkv("generate" + common + " --pack " + dir.file("d.pack"));
+  INFO(direct.err << packed.err);
+  REQUIRE(direct.rc == 0);
+  REQUIRE(packed.rc == 0);
+  CHECK(!direct.out.empty());
+  CHECK(packed.out == direct.out);
+}
