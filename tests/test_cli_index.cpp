@@ -56,10 +56,10 @@ TEST_CASE("index build writes a pack that index info describes and verifies") {
   auto r = run_topkv("index info " + f.pack + " --verify");
   INFO(r.err);
   REQUIRE(r.rc == 0);
-  CHECK(r.out.find(fmt::format("context    {} tokens", j["tokens"].get<int>())) != std::string::npos);
+  CHECK(r.out.find(fmt::format("context        {} tokens", j["tokens"].get<int>())) != std::string::npos);
   CHECK(r.out.find("index multipole, sinks 2, window 4") != std::string::npos);
-  CHECK(r.out.find("top-k      layers [2,5]") != std::string::npos);
-  CHECK(r.out.find("verified   every tensor matches its checksum") != std::string::npos);
+  CHECK(r.out.find("top-k          layers [2,5]") != std::string::npos);
+  CHECK(r.out.find("verified       every tensor matches its checksum") != std::string::npos);
 }
 
 TEST_CASE("generate --pack prints what generate prints after prefilling the same document") {

@@ -126,35 +126,38 @@ void run_info(const std::string& path, bool verify) {
   ContextPack pack(path);
   const nlohmann::json& m = pack.meta();
   const OffloadPolicy& p = pack.policy();
+  const auto line = [](const char* label, const std::string& text) { fmt::print("  {:<15}{}\n", label, text); };
   fmt::print("context pack {} ({}, format {})\n", path, format_bytes((double)pack.file().file_bytes()),
              m.value("format", 0));
   const nlohmann::json& model = m.at("model");  // keys checked by ContextPack
-  fmt::print("  model      {} (content hash {})\n             {}\n", model.at("path").get<std::string>(),
-             model.at("content_hash").get<std::string>(), model.at("summary").get<std::string>());
-  fmt::print("  context    {} tokens\n", pack.n_tokens());
-  fmt::print("  fixed      index {}, sinks {}, window {}, dense layers {}, store {}{}\n", p.index, p.sinks, p.window,
-             p.dense_layers, dtype_name(p.store_dtype), p.heads_file.empty() ? "" : ", heads " + p.heads_file);
-  fmt::print("  defaults   k {}{}, schedule {}, ef {}, nprobe {}, threshold {} (generate may change these)\n",
-             p.search.k, p.k_fraction > 0 ? fmt::format(" (k-fraction {})", p.k_fraction) : "",
-             p.k_schedule == KSchedule::Linear ? "linear" : "uniform", p.search.ef, p.search.nprobe,
-             p.search.threshold);
+  line("model", fmt::format("{} (content hash {})", model.at("path").get<std::string>(),
+                            model.at("content_hash").get<std::string>()));
+  line("", model.at("summary").get<std::string>());
+  line("context", fmt::format("{} tokens", pack.n_tokens()));
+  line("fixed", fmt::format("index {}, sinks {}, window {}, dense layers {}, store {}{}", p.index, p.sinks, p.window,
+                            p.dense_layers, dtype_name(p.store_dtype),
+                            p.heads_file.empty() ? "" : ", heads " + p.heads_file));
+  line("defaults", fmt::format("k {}{}, schedule {}, ef {}, nprobe {}, threshold {} (generate may change these)",
+                               p.search.k, p.k_fraction > 0 ? fmt::format(" (k-fraction {})", p.k_fraction) : "",
+                               p.k_schedule == KSchedule::Linear ? "linear" : "uniform", p.search.ef,
+                               p.search.nprobe, p.search.threshold));
   const nlohmann::json& off = m.at("offload");
   int streaming = 0;
   for (auto& layer : off.value("streaming", nlohmann::json::array()))
     for (auto& s : layer) streaming += s.get<int>();
-  fmt::print("  top-k      layers {} ({} streaming KV heads)\n", off.value("retrieval_layers", nlohmann::json::array()).dump(),
-             streaming);
-  fmt::print("  model KV   {} layers kept by the model ({})\n", m.at("model_layers").size(),
-             m.at("kv_type").get<std::string>());
-  for (auto& [kind, b] : bytes_by_kind(pack.file())) fmt::print("  {:<14} {}\n", kind, format_bytes((double)b));
+  line("top-k", fmt::format("layers {} ({} streaming KV heads)",
+                            off.value("retrieval_layers", nlohmann::json::array()).dump(), streaming));
+  line("model layers", fmt::format("{} the model attends itself, kept ({})", m.at("model_layers").size(),
+                               m.at("kv_type").get<std::string>()));
+  for (auto& [kind, b] : bytes_by_kind(pack.file())) line(kind.c_str(), format_bytes((double)b));
   const nlohmann::json b = m.value("build", nlohmann::json::object());
-  fmt::print("  built      by topkv {} from {}: prefill {:.2f} s, index build {:.2f} s\n", b.value("topkv", "?"),
-             b.value("source", "?"), b.value("prefill_s", 0.0), b.value("index_build_s", 0.0));
+  line("built", fmt::format("by topkv {} from {}: prefill {:.2f} s, index build {:.2f} s", b.value("topkv", "?"),
+                            b.value("source", "?"), b.value("prefill_s", 0.0), b.value("index_build_s", 0.0)));
   if (!verify) return;
   Timer t;
   const uint64_t checked = pack.file().verify_all(/*progress=*/true);
-  fmt::print("  verified   every tensor matches its checksum ({} in {:.2f} s)\n", format_bytes((double)checked),
-             t.seconds());
+  line("verified", fmt::format("every tensor matches its checksum ({} in {:.2f} s)", format_bytes((double)checked),
+                               t.seconds()));
 }
 
 }  // namespace
