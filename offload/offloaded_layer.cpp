@@ -133,7 +133,7 @@ void OffloadedLayer::restore(const PackReader& r, const std::string& prefix, int
   const std::string backend = parse_spec(cfg_.index).name;
   for (int h = 0; h < cfg_.kv_heads; ++h) {
     Head& hd = heads_[(size_t)h];
-    const std::string name = fmt::format("{}h{}.", prefix, h);
+    const std::string head = fmt::format("{}h{}", prefix, h), name = head + ".";
     const auto rows = [&](const char* what, int64_t m) {
       return reinterpret_cast<const float*>(r.tensor(name + what, StDType::F32, {m, d}));
     };
@@ -143,8 +143,8 @@ void OffloadedLayer::restore(const PackReader& r, const std::string& prefix, int
     const float *wk = rows("window_k", win_len_), *wv = rows("window_v", win_len_);
     for (int64_t i = 0; i < win_len_; ++i) push_window(hd, win_start_ + i, wk + i * d, wv + i * d);
     TOPKV_CHECK(hd.streaming != r.has(name + "keys") || stored == 0,
-                "context pack '{}': KV head {}{} is a {} head there, but a {} head here (the DuoAttention head "
-                "pattern differs)", r.path(), prefix, h, hd.streaming ? "retrieval" : "streaming",
+                "context pack '{}': KV head {} is a {} head there, but a {} head here (the DuoAttention head "
+                "pattern differs)", r.path(), head, hd.streaming ? "retrieval" : "streaming",
                 hd.streaming ? "streaming" : "retrieval");
     if (hd.streaming || stored == 0) continue;
     const StDType st = st_dtype_of(cfg_.store_dtype);
@@ -152,8 +152,8 @@ void OffloadedLayer::restore(const PackReader& r, const std::string& prefix, int
     hd.values->append_mapped(r.tensor(name + "values", st, {stored, d}, /*bulk=*/true), stored, r.owner());
     auto [blob, bytes] = r.blob(name + "index");
     hd.index = KvIndex::load_bytes(r.path() + ":" + name + "index", blob, bytes, hd.keys, hd.values, cfg_.build);
-    TOPKV_CHECK(hd.index->name() == backend, "context pack '{}' holds a {} index for {}h{}, but this layer uses {}",
-                r.path(), hd.index->name(), prefix, h, backend);
+    TOPKV_CHECK(hd.index->name() == backend, "context pack '{}' holds a {} index for {}, but this layer uses {}",
+                r.path(), hd.index->name(), head, backend);
   }
   n_tokens_ = n;
 }
