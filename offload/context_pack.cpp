@@ -1,10 +1,12 @@
 #include "offload/context_pack.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "src/common/binary_io.h"
 #include "src/common/error.h"
 
 namespace topkv {
@@ -25,9 +27,40 @@ int64_t kept_from(const ModelConfig& cfg, int il, int64_t n) {
 
 std::string model_tensor(int il, const char* kv) { return fmt::format("model.L{}.{}", il, kv); }
 
+// Tokenizer identity: every tokenizer.* metadata entry, keys, types and values.
+uint64_t tokenizer_hash(const GgufFile& f) {
+  uint64_t h = fnv1a64(nullptr, 0);
+  const auto add = [&h](const void* p, size_t n) { h = fnv1a64(&n, sizeof n, fnv1a64(p, n, h)); };
+  for (const GgufKV& kv : f.metadata()) {
+    if (kv.key.rfind("tokenizer.", 0) != 0) continue;
+    add(kv.key.data(), kv.key.size());
+    add(&kv.type, sizeof kv.type);
+    add(&kv.i, sizeof kv.i), add(&kv.u, sizeof kv.u), add(&kv.f, sizeof kv.f);
+    add(kv.str.data(), kv.str.size());
+    add(&kv.arr_type, sizeof kv.arr_type), add(&kv.arr_count, sizeof kv.arr_count);
+    if (kv.arr_data) add(kv.arr_data, (size_t)kv.arr_count * gguf_type_size(kv.arr_type));
+    for (std::string_view s : kv.arr_str) add(s.data(), s.size());
+  }
+  return h;
+}
+
+nlohmann::json layout_json(const ModelConfig& c) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const LayerConfig& l : c.layers)
+    layers.push_back({{"window", l.window},
+                      {"rope",
+                       {{"style", l.rope.style == RopeStyle::NeoX ? "neox" : "interleaved"},
+                        {"n_rot", l.rope.n_rot},
+                        {"base", l.rope.base},
+                        {"freq_scale", l.rope.freq_scale},
+                        {"freq_factors", l.rope.freq_factors != nullptr}}}});
+  return {{"n_layer", c.n_layer}, {"n_head", c.n_head},     {"n_head_kv", c.n_head_kv},   {"head_dim", c.head_dim},
+          {"n_vocab", c.n_vocab}, {"attn_scale", c.attn_scale}, {"layers", layers}};
+}
+
 }  // namespace
 
-void save_context_pack(const std::string& path, const GgufFile& file, const Model& model, const OffloadRuntime& rt,
+void save_context_pack(const std::string& path, const GgufFile& file, const Model& model, const OffloadRuntime* rt,
                        std::span<const int32_t> tokens, std::span<const float> logits, const nlohmann::json& build) {
   const ModelConfig& cfg = model.config();
   const int64_t n = model.n_past();
@@ -44,7 +77,7 @@ void save_context_pack(const std::string& path, const GgufFile& file, const Mode
   nlohmann::json model_layers = nlohmann::json::array();
   std::vector<float> k, v;
   for (int il = 0; il < cfg.n_layer; ++il) {
-    if (rt.overrides(il)) continue;
+    if (rt && rt->overrides(il)) continue;
     const int64_t from = kept_from(cfg, il, n);
     model.read_kv(il, k, v, from);
     for (auto [src, what] : {std::pair{&k, "k"}, std::pair{&v, "v"}}) {
@@ -55,7 +88,7 @@ void save_context_pack(const std::string& path, const GgufFile& file, const Mode
     }
     model_layers.push_back({{"layer", il}, {"from", from}});
   }
-  rt.save(w);
+  if (rt) rt->save(w);
   nlohmann::json& m = w.meta();
   m["format"] = kPackFormat;
   m["tokens"] = n;
@@ -63,7 +96,13 @@ void save_context_pack(const std::string& path, const GgufFile& file, const Mode
                 {"content_hash", hash_hex(file.content_hash())},
                 {"arch", arch_name(cfg.arch)},
                 {"summary", cfg.summary()}};
-  m["policy"] = nlohmann::json::parse(rt.policy().to_json());
+  m["tokenizer"] = {{"model", file.get_str_or("tokenizer.ggml.model", "?")},
+                    {"tokens", file.has("tokenizer.ggml.tokens") ? file.get_arr_size("tokenizer.ggml.tokens") : 0},
+                    {"hash", hash_hex(tokenizer_hash(file))}};
+  m["layout"] = layout_json(cfg);
+  OffloadPolicy dense;
+  dense.attn = AttnMode::Dense;
+  m["policy"] = nlohmann::json::parse(rt ? rt->policy().to_json() : dense.to_json());
   m["kv_type"] = dtype_name(kv_type);
   m["model_layers"] = model_layers;
   m["build"] = build;
@@ -71,7 +110,7 @@ void save_context_pack(const std::string& path, const GgufFile& file, const Mode
   w.write(path);
 }
 
-ContextPack::ContextPack(const std::string& path) : file_(std::make_unique<PackReader>(path)) {
+ContextPack::ContextPack(const std::string& path, bool verify) : file_(std::make_unique<PackReader>(path)) {
   const nlohmann::json& m = meta();
   try {
     const int format = m.at("format").get<int>();
@@ -80,11 +119,14 @@ ContextPack::ContextPack(const std::string& path) : file_(std::make_unique<PackR
     n_tokens_ = m.at("tokens").get<int64_t>();
     policy_.apply_json(m.at("policy").dump(), path + " (policy)");
     for (const char* key : {"path", "content_hash", "summary"}) m.at("model").at(key).get<std::string>();
-    for (const char* key : {"offload", "kv_type", "model_layers"}) m.at(key);
+    m.at("tokenizer").at("hash").get<std::string>();
+    for (const char* key : {"layout", "kv_type", "model_layers"}) m.at(key);
+    if (topk()) indexes_ = m.at("offload").at("indexes").get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
     fail("context pack '{}' has incomplete metadata ({}): rebuild it with `topkv index build`", path, e.what());
   }
   TOPKV_CHECK(n_tokens_ >= 1, "context pack '{}' holds no tokens", path);
+  if (verify) file_->verify_all(/*progress=*/true);
 }
 
 std::vector<int32_t> ContextPack::tokens() const {
@@ -102,15 +144,23 @@ void ContextPack::check_model(const GgufFile& f) const {
 
 OffloadPolicy ContextPack::policy_for_run(const OffloadPolicy& p) const {
   const OffloadPolicy& b = policy_;
+  if (!topk()) {
+    TOPKV_CHECK(p.attn == AttnMode::Dense, "context pack '{}' was built with --attn dense: it holds the model's full "
+                "caches and no index; decode it with --attn dense, or rebuild it with `topkv index build --attn "
+                "topk`", file_->path());
+    return p;
+  }
+  TOPKV_CHECK(p.attn == AttnMode::TopK, "context pack '{}' was built with --attn topk (its top-k layers keep their "
+              "KV in host stores, not in the model's cache): drop --attn dense, or rebuild it with --attn dense",
+              file_->path());
+  TOPKV_CHECK(std::find(indexes_.begin(), indexes_.end(), canonical_spec(p.index)) != indexes_.end(),
+              "context pack '{}' holds the indexes {}, not {}: query one of those (--index), or rebuild the pack "
+              "with `topkv index build --index {}`", file_->path(), fmt::join(indexes_, ", "), p.index, p.index);
   const auto fixed = [&](bool same, const char* flag, const std::string& built, const std::string& asked) {
     TOPKV_CHECK(same, "context pack '{}' was built with {} {}; this run asks for {}: {} is fixed when the pack is "
                 "built (drop it here, or rebuild the pack with `topkv index build` to change it)", file_->path(), flag,
                 built, asked, flag);
   };
-  TOPKV_CHECK(p.attn == AttnMode::TopK, "a context pack is decoded with --attn topk (its top-k layers keep their "
-              "KV in host stores, not in the model's cache); drop --attn dense");
-  const Spec bi = parse_spec(b.index), pi = parse_spec(p.index);
-  fixed(bi.name == pi.name && bi.params.str() == pi.params.str(), "--index", b.index, p.index);
   fixed(b.sinks == p.sinks, "--sinks", std::to_string(b.sinks), std::to_string(p.sinks));
   fixed(b.window == p.window, "--window", std::to_string(b.window), std::to_string(p.window));
   fixed(b.dense_layers == p.dense_layers, "--dense-layers", std::to_string(b.dense_layers),
@@ -127,9 +177,11 @@ OffloadPolicy ContextPack::policy_for_run(const OffloadPolicy& p) const {
   return run;
 }
 
-std::vector<float> ContextPack::restore(Model& model, OffloadRuntime& rt) const {
+std::vector<float> ContextPack::restore(Model& model, OffloadRuntime* rt) const {
   const ModelConfig& cfg = model.config();
   const int64_t n = n_tokens_;
+  TOPKV_CHECK((rt != nullptr) == topk(), "internal: a {} pack restored {} an offloaded runtime",
+              topk() ? "top-k" : "dense", rt ? "with" : "without");
   TOPKV_CHECK(model.n_past() == 0, "internal: restoring a context pack into a model that holds {} tokens",
               model.n_past());
   TOPKV_CHECK(n <= model.options().n_ctx, "context pack '{}' holds {} tokens, more than the context size {}: raise "
@@ -137,7 +189,7 @@ std::vector<float> ContextPack::restore(Model& model, OffloadRuntime& rt) const 
   // The model's own layers: the pack must hold exactly those this run does not serve.
   std::vector<std::pair<int, int64_t>> want, have;
   for (int il = 0; il < cfg.n_layer; ++il)
-    if (!rt.overrides(il)) want.emplace_back(il, kept_from(cfg, il, n));
+    if (!rt || !rt->overrides(il)) want.emplace_back(il, kept_from(cfg, il, n));
   DType kv_type = DType::F32;
   try {
     kv_type = parse_dtype(meta().at("kv_type").get<std::string>());
@@ -154,8 +206,7 @@ std::vector<float> ContextPack::restore(Model& model, OffloadRuntime& rt) const 
   for (auto [il, from] : want) {
     const int64_t m = n - from;
     const uint8_t* src[2];
-    for (int j = 0; j < 2; ++j)
-      src[j] = file_->tensor(model_tensor(il, j ? "v" : "k"), st_dtype_of(kv_type), {nkv, m, hd}, /*bulk=*/true);
+    for (int j = 0; j < 2; ++j) src[j] = file_->tensor(model_tensor(il, j ? "v" : "k"), st_dtype_of(kv_type), {nkv, m, hd});
     for (int64_t b0 = 0; b0 < m; b0 += block) {
       const int64_t len = std::min(block, m - b0);
       k.resize((size_t)(nkv * len * hd));
@@ -167,12 +218,32 @@ std::vector<float> ContextPack::restore(Model& model, OffloadRuntime& rt) const 
       model.write_kv(il, from + b0, len, k.data(), v.data());
     }
   }
-  rt.take_pack(*file_);
+  if (rt) rt->take_pack(*file_);
   model.resume_at(n);
-  model.set_attention_override(&rt);
-  for (int il : rt.retrieval_layers()) model.release_kv(il);
+  if (rt) {
+    model.set_attention_override(rt);
+    for (int il : rt->retrieval_layers()) model.release_kv(il);
+  }
   const auto* lp = reinterpret_cast<const float*>(file_->tensor("logits", StDType::F32, {cfg.n_vocab}));
   return std::vector<float>(lp, lp + cfg.n_vocab);
+}
+
+ContextPack::Copied ContextPack::copied_on_load(int index_slot) const {
+  Copied c;
+  const std::string index_suffix = fmt::format(".index.{}", index_slot);
+  for (const TensorInfo& t : file_->tensors()) {
+    const std::string& s = t.name;
+    const auto ends = [&](const std::string& suffix) {
+      return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    if (ends(".keys") || ends(".values")) {
+      const uint64_t rows = (uint64_t)t.shape[0], row_bytes = rows ? t.nbytes() / rows : 0;
+      c.store_tails += rows % (uint64_t)RowStore::kChunkRows * row_bytes;
+    } else if (ends(index_suffix)) {
+      c.indexes += t.nbytes();
+    }
+  }
+  return c;
 }
 
 }  // namespace topkv

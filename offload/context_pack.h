@@ -1,31 +1,40 @@
-// Context packs (DESIGN.md, "Index build tool"): a long document prefilled
-// once (on rented compute, say) and saved with everything a later
+// Context packs (DESIGN.md, "Index build tool"; issue 6): a long context
+// prefilled once (on rented compute, say) and saved with everything a later
 // `topkv generate --pack` needs to go on from it without prefilling again:
 // the top-k layers' host stores and built indexes, their sinks and windows,
 // the KV the model attends itself (dense and sliding-window layers), the
 // context's tokens and the logits after its last token (the "fixed context"
 // use of Squeezed Attention, Sec. 1; "prefill once, query many times" of the
-// top-k paper). Loading maps the file: stores are used in place, indexes are
-// loaded, not rebuilt, so each query pays only for what it reads.
+// top-k paper). A pack built with --attn dense holds the full caches instead.
+//
+// Loading maps the file and checks every checksum (before any other work);
+// the stores' whole chunks are then used in place from the mapping, only
+// each store's last partial chunk (< RowStore::kChunkRows rows) is copied so
+// that decoding can append to it without touching the file; every index
+// backend deserialises its structure into memory (none can search a mapped
+// blob in place): `topkv index info` prints both amounts.
 //
 // File: offload/pack_file.h (safetensors + per-tensor checksums). Tensors:
 //   tokens                        I32 [n]
 //   logits                        F32 [n_vocab]      after the last context token
 //   model.L<l>.k, model.L<l>.v    kv type [n_head_kv][m][head_dim]: positions [n - m, n) of each
-//                                 layer the model attends itself (m = n for a dense full-context
-//                                 layer, min(n, window) for a sliding-window one)
+//                                 layer the model attends itself (m = n for a full-context layer,
+//                                 min(n, window) for a sliding-window one)
 //   offload.L<l>.h<h>.*           each top-k layer (OffloadedLayer::save)
-// Metadata "topkv.context_pack" (JSON):
+// Manifest "topkv.context_pack" (JSON):
 //   format        1 (a reader refuses newer formats)
 //   tokens        n
 //   model         {path, content_hash (GgufFile::content_hash, 16 hex digits), arch, summary}
-//   policy        OffloadPolicy::to_json: the fields fixed at build (index and its parameters,
+//   tokenizer     {model, tokens, hash}: FNV-1a 64 of every tokenizer.* metadata entry
+//   layout        {n_layer, n_head, n_head_kv, head_dim, n_vocab, attn_scale,
+//                  layers: [{window, rope: {style, n_rot, base, freq_scale, freq_factors}}]}
+//   policy        OffloadPolicy::to_json: attn; for top-k the fields fixed at build (index,
 //                 sinks, window, dense_layers, store_type, head pattern) and the query-time
 //                 defaults (k, k schedule, ef, ...) a run may change
 //   kv_type       element type of the model.* tensors
 //   model_layers  [{layer, from}] for the model.* tensors
-//   offload       OffloadRuntime::save: tokens, retrieval_layers, streaming masks
-//   build         {source, prefill_s, index_build_s, topkv}: provenance, not used to load
+//   offload       (top-k) OffloadRuntime::save: tokens, retrieval_layers, streaming, indexes
+//   build         {source, prefill_s, index_build_s, created, topkv}: provenance
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -42,43 +51,58 @@
 namespace topkv {
 
 // Writes the context `model` holds (prefilled with `tokens`, whose last
-// logits are `logits`) and what `rt` took from it (after take_prefill) to
-// `path`, atomically. `file` is the model's GGUF file; `build` goes into the
-// metadata as is.
-void save_context_pack(const std::string& path, const GgufFile& file, const Model& model, const OffloadRuntime& rt,
+// logits are `logits`) to `path`: with `rt` (after take_prefill; its extra
+// indexes included) a top-k pack, without one a dense pack of the model's
+// caches. `file` is the model's GGUF file; `build` goes into the manifest.
+void save_context_pack(const std::string& path, const GgufFile& file, const Model& model, const OffloadRuntime* rt,
                        std::span<const int32_t> tokens, std::span<const float> logits, const nlohmann::json& build);
 
 class ContextPack {
  public:
-  // Maps the pack and reads its metadata; Error when it is not a context
-  // pack or comes from a newer topkv.
-  explicit ContextPack(const std::string& path);
+  // Maps the pack, reads its manifest and (verify) checks every tensor's
+  // checksum; Error when it is not a context pack, comes from a newer topkv,
+  // or is corrupted or truncated.
+  explicit ContextPack(const std::string& path, bool verify = true);
 
   const PackReader& file() const { return *file_; }
   const nlohmann::json& meta() const { return file_->meta(); }
   int64_t n_tokens() const { return n_tokens_; }
   std::vector<int32_t> tokens() const;
   const OffloadPolicy& policy() const { return policy_; }  // as built
+  bool topk() const { return policy_.attn == AttnMode::TopK; }
+  const std::vector<std::string>& indexes() const { return indexes_; }  // built in (top-k), canonical specs
 
-  // Error unless `f` is the model the pack was built with (content hash).
+  // Error unless `f` is the model the pack was built with: its content hash
+  // covers every metadata entry (tokenizer, layout and RoPE included; the
+  // manifest records those for people and tools) and a sample of every tensor.
   void check_model(const GgufFile& f) const;
   // The policy to run on this pack: `requested` (the pack's policy with the
-  // run's changes) after checking that it changes no field fixed at build;
-  // an Error names the field and says to rebuild. Its head-pattern file is
+  // run's changes) after checking it: the same attention mode; for top-k an
+  // index built into the pack and no other change of a field fixed at build.
+  // An Error names the field and the pack's value. The head-pattern file is
   // dropped: the pack carries the streaming heads.
   OffloadPolicy policy_for_run(const OffloadPolicy& requested) const;
-  // Puts the context into `model` (fresh: n_past() 0, context size >= the
-  // pack's tokens) and `rt` (built with policy_for_run): the model's own
-  // layers get their KV, the top-k layers take the pack (take_pack), the
-  // model resumes at position n with `rt` as its attention override and
-  // gives back the caches of the layers `rt` serves. Returns the logits
-  // after the last context token.
-  std::vector<float> restore(Model& model, OffloadRuntime& rt) const;
+  // Puts the context into `model` (n_past() 0, context size >= the pack's
+  // tokens) and, for a top-k pack, `rt` (built with policy_for_run): the
+  // model's own layers get their KV, the top-k layers take the pack
+  // (take_pack), the model resumes at position n with `rt` as its attention
+  // override and gives back the caches of the layers `rt` serves. Returns
+  // the logits after the last context token. May be called again (after
+  // Model::reset, with a fresh runtime) to start over from the pack.
+  std::vector<float> restore(Model& model, OffloadRuntime* rt) const;
+
+  // Bytes a restore copies into memory: the stores' last partial chunks and
+  // the index structures of `index_slot` (see the header comment).
+  struct Copied {
+    uint64_t store_tails = 0, indexes = 0;
+  };
+  Copied copied_on_load(int index_slot = 0) const;
 
  private:
   std::unique_ptr<PackReader> file_;
   int64_t n_tokens_ = 0;
   OffloadPolicy policy_;
+  std::vector<std::string> indexes_;
 };
 
 }  // namespace topkv

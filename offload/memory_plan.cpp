@@ -66,9 +66,13 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     plan.lines.push_back({fmt::format("host KV store, {} layers x {} KV heads ({})", retrieval, c.n_head_kv,
                                       dtype_name(in.store_dtype)),
                           heads * stored * 2.0 * row * dtype_size(in.store_dtype), 0});
-    auto idx = KvIndex::create(p.index);
-    plan.lines.push_back({fmt::format("indexes ({}, ~{:.0f} B/key)", p.index, idx->bytes_per_key_estimate(c.head_dim)),
-                          heads * stored * idx->bytes_per_key_estimate(c.head_dim), 0});
+    std::vector<std::string> specs{p.index};
+    specs.insert(specs.end(), in.extra_indexes.begin(), in.extra_indexes.end());
+    for (const std::string& spec : specs) {
+      auto idx = KvIndex::create(spec);
+      plan.lines.push_back({fmt::format("indexes ({}, ~{:.0f} B/key)", spec, idx->bytes_per_key_estimate(c.head_dim)),
+                            heads * stored * idx->bytes_per_key_estimate(c.head_dim), 0});
+    }
     plan.lines.push_back({fmt::format("sinks + window ({} + {} tokens)", p.sinks, p.window),
                           heads * (p.sinks + p.window) * 2.0 * row * sizeof(float), 0});
   }

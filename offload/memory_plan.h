@@ -32,6 +32,7 @@ struct MemoryPlanInput {
   DType kv_dtype = DType::F32;
   DType store_dtype = DType::F16;
   bool from_pack = false;     // context restored from a pack: top-k layers never fill the model's cache
+  std::vector<std::string> extra_indexes;  // index build: more indexes per head beside policy->index
 };
 
 // Host: weights, the model's KV caches (full-context layers hold the whole

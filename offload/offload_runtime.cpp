@@ -65,6 +65,7 @@ OffloadedLayer::Config OffloadRuntime::layer_config(int i) const {
   c.store_dtype = policy_.store_dtype;
   c.streaming = streaming_[(size_t)i];
   c.build.n_threads = retrieval_layers_.size() > 1 ? 1 : 0;
+  c.extra_indexes = extra_indexes_;
   return c;
 }
 
@@ -130,28 +131,50 @@ void OffloadRuntime::count_keys() {
     for (int h = 0; h < cfg_.n_head_kv; ++h) stats_.keys_indexed += l->stored_rows(h);
 }
 
+void OffloadRuntime::build_extra_indexes(const std::vector<std::string>& specs) {
+  TOPKV_CHECK(layers_.empty(), "internal: extra indexes are built with the context, not after it");
+  extra_indexes_.clear();
+  std::vector<std::string> seen{canonical_spec(policy_.index)};
+  for (const std::string& spec : specs) {
+    KvIndex::create(spec);  // an unknown backend or parameter is an Error now, before any work
+    const std::string c = canonical_spec(spec);
+    TOPKV_CHECK(std::find(seen.begin(), seen.end(), c) == seen.end(), "--index {} is given twice", spec);
+    seen.push_back(c);
+    extra_indexes_.push_back(spec);
+  }
+}
+
 void OffloadRuntime::save(PackWriter& w) const {
   TOPKV_CHECK(!layers_.empty(), "internal: saving an offloaded runtime that holds no context");
   for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->save(w, fmt::format("offload.L{}.", retrieval_layers_[i]));
   nlohmann::json streaming = nlohmann::json::array();
   for (auto& s : streaming_) streaming.push_back(std::vector<int>(s.begin(), s.end()));
+  std::vector<std::string> indexes{canonical_spec(policy_.index)};
+  for (auto& spec : extra_indexes_) indexes.push_back(canonical_spec(spec));
   w.meta()["offload"] = {{"tokens", layers_[0]->n_tokens()},
                          {"retrieval_layers", retrieval_layers_},
-                         {"streaming", streaming}};
+                         {"streaming", streaming},
+                         {"indexes", indexes}};
 }
 
 void OffloadRuntime::take_pack(const PackReader& r) {
   int64_t n = 0;
   std::vector<int> layers;
   std::vector<std::vector<int>> streaming;
+  std::vector<std::string> indexes;
   try {
     const nlohmann::json& j = r.meta().at("offload");
     n = j.at("tokens").get<int64_t>();
     layers = j.at("retrieval_layers").get<std::vector<int>>();
     streaming = j.at("streaming").get<std::vector<std::vector<int>>>();
+    indexes = j.at("indexes").get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
     fail("context pack '{}' has no readable offload description ({}): rebuild it", r.path(), e.what());
   }
+  const int slot = (int)(std::find(indexes.begin(), indexes.end(), canonical_spec(policy_.index)) - indexes.begin());
+  TOPKV_CHECK(slot < (int)indexes.size(), "context pack '{}' holds the indexes {}, not {}: query one of those "
+              "(--index), or rebuild the pack with `topkv index build --index {}`", r.path(),
+              fmt::join(indexes, ", "), policy_.index, policy_.index);
   TOPKV_CHECK(layers == retrieval_layers_, "context pack '{}' serves layers {} with top-k attention but this run "
               "would serve {}: use the pack's model and --dense-layers", r.path(), fmt::join(layers, ","),
               fmt::join(retrieval_layers_, ","));
@@ -163,7 +186,7 @@ void OffloadRuntime::take_pack(const PackReader& r) {
   start_context(n);
   for (size_t i = 0; i < streaming.size(); ++i) streaming_[i].assign(streaming[i].begin(), streaming[i].end());
   fill_layers([&](int i, OffloadedLayer& layer) {
-    layer.restore(r, fmt::format("offload.L{}.", retrieval_layers_[(size_t)i]), n);
+    layer.restore(r, fmt::format("offload.L{}.", retrieval_layers_[(size_t)i]), n, slot);
   });
 }
 

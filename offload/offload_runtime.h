@@ -46,14 +46,18 @@ class OffloadRuntime : public AttentionOverride {
   // positions [0, n). take_prefill is take_context(model.n_past(), Model::read_kv).
   using KvReader = std::function<void(int layer, std::vector<float>& k, std::vector<float>& v)>;
   virtual void take_context(int64_t n, const KvReader& read);
-  // Context packs (offload/context_pack.h): save() writes every retrieval
-  // layer (OffloadedLayer::save, prefix "offload.L<layer>.") and, under the
-  // pack's metadata key "offload", {"tokens", "retrieval_layers",
-  // "streaming": [per retrieval layer, per KV head 0/1]}. take_pack() is
-  // take_context from such a pack: the layers, their streaming heads (the
-  // pack's, whatever the policy's head pattern) and the indexes come from
-  // the pack, nothing is rebuilt. The runtime must have the pack's layers
-  // (same model, same --dense-layers).
+  // Context packs (offload/context_pack.h). build_extra_indexes(), before
+  // take_context, makes each head also build these index specs (saved in
+  // the pack beside the policy's, never searched here). save() writes every
+  // retrieval layer (OffloadedLayer::save, prefix "offload.L<layer>.") and,
+  // under the pack's manifest key "offload", {"tokens", "retrieval_layers",
+  // "streaming": [per retrieval layer, per KV head 0/1], "indexes": [the
+  // canonical specs of index.0, index.1, ...]}. take_pack() is take_context
+  // from such a pack: the layers, their streaming heads (the pack's, whatever
+  // the policy's head pattern) and the policy's index (which must be among
+  // the pack's) come from the pack, nothing is rebuilt. The runtime must
+  // have the pack's layers (same model, same --dense-layers).
+  void build_extra_indexes(const std::vector<std::string>& specs);
   void save(PackWriter& w) const;
   virtual void take_pack(const PackReader& r);
   void decode_attention(int layer, const float* q, const float* k, const float* v, int64_t pos, float scale,
@@ -91,6 +95,7 @@ class OffloadRuntime : public AttentionOverride {
   std::vector<int> slot_;                    // model layer -> index into layers_ (-1: not retrieval)
   std::vector<std::vector<char>> streaming_; // per retrieval layer, per KV head
   std::vector<int64_t> k_;                   // per retrieval layer
+  std::vector<std::string> extra_indexes_;   // build_extra_indexes
   std::vector<std::unique_ptr<OffloadedLayer>> layers_;
   OffloadStats stats_;
   bool measure_error_ = false;

@@ -30,6 +30,7 @@ OffloadedLayer::OffloadedLayer(Config cfg) : cfg_(std::move(cfg)) {
       hd.keys = std::make_shared<RowStore>(cfg_.head_dim, cfg_.store_dtype);
       hd.values = std::make_shared<RowStore>(cfg_.head_dim, cfg_.store_dtype);
       hd.index = KvIndex::create(cfg_.index, cfg_.build);
+      for (const std::string& spec : cfg_.extra_indexes) hd.extra_indexes.push_back(KvIndex::create(spec, cfg_.build));
     }
   }
 }
@@ -84,6 +85,7 @@ void OffloadedLayer::prefill(const float* keys, const float* values, int64_t n, 
   for (size_t i = 0; i < todo.size(); ++i) {
     Head& hd = heads_[(size_t)todo[i]];
     hd.index->build(hd.keys, hd.values);
+    for (auto& extra : hd.extra_indexes) extra->build(hd.keys, hd.values);
   }
 }
 
@@ -115,13 +117,18 @@ void OffloadedLayer::save(PackWriter& w, const std::string& prefix) const {
       });
       w.add(name + what, st_dtype_of(store->dtype()), {store->size(), d}, std::move(parts));
     }
-    std::vector<uint8_t> blob = hd.index->save_bytes();
-    const int64_t bytes = (int64_t)blob.size();
-    w.add_owned(name + "index", StDType::U8, {bytes}, std::move(blob));
+    for (size_t i = 0; i <= hd.extra_indexes.size(); ++i) {
+      const KvIndex& index = i == 0 ? *hd.index : *hd.extra_indexes[i - 1];
+      TOPKV_CHECK(index.indexed_rows() == hd.keys->size(), "internal: index {} of head {} covers {} of {} rows: "
+                  "save right after prefill", index.name(), h, index.indexed_rows(), hd.keys->size());
+      std::vector<uint8_t> blob = index.save_bytes();
+      const int64_t bytes = (int64_t)blob.size();
+      w.add_owned(fmt::format("{}index.{}", name, i), StDType::U8, {bytes}, std::move(blob));
+    }
   }
 }
 
-void OffloadedLayer::restore(const PackReader& r, const std::string& prefix, int64_t n) {
+void OffloadedLayer::restore(const PackReader& r, const std::string& prefix, int64_t n, int index_slot) {
   TOPKV_CHECK(n_tokens_ == 0, "internal: restore on a layer that already holds {} tokens", n_tokens_);
   TOPKV_CHECK(n >= 1, "context pack '{}' holds {} tokens: nothing to restore", r.path(), n);
   const int64_t d = cfg_.head_dim;
@@ -148,10 +155,11 @@ void OffloadedLayer::restore(const PackReader& r, const std::string& prefix, int
                 hd.streaming ? "streaming" : "retrieval");
     if (hd.streaming || stored == 0) continue;
     const StDType st = st_dtype_of(cfg_.store_dtype);
-    hd.keys->append_mapped(r.tensor(name + "keys", st, {stored, d}, /*bulk=*/true), stored, r.owner());
-    hd.values->append_mapped(r.tensor(name + "values", st, {stored, d}, /*bulk=*/true), stored, r.owner());
-    auto [blob, bytes] = r.blob(name + "index");
-    hd.index = KvIndex::load_bytes(r.path() + ":" + name + "index", blob, bytes, hd.keys, hd.values, cfg_.build);
+    hd.keys->append_mapped(r.tensor(name + "keys", st, {stored, d}), stored, r.owner());
+    hd.values->append_mapped(r.tensor(name + "values", st, {stored, d}), stored, r.owner());
+    const std::string index = fmt::format("{}index.{}", name, index_slot);
+    auto [blob, bytes] = r.blob(index);
+    hd.index = KvIndex::load_bytes(r.path() + ":" + index, blob, bytes, hd.keys, hd.values, cfg_.build);
     TOPKV_CHECK(hd.index->name() == backend, "context pack '{}' holds a {} index for {}, but this layer uses {}",
                 r.path(), hd.index->name(), head, backend);
   }

@@ -48,6 +48,9 @@ class OffloadedLayer {
     std::vector<char> streaming;    // [kv_heads], 1 = streaming head (empty = none)
     int fold_every = 16;            // fold store rows into the index once this many are pending
     BuildOptions build;
+    // More index specs built beside `index` at prefill, for a context pack
+    // (`topkv index build --index A --index B`): saved, never searched.
+    std::vector<std::string> extra_indexes;
   };
 
   explicit OffloadedLayer(Config cfg);
@@ -75,14 +78,17 @@ class OffloadedLayer {
   //   sinks_k, sinks_v     F32 [sinks held][head_dim]
   //   window_k, window_v   F32 [window tokens][head_dim], oldest first
   //   keys, values         store type [store rows][head_dim]  (retrieval heads with stored rows)
-  //   index                U8 [bytes]: KvIndex::save_bytes     (idem)
+  //   index.<i>            U8 [bytes]: KvIndex::save_bytes of `index` (i = 0)
+  //                        and of extra_indexes[i - 1]            (idem)
   // Sinks and stores are referenced, not copied: the layer must stay
-  // unchanged until PackWriter::write. restore() fills a freshly built layer
-  // of the same configuration (streaming mask included) holding n_tokens
-  // from such tensors; its stores use the pack's mapped rows in place
-  // (RowStore::append_mapped) and its indexes are loaded, not rebuilt.
+  // unchanged until PackWriter::write (the extra indexes cover the prefill
+  // only: save right after it). restore() fills a freshly built layer of the
+  // same configuration (streaming mask included) holding n_tokens from such
+  // tensors, loading index.<index_slot> as its index: the stores use the
+  // pack's mapped rows in place (RowStore::append_mapped), the index is
+  // loaded, not rebuilt.
   void save(PackWriter& w, const std::string& prefix) const;
-  void restore(const PackReader& r, const std::string& prefix, int64_t n_tokens);
+  void restore(const PackReader& r, const std::string& prefix, int64_t n_tokens, int index_slot = 0);
 
   int64_t n_tokens() const { return n_tokens_; }
   int64_t stored_rows(int kv_head) const;
@@ -96,6 +102,7 @@ class OffloadedLayer {
     bool streaming = false;
     std::shared_ptr<RowStore> keys, values;  // store rows = positions [S, N - W)
     std::unique_ptr<KvIndex> index;
+    std::vector<std::unique_ptr<KvIndex>> extra_indexes;  // Config::extra_indexes, built at prefill
     std::vector<float> sink_k, sink_v;       // [n_sinks][d]
     std::vector<float> win_k, win_v;         // ring [window][d]
   };

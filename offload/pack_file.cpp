@@ -6,7 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "src/common/binary_io.h"
+#include "src/common/checksum.h"
 #include "src/common/error.h"
 #include "src/common/progress.h"
 
@@ -18,9 +18,9 @@ constexpr char kMetaKey[] = "topkv.context_pack";
 constexpr char kChecksumKey[] = "topkv.checksums";
 
 uint64_t checksum(const std::vector<PackWriter::Span>& parts) {
-  uint64_t h = fnv1a64(nullptr, 0);
-  for (auto& p : parts) h = fnv1a64(p.data, p.bytes, h);
-  return h;
+  std::vector<ByteSpan> spans;
+  for (auto& p : parts) spans.push_back({p.data, p.bytes});
+  return checksum64(spans);
 }
 
 std::string hex(uint64_t h) { return fmt::format("{:016x}", h); }
@@ -66,16 +66,15 @@ void PackWriter::write(const std::string& path) const {
   for (auto& e : entries_) order.push_back(&e);
   std::stable_sort(order.begin(), order.end(),
                    [](const Entry* a, const Entry* b) { return st_dtype_size(a->dtype) > st_dtype_size(b->dtype); });
-  std::vector<uint64_t> sums(order.size());
-#pragma omp parallel for schedule(dynamic, 1)
-  for (size_t i = 0; i < order.size(); ++i) sums[i] = checksum(order[i]->parts);
   nlohmann::json sum_json = nlohmann::json::object();
   SafetensorsWriter w;
-  for (size_t i = 0; i < order.size(); ++i) {
-    sum_json[order[i]->name] = hex(sums[i]);
-    w.add(order[i]->name, order[i]->dtype, order[i]->shape, order[i]->parts);
+  for (const Entry* e : order) {
+    sum_json[e->name] = hex(checksum(e->parts));  // each in parallel over its blocks
+    w.add(e->name, e->dtype, e->shape, e->parts);
   }
-  w.set_metadata(kMetaKey, meta_.dump());
+  const std::string meta = meta_.dump();
+  sum_json[kMetaKey] = hex(checksum64(meta.data(), meta.size()));  // the manifest is checked like a tensor
+  w.set_metadata(kMetaKey, meta);
   w.set_metadata(kChecksumKey, sum_json.dump());
   w.write(path);
 }
@@ -86,11 +85,16 @@ PackReader::PackReader(const std::string& path) : path_(path) {
   TOPKV_CHECK(!meta.empty() && !sums.empty(), "'{}' is a safetensors file but not a topkv context pack (no '{}' "
               "metadata): build one with `topkv index build`", path, kMetaKey);
   try {
-    meta_ = nlohmann::json::parse(meta);
     const nlohmann::json sum_json = nlohmann::json::parse(sums);
     for (auto& [name, h] : sum_json.items()) checksums_[name] = std::stoull(h.get<std::string>(), nullptr, 16);
-  } catch (const std::exception& e) {
+    TOPKV_CHECK(checksums_.count(kMetaKey) && checksums_.at(kMetaKey) == checksum64(meta.data(), meta.size()),
+                "context pack '{}' is corrupted: its manifest does not match its checksum (copy it again, or rebuild "
+                "it with `topkv index build`)", path);
+    meta_ = nlohmann::json::parse(meta);
+  } catch (const nlohmann::json::exception& e) {
     fail("context pack '{}' has unreadable metadata ({}): rebuild it with `topkv index build`", path, e.what());
+  } catch (const std::logic_error& e) {  // std::stoull on a checksum that is not hex
+    fail("context pack '{}' has an unreadable checksum ({}): rebuild it with `topkv index build`", path, e.what());
   }
   TOPKV_CHECK(meta_.is_object(), "context pack '{}': the '{}' metadata is not a JSON object", path, kMetaKey);
   for (const TensorInfo& t : st_->tensors())
@@ -100,20 +104,12 @@ PackReader::PackReader(const std::string& path) : path_(path) {
 
 uint64_t PackReader::file_bytes() const { return std::filesystem::file_size(path_); }
 
-void PackReader::verify(const TensorInfo& t) const {
-  const uint64_t h = fnv1a64(st_->data(t), t.nbytes());
-  TOPKV_CHECK(h == checksums_.at(t.name), "context pack '{}' is corrupted: tensor '{}' does not match its checksum "
-              "(copy it again or rebuild it with `topkv index build`)", path_, t.name);
-}
-
-const uint8_t* PackReader::tensor(const std::string& name, StDType dtype, const std::vector<int64_t>& shape,
-                                  bool bulk) const {
+const uint8_t* PackReader::tensor(const std::string& name, StDType dtype, const std::vector<int64_t>& shape) const {
   const TensorInfo* t = st_->find(name);
   TOPKV_CHECK(t, "context pack '{}' has no tensor '{}': the file is incomplete or from another topkv version",
               path_, name);
   TOPKV_CHECK(t->dtype == dtype && t->shape == shape, "context pack '{}': tensor '{}' is {} {}, expected {} {}",
               path_, name, st_dtype_name(t->dtype), t->shape_str(), st_dtype_name(dtype), shape_str(shape));
-  if (!bulk) verify(*t);
   return st_->data(*t);
 }
 
@@ -121,7 +117,6 @@ std::pair<const uint8_t*, size_t> PackReader::blob(const std::string& name) cons
   const TensorInfo* t = st_->find(name);
   TOPKV_CHECK(t && t->dtype == StDType::U8 && t->shape.size() == 1, "context pack '{}' has no U8 tensor '{}': the "
               "file is incomplete or from another topkv version", path_, name);
-  verify(*t);
   return {st_->data(*t), (size_t)t->nbytes()};
 }
 
@@ -129,19 +124,13 @@ uint64_t PackReader::verify_all(bool progress) const {
   uint64_t total = 0;
   for (const TensorInfo& t : st_->tensors()) total += t.nbytes();
   Progress bar("verify", (int64_t)(total >> 20), "MiB", progress && total >= (1ull << 30));
-  const auto& ts = st_->tensors();
-  std::vector<std::string> errors(ts.size());
-#pragma omp parallel for schedule(dynamic, 1)
-  for (size_t i = 0; i < ts.size(); ++i) {
-    try {
-      verify(ts[i]);
-    } catch (const Error& e) {
-      errors[i] = e.what();
-    }
-    bar.add((int64_t)(ts[i].nbytes() >> 20));
+  for (const TensorInfo& t : st_->tensors()) {
+    TOPKV_CHECK(checksum64(st_->data(t), t.nbytes()) == checksums_.at(t.name), "context pack '{}' is corrupted: "
+                "tensor '{}' does not match its checksum (copy it again, or rebuild it with `topkv index build`)",
+                path_, t.name);
+    bar.add((int64_t)(t.nbytes() >> 20));
   }
   bar.finish();
-  for (auto& e : errors) TOPKV_CHECK(e.empty(), "{}", e);
   return total;
 }
 

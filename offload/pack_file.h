@@ -3,19 +3,18 @@
 // arrays are readable by numpy / PyTorch, and the reader's checks of every
 // shape and offset apply. topkv adds two metadata entries:
 //
-//   "topkv.context_pack"  one JSON document: what the pack holds (layout in
-//                         offload/context_pack.h)
-//   "topkv.checksums"     JSON {tensor name: 16 hex digits}: FNV-1a 64 of the
-//                         tensor's bytes, so bit rot in a pack copied between
-//                         machines is found
+//   "topkv.context_pack"  one JSON document: the manifest (offload/context_pack.h)
+//   "topkv.checksums"     JSON {tensor name: 16 hex digits}: checksum64
+//                         (src/common/checksum.h) of the tensor's bytes, and
+//                         under "topkv.context_pack" of the manifest, so a
+//                         truncated or bit-rotten pack is found (the manifest
+//                         is checked on open, the tensors by verify_all)
 //
 // Tensors are written in decreasing element size (I32/F32, then F16/BF16,
-// then U8 blobs), so each starts aligned to its element size. Small tensors
-// are checked against their checksum when read; bulk ones (host stores,
-// whole-context model KV) are used straight from the mapping, unread until a
-// search touches them, and checked only by verify_all (`topkv index info
-// --verify`); the indexes built on them also check a sampled fingerprint of
-// the keys (RowStore::fingerprint).
+// then U8 blobs), so each starts aligned to its element size. The file is
+// written to a temporary name beside the pack, synced and renamed
+// (SafetensorsWriter), so a crash or a full disk never leaves a pack that
+// looks valid.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -66,22 +65,20 @@ class PackReader {
   const nlohmann::json& meta() const { return meta_; }
   bool has(const std::string& name) const { return st_->find(name) != nullptr; }
   const std::vector<TensorInfo>& tensors() const { return st_->tensors(); }
-  // The tensor `name` after checking its type and shape (an Error naming the
-  // tensor says what the pack holds instead). Not bulk: its checksum is
-  // checked now.
-  const uint8_t* tensor(const std::string& name, StDType dtype, const std::vector<int64_t>& shape,
-                        bool bulk = false) const;
-  // A verified 1-D U8 tensor of any length (a serialised index): data, bytes.
+  // The tensor `name` in the mapping, after checking its type and shape (an
+  // Error naming the tensor says what the pack holds instead).
+  const uint8_t* tensor(const std::string& name, StDType dtype, const std::vector<int64_t>& shape) const;
+  // A 1-D U8 tensor of any length (a serialised index): data, bytes.
   std::pair<const uint8_t*, size_t> blob(const std::string& name) const;
   // Keeps the mapping alive for as long as a row store uses it in place.
   std::shared_ptr<const void> owner() const { return st_; }
-  // Checks every tensor against its checksum; Error naming the first bad one.
-  // Returns the bytes checked.
+  // Checks every tensor against its checksum (all of them, in parallel: a
+  // pack is read whole once); Error naming the first bad one. Returns the
+  // bytes checked.
   uint64_t verify_all(bool progress) const;
   uint64_t file_bytes() const;
 
  private:
-  void verify(const TensorInfo& t) const;
   std::string path_;
   std::shared_ptr<SafetensorsReader> st_;
   nlohmann::json meta_;

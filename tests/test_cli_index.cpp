@@ -1,9 +1,11 @@
 // topkv index build / index info / generate --pack end to end through the
 // built binary: a run that goes on from a pack prints exactly what the run
-// that prefilled the same document prints (tiny synthetic gemma3, and the
-// real Gemma 3 270M when it is installed); the query-time options change on a
-// pack, the build-time ones are refused; every bad input is a non-zero exit
-// with a message that names the problem.
+// that prefilled the same document prints — top-k with each index built into
+// the pack, and dense (tiny synthetic gemma3, and the real Gemma 3 270M when
+// it is installed); --prompts answers each question as a run from the pack
+// would; the query-time options change on a pack, the build-time ones are
+// refused; every bad input is a non-zero exit with a message that names the
+// problem.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -23,7 +25,7 @@ const std::string kDoc =
     "The lighthouse keeper wrote in his log every night. On the first night the sea was calm and the lamp burned "
     "bright. On the second night a storm came from the west and the keeper climbed the stairs twice. On the third "
     "night a ship passed close to the rocks, and the keeper rang the bell until dawn. The secret word is amber.";
-const std::string kPolicy = "--index multipole --k 8 --window 4 --sinks 2";
+const std::string kSearch = "--k 8 --window 4 --sinks 2", kPolicy = "--index multipole " + kSearch;
 
 struct Fixture {
   test::TempDir dir{"topkv_cli_index"};
@@ -33,8 +35,8 @@ struct Fixture {
     REQUIRE(run_topkv("model synth --preset tiny-gemma3 -q -o " + model).rc == 0);
     REQUIRE(run_topkv("model synth --preset tiny-gemma3 --seed 5 -q -o " + other).rc == 0);
     std::ofstream(doc) << kDoc;
-    auto r = run_topkv("index build -m " + model + " -f " + doc + " -o " + pack + " " + kPolicy + " --json " +
-                       dir.file("build.json"));
+    auto r = run_topkv("index build -m " + model + " -f " + doc + " -o " + pack + " " + kPolicy +
+                       " --index flat --json " + dir.file("build.json"));
     INFO(r.err);
     REQUIRE(r.rc == 0);
   }
@@ -57,9 +59,22 @@ TEST_CASE("index build writes a pack that index info describes and verifies") {
   INFO(r.err);
   REQUIRE(r.rc == 0);
   CHECK(r.out.find(fmt::format("context        {} tokens", j["tokens"].get<int>())) != std::string::npos);
-  CHECK(r.out.find("index multipole, sinks 2, window 4") != std::string::npos);
+  CHECK(r.out.find("attn topk, sinks 2, window 4") != std::string::npos);
+  CHECK(r.out.find("indexes        multipole, flat") != std::string::npos);
   CHECK(r.out.find("top-k          layers [2,5]") != std::string::npos);
+  CHECK(r.out.find("L5           host stores") != std::string::npos);
+  CHECK(r.out.find("on load        stores mapped in place") != std::string::npos);
   CHECK(r.out.find("verified       every tensor matches its checksum") != std::string::npos);
+  // Several -f files are one document: the same pack as one file with their text.
+  const std::string a = f.dir.file("a.txt"), b = f.dir.file("b.txt");
+  std::ofstream(a) << kDoc.substr(0, 100);
+  std::ofstream(b) << kDoc.substr(100);
+  auto two = run_topkv("index build -q -m " + f.model + " -f " + a + " -f " + b + " -o " + f.dir.file("ab.pack") +
+                       " " + kPolicy + " --index flat --json " + f.dir.file("ab.json"));
+  REQUIRE(two.rc == 0);
+  CHECK(nlohmann::json::parse(test::slurp(f.dir.file("ab.json")))["tokens"] == j["tokens"]);
+  auto info2 = run_topkv("index info " + f.dir.file("ab.pack"));
+  CHECK(info2.out.find(fmt::format("context        {} tokens", j["tokens"].get<int>())) != std::string::npos);
 }
 
 TEST_CASE("generate --pack prints what generate prints after prefilling the same document") {
@@ -75,6 +90,13 @@ TEST_CASE("generate --pack prints what generate prints after prefilling the same
   CHECK(j["pack"]["tokens"] == j["prompt_tokens"]);
   CHECK(j["offload"]["policy"]["index"] == "multipole");
 
+  // The other index built into the pack, against a run that builds it.
+  auto direct_flat = run_topkv("generate" + common + " -f " + f.doc + " --attn topk " + kSearch + " -c 256 --index flat");
+  auto packed_flat = run_topkv("generate" + common + " --pack " + f.pack + " -c 256 --index flat");
+  REQUIRE(direct_flat.rc == 0);
+  REQUIRE(packed_flat.rc == 0);
+  CHECK(packed_flat.out == direct_flat.out);
+
   // A prompt appended to the pack, and query-time options changed on it.
   auto more = run_topkv("generate -m " + f.model + " --pack " + f.pack + " -p ' What is the secret word?' -n 3 -q "
                         "--k 4 --k-schedule linear --json " + f.dir.file("q.json"));
@@ -83,6 +105,37 @@ TEST_CASE("generate --pack prints what generate prints after prefilling the same
   auto q = nlohmann::json::parse(test::slurp(f.dir.file("q.json")));
   CHECK(q["prompt_tokens"].get<int>() > q["pack"]["tokens"].get<int>());
   CHECK(q["offload"]["k_per_layer"] == nlohmann::json::array({3, 5}));  // mean 4, rising linearly
+}
+
+TEST_CASE("a dense pack decodes as a dense run; --prompts answers each question from the pack afresh") {
+  Fixture& f = fixture();
+  const std::string dense = f.dir.file("dense.pack");
+  auto b = run_topkv("index build -q -m " + f.model + " -f " + f.doc + " -o " + dense + " --attn dense");
+  INFO(b.err);
+  REQUIRE(b.rc == 0);
+  const std::string common = " -m " + f.model + " -n 10 --seed 2 --temp 0.7 -q -c 256";
+  auto direct = run_topkv("generate" + common + " -f " + f.doc + " --attn dense");
+  auto packed = run_topkv("generate" + common + " --pack " + dense);
+  REQUIRE(direct.rc == 0);
+  REQUIRE(packed.rc == 0);
+  CHECK(packed.out == direct.out);
+  CHECK(run_topkv("index info " + dense).out.find("attn dense: the model's full caches, no index") != std::string::npos);
+
+  const std::string qs = f.dir.file("questions.txt");
+  std::ofstream(qs) << " Who kept the log?\n\n What rang until dawn?\n";
+  auto many = run_topkv("generate" + common + " --pack " + f.pack + " --prompts " + qs + " --json " +
+                        f.dir.file("qs.json"));
+  INFO(many.err);
+  REQUIRE(many.rc == 0);
+  const size_t second = many.out.find("=== question 2/2:  What rang until dawn?\n");
+  REQUIRE(many.out.rfind("=== question 1/2:  Who kept the log?\n", 0) == 0);
+  REQUIRE(second != std::string::npos);
+  auto alone = run_topkv("generate" + common + " --pack " + f.pack + " -p ' What rang until dawn?'");
+  REQUIRE(alone.rc == 0);
+  CHECK(many.out.substr(many.out.find('\n', second) + 1) == alone.out);  // the same answer as a run of its own
+  auto j = nlohmann::json::parse(test::slurp(f.dir.file("qs.json")));
+  REQUIRE(j["questions"].size() == 2);
+  for (auto& q : j["questions"]) CHECK(q["first_token_s"].get<double>() > 0);
 }
 
 TEST_CASE("index build, index info and generate --pack: bad input is a clear error and a non-zero exit") {
@@ -96,19 +149,27 @@ TEST_CASE("index build, index info and generate --pack: bad input is a clear err
   struct Bad { std::string args, says; };
   const std::string build = "index build -m " + f.model + " -f " + f.doc + " ";
   const std::string gen = "generate -m " + f.model + " --pack " + f.pack + " -n 2 ";
+  const std::string x = f.dir.file("x.pack"), no_questions = f.dir.file("none.txt");
+  std::ofstream(no_questions) << "\n  \n";
   const std::vector<Bad> cases = {
       {build, "--out is required"},
       {build + "-o /nonexistent/dir/x.pack", "cannot create '/nonexistent/dir/x.pack.tmp'"},
-      {build + "-o " + f.dir.file("x.pack") + " --attn dense", "drop --attn dense"},
-      {build + "-o " + f.dir.file("x.pack") + " --index nosuch", "unknown index backend 'nosuch'"},
-      {"index build -m " + f.model + " -f /dev/null -o " + f.dir.file("x.pack"), "the prompt is empty"},
+      {build + "-o " + x + " --attn dense --index flat", "--attn dense builds no index"},
+      {build + "-o " + x + " --index nosuch", "unknown index backend 'nosuch'"},
+      {build + "-o " + x + " --index flat --index quest --index flat", "--index flat is given twice"},
+      {"index build -m " + f.model + " -f /dev/null -o " + x, "the prompt is empty"},
       {gen + "--window 8", "--window is fixed when the pack is built"},
-      {gen + "--index flat", "was built with --index multipole; this run asks for flat"},
+      {gen + "--index hnswlib", "holds the indexes multipole, flat, not hnswlib"},
+      {gen + "--index flat --index multipole", "--index is given 2 times"},
       {gen + "--attn dense", "drop --attn dense"},
       {gen + "--chat -p hi", "--chat cannot wrap a prompt appended to a context pack"},
       {gen + "-c 10", "more than the context size 10"},
+      {gen + "--prompts " + no_questions, "has no question"},
+      {gen + "--prompts " + no_questions + " -p hi", "either with --prompts or as -p/-f"},
+      {"generate -m " + f.model + " -p hi --prompts " + no_questions, "--prompts needs --pack"},
       {"generate -m " + f.other + " --pack " + f.pack + " -n 2", "give that model with -m"},
       {"generate -m " + f.model + " --pack /nonexistent.pack", "nonexistent.pack"},
+      {"generate -m " + f.model + " --pack " + corrupt, "does not match its checksum"},
       {"index info " + f.model, "not a safetensors file"},
       {"index info " + corrupt + " --verify", "does not match its checksum"},
       {"index", "A subcommand is required"},
@@ -119,8 +180,8 @@ TEST_CASE("index build, index info and generate --pack: bad input is a clear err
     CHECK(r.rc != 0);
     CHECK(r.err.find(b.says) != std::string::npos);
   }
-  CHECK(!std::filesystem::exists(f.dir.file("x.pack")));
-  CHECK(!std::filesystem::exists(f.dir.file("x.pack.tmp")));
+  CHECK(!std::filesystem::exists(x));
+  CHECK(!std::filesystem::exists(x + ".tmp"));
 }
 
 TEST_CASE("gemma3 270M: generate --pack prints what generate prints after prefilling the document") {

@@ -1,8 +1,10 @@
 // Context packs: what is restored from a pack must decode exactly as what was
-// saved — bit for bit, for every index backend, layer geometry and model kind
-// — and keep working as tokens are appended after it; every way a pack can
-// be wrong (other model, changed build-time policy, corruption, truncation,
-// newer format, too small a context) is an Error that says so.
+// saved — bit for bit, for every index backend (and each of several built
+// into one pack), layer geometry and model kind, top-k and dense — and keep
+// working as tokens are appended after it; every way a pack can be wrong
+// (other model, changed build-time policy, an index it does not hold,
+// corruption of any part, truncation, newer format, too small a context) is
+// an Error that says so before any work.
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <fstream>
@@ -50,12 +52,12 @@ size_t tensor_offset(const std::string& path, const std::string& name) {
   return 8 + n + h.at(name).at("data_offsets")[0].get<size_t>();
 }
 
-void flip_byte(const std::string& path, size_t at) {
+void flip_byte(const std::string& path, size_t at, char mask = 0x20) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekg((std::streamoff)at);
   char c = 0;
   f.read(&c, 1);
-  c ^= 0x20;
+  c ^= mask;
   f.seekp((std::streamoff)at);
   f.write(&c, 1);
 }
@@ -131,6 +133,40 @@ TEST_CASE("an offloaded layer restored from a pack answers exactly as the saved 
   }
 }
 
+TEST_CASE("a pack holds several indexes per head: each restores as a layer built with it alone") {
+  test::TempDir tmp("topkv_pack_extra");
+  std::mt19937 rng(5);
+  OffloadedLayer::Config cfg;
+  cfg.n_heads = 4, cfg.kv_heads = 2, cfg.head_dim = 64, cfg.sinks = 2, cfg.window = 8, cfg.k = 16;
+  cfg.index = "multipole", cfg.extra_indexes = {"flat", "quest:page=5"}, cfg.build.n_threads = 1;
+  const int64_t n = 333;
+  const std::vector<float> keys = randn((size_t)n * 2 * 64, rng, 0.4f), values = randn(keys.size(), rng);
+  OffloadedLayer built(cfg);
+  built.prefill(keys.data(), values.data(), n);
+  const std::string path = tmp.file("multi.pack");
+  {
+    PackWriter w;
+    built.save(w, "L1.");
+    w.write(path);
+  }
+  PackReader r(path);
+  const std::vector<std::string> specs{"multipole", "flat", "quest:page=5"};
+  for (int slot = 0; slot < 3; ++slot) {
+    INFO(specs[(size_t)slot]);
+    OffloadedLayer::Config one = cfg;
+    one.index = specs[(size_t)slot], one.extra_indexes.clear();
+    OffloadedLayer alone(one), restored(one);
+    alone.prefill(keys.data(), values.data(), n);
+    restored.restore(r, "L1.", n, slot);
+    CHECK(restored.index(0)->name() == parse_spec(specs[(size_t)slot]).name);
+    check_same_answers(alone, restored, 4, 64, rng);
+  }
+  OffloadedLayer::Config wrong = cfg;
+  wrong.index = "flat", wrong.extra_indexes.clear();
+  OffloadedLayer mismatched(wrong);
+  CHECK_THROWS_WITH(mismatched.restore(r, "L1.", n, 0), Catch::Contains("holds a multipole index for L1.h0"));
+}
+
 namespace {
 
 struct ModelCase {
@@ -149,7 +185,9 @@ std::vector<ModelCase> model_cases() {
   l.synth.ffn = 256, l.synth.vocab = 1024;
   l.policy.attn = AttnMode::TopK, l.policy.index = "quest:page=4", l.policy.search.k = 12, l.policy.dense_layers = 1;
   l.policy.sinks = 3, l.policy.window = 6, l.policy.store_dtype = DType::BF16;
-  return {g, l};
+  ModelCase d = l;  // --attn dense: every layer's cache in the pack
+  d.name = "llama-dense", d.policy = OffloadPolicy{}, d.heads_tsv.clear();
+  return {g, l, d};
 }
 
 int argmax(const std::vector<float>& v) { return (int)(std::max_element(v.begin(), v.end()) - v.begin()); }
@@ -176,22 +214,30 @@ TEST_CASE("a model and runtime restored from a context pack decode exactly as th
       for (int64_t i = 0; i < P; ++i) prompt[(size_t)i] = (int32_t)((i * 7919 + 13) % cfg.n_vocab);
       Model a(file, *be, {.n_ctx = P + steps + 4, .max_chunk = 32, .kv_dtype = kv});
       std::vector<float> la = a.prefill(prompt, 32);
-      OffloadRuntime ra(cfg, mc.policy, false);
-      ra.take_prefill(a);
-      a.set_attention_override(&ra);
-      save_context_pack(pack_path, *file, a, ra, prompt, la, {{"source", "test"}});
+      const bool topk = mc.policy.attn == AttnMode::TopK;
+      std::unique_ptr<OffloadRuntime> ra, rb;
+      if (topk) {
+        ra = std::make_unique<OffloadRuntime>(cfg, mc.policy, false);
+        ra->take_prefill(a);
+        a.set_attention_override(ra.get());
+      }
+      save_context_pack(pack_path, *file, a, ra.get(), prompt, la, {{"source", "test"}});
 
       ContextPack pack(pack_path);
       CHECK(pack.n_tokens() == P);
       CHECK(pack.tokens() == prompt);
+      CHECK(pack.topk() == topk);
       pack.check_model(*file);
-      OffloadRuntime rb(cfg, pack.policy_for_run(pack.policy()), false);
+      if (topk) rb = std::make_unique<OffloadRuntime>(cfg, pack.policy_for_run(pack.policy()), false);
       Model b(file, *be, {.n_ctx = P + steps + 40, .max_chunk = 7, .kv_dtype = kv});
-      std::vector<float> lb = pack.restore(b, rb);
+      std::vector<float> lb = pack.restore(b, rb.get());
+      const std::vector<float> first = lb;
       CHECK(lb == la);
       CHECK(b.n_past() == P);
-      CHECK(rb.stats().keys_indexed == ra.stats().keys_indexed);
-      CHECK(rb.describe() == ra.describe());  // streaming heads come from the pack
+      if (topk) {
+        CHECK(rb->stats().keys_indexed == ra->stats().keys_indexed);
+        CHECK(rb->describe() == ra->describe());  // streaming heads come from the pack
+      }
       for (int s = 0; s < steps; ++s) {
         const int32_t tok = argmax(la);
         la = a.decode(tok);
@@ -200,111 +246,152 @@ TEST_CASE("a model and runtime restored from a context pack decode exactly as th
       }
       // A prompt appended after the pack: several tokens in one chunk.
       const std::vector<int32_t> more{5, 77, 300};
-      CHECK(a.prefill(more, 3) == b.prefill(more, 3));
+      la = a.prefill(more, 3);
+      CHECK(b.prefill(more, 3) == la);
+      // Starting over from the pack (generate --prompts): the same logits again.
+      b.reset();
+      if (topk) rb = std::make_unique<OffloadRuntime>(cfg, pack.policy_for_run(pack.policy()), false);
+      CHECK(pack.restore(b, rb.get()) == first);
+      CHECK(b.n_past() == P);
     }
   }
 }
 
+namespace {
+
+// A small top-k pack (tiny gemma3, multipole + flat built in) and its model.
+struct SmallPack {
+  test::TempDir tmp{"topkv_pack_small"};
+  std::string model_path = tmp.file("m.gguf"), pack_path = tmp.file("m.pack");
+  std::shared_ptr<const GgufFile> file;
+  ModelConfig cfg;
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  std::vector<float> logits;
+  explicit SmallPack(int64_t P) {
+    ModelCase mc = model_cases()[0];
+    synth_write(mc.synth, model_path);
+    file = GgufFile::open(model_path);
+    cfg = read_model_config(*file);
+    std::vector<int32_t> prompt((size_t)P);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = (int32_t)(i * 37 % 1000);
+    Model a(file, *be, {.n_ctx = 64, .max_chunk = 16});
+    logits = a.prefill(prompt, 16);
+    OffloadRuntime ra(cfg, mc.policy, false);
+    ra.build_extra_indexes({"flat"});
+    ra.take_prefill(a);
+    save_context_pack(pack_path, *file, a, &ra, prompt, logits, {});
+  }
+  // Opens (verifying every checksum) and restores into a fresh model and runtime.
+  void restore(const std::string& path, const std::string& index = "") const {
+    ContextPack pack(path);
+    OffloadPolicy p = pack.policy();
+    if (!index.empty()) p.index = index;
+    OffloadRuntime rt(cfg, pack.policy_for_run(p), false);
+    Model m(file, *be, {.n_ctx = 64, .max_chunk = 16});
+    pack.restore(m, &rt);
+  }
+};
+
+}  // namespace
+
 TEST_CASE("a context pack refuses another model, a changed build-time policy and too small a context") {
-  test::TempDir tmp("topkv_pack_refuse");
-  ModelCase mc = model_cases()[0];
-  const std::string model_path = tmp.file("m.gguf"), other_path = tmp.file("other.gguf"), pack_path = tmp.file("m.pack");
-  synth_write(mc.synth, model_path);
-  mc.synth.seed = 99;
-  synth_write(mc.synth, other_path);
-  std::shared_ptr<const GgufFile> file = GgufFile::open(model_path);
-  const ModelConfig cfg = read_model_config(*file);
-  auto be = make_cpu_backend();
-  std::vector<int32_t> prompt(40, 9);
-  Model a(file, *be, {.n_ctx = 64, .max_chunk = 16});
-  const std::vector<float> la = a.prefill(prompt, 16);
-  OffloadRuntime ra(cfg, mc.policy, false);
-  ra.take_prefill(a);
-  save_context_pack(pack_path, *file, a, ra, prompt, la, {});
-  ContextPack pack(pack_path);
+  SmallPack sp(40);
+  const std::string other_path = sp.tmp.file("other.gguf");
+  SynthConfig other = model_cases()[0].synth;
+  other.seed = 99;
+  synth_write(other, other_path);
+  ContextPack pack(sp.pack_path);
+  CHECK(pack.indexes() == std::vector<std::string>{"multipole", "flat"});
 
   CHECK_THROWS_WITH(pack.check_model(*GgufFile::open(other_path)), Catch::Contains("was built with the model"));
   struct Change { std::function<void(OffloadPolicy&)> apply; const char* says; };
   const std::vector<Change> changes = {
       {[](OffloadPolicy& p) { p.window = 16; }, "--window 8; this run asks for 16"},
       {[](OffloadPolicy& p) { p.sinks = 0; }, "--sinks"},
-      {[](OffloadPolicy& p) { p.index = "multipole:ratio=8"; }, "--index multipole"},
-      {[](OffloadPolicy& p) { p.index = "flat"; }, "--index"},
+      {[](OffloadPolicy& p) { p.index = "multipole:ratio=8"; }, "holds the indexes multipole, flat, not multipole:ratio=8"},
+      {[](OffloadPolicy& p) { p.index = "hnswlib"; }, "holds the indexes multipole, flat, not hnswlib"},
       {[](OffloadPolicy& p) { p.dense_layers = 1; }, "--dense-layers"},
       {[](OffloadPolicy& p) { p.store_dtype = DType::BF16; }, "--store-type"},
       {[](OffloadPolicy& p) { p.heads_file = "duo.tsv"; }, "--heads (none); this run asks for duo.tsv"},
-      {[](OffloadPolicy& p) { p.attn = AttnMode::Dense; }, "--attn topk"},
+      {[](OffloadPolicy& p) { p.attn = AttnMode::Dense; }, "drop --attn dense"},
   };
   for (const Change& c : changes) {
     OffloadPolicy p = pack.policy();
     c.apply(p);
     CHECK_THROWS_WITH(pack.policy_for_run(p), Catch::Contains(c.says));
   }
+  sp.restore(sp.pack_path, "flat");  // the other index built into the pack
   OffloadPolicy query = pack.policy();
   query.search.k = 3, query.k_schedule = KSchedule::Linear, query.search.threshold = 0.01;  // query-time: fine
-  OffloadRuntime rq(cfg, pack.policy_for_run(query), false);
-  Model small(file, *be, {.n_ctx = 39, .max_chunk = 8});
-  CHECK_THROWS_WITH(pack.restore(small, rq), Catch::Contains("more than the context size 39"));
-  Model fits(file, *be, {.n_ctx = 41, .max_chunk = 8});
-  pack.restore(fits, rq);
+  OffloadRuntime rq(sp.cfg, pack.policy_for_run(query), false);
+  Model small(sp.file, *sp.be, {.n_ctx = 39, .max_chunk = 8});
+  CHECK_THROWS_WITH(pack.restore(small, &rq), Catch::Contains("more than the context size 39"));
+  Model fits(sp.file, *sp.be, {.n_ctx = 41, .max_chunk = 8});
+  pack.restore(fits, &rq);
   CHECK(rq.k_per_layer() == std::vector<int64_t>{2, 4});  // k 3, linear over two layers
   // A runtime serving other layers (more dense layers) cannot take the pack.
   OffloadPolicy dense1 = pack.policy();
   dense1.dense_layers = 3;
-  OffloadRuntime rd(cfg, dense1, false);
-  Model md(file, *be, {.n_ctx = 64, .max_chunk = 8});
-  CHECK_THROWS_WITH(pack.restore(md, rd), Catch::Contains("KV of 4 model layers, this run needs 5"));
+  OffloadRuntime rd(sp.cfg, dense1, false);
+  Model md(sp.file, *sp.be, {.n_ctx = 64, .max_chunk = 8});
+  CHECK_THROWS_WITH(pack.restore(md, &rd), Catch::Contains("KV of 4 model layers, this run needs 5"));
+  // A dense pack is decoded dense.
+  Model a(sp.file, *sp.be, {.n_ctx = 64, .max_chunk = 16});
+  std::vector<int32_t> prompt(30, 11);
+  const std::vector<float> la = a.prefill(prompt, 16);
+  save_context_pack(sp.tmp.file("dense.pack"), *sp.file, a, nullptr, prompt, la, {});
+  ContextPack dense(sp.tmp.file("dense.pack"));
+  OffloadPolicy topk = pack.policy();
+  CHECK_THROWS_WITH(dense.policy_for_run(topk), Catch::Contains("was built with --attn dense"));
 }
 
-TEST_CASE("a corrupted, truncated, foreign or newer pack is an Error naming the problem") {
-  test::TempDir tmp("topkv_pack_bad");
-  ModelCase mc = model_cases()[0];
-  const std::string model_path = tmp.file("m.gguf"), pack_path = tmp.file("m.pack");
-  synth_write(mc.synth, model_path);
-  std::shared_ptr<const GgufFile> file = GgufFile::open(model_path);
-  const ModelConfig cfg = read_model_config(*file);
-  auto be = make_cpu_backend();
-  std::vector<int32_t> prompt(60);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = (int32_t)(i * 37 % 1000);
-  Model a(file, *be, {.n_ctx = 64, .max_chunk = 16});
-  const std::vector<float> la = a.prefill(prompt, 16);
-  OffloadRuntime ra(cfg, mc.policy, false);
-  ra.take_prefill(a);
-  save_context_pack(pack_path, *file, a, ra, prompt, la, {});
-  const std::string good = test::slurp(pack_path);
+TEST_CASE("a corrupted part, a truncation, a foreign file or a newer format is an Error before any work") {
+  SmallPack sp(60);
+  const std::string& path = sp.pack_path;
+  const std::string good = test::slurp(path);
   uint64_t header = 0;
   std::memcpy(&header, good.data(), 8);
-  CHECK(PackReader(pack_path).verify_all(false) == good.size() - 8 - header);  // every tensor byte
-
-  const auto restore = [&](const std::string& path) {
-    ContextPack pack(path);
-    OffloadRuntime rt(cfg, pack.policy_for_run(pack.policy()), false);
-    Model m(file, *be, {.n_ctx = 64, .max_chunk = 16});
-    pack.restore(m, rt);
-  };
-  const auto rewrite = [&](const std::string& bytes) { std::ofstream(pack_path, std::ios::binary) << bytes; };
-  // A bit flipped in a small tensor is found on load; in a store, by --verify.
-  flip_byte(pack_path, tensor_offset(pack_path, "offload.L2.h0.window_k") + 5);
-  CHECK_THROWS_WITH(restore(pack_path), Catch::Contains("tensor 'offload.L2.h0.window_k' does not match its checksum"));
+  CHECK(PackReader(path).verify_all(false) == good.size() - 8 - header);  // every tensor byte
+  sp.restore(path);
+  const auto rewrite = [&](const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; };
+  // A byte flipped in any part is found when the pack is opened.
+  for (const char* part : {"tokens", "logits", "model.L0.k", "model.L4.v", "offload.L2.h0.sinks_v",
+                           "offload.L2.h0.window_k", "offload.L5.h0.keys", "offload.L5.h0.values",
+                           "offload.L2.h0.index.0", "offload.L5.h0.index.1"}) {
+    INFO(part);
+    rewrite(good);
+    const size_t at = tensor_offset(path, part);
+    flip_byte(path, at + (good.size() - at > 40 ? 37 : 0));
+    CHECK_THROWS_WITH(ContextPack(path), Catch::Contains(fmt::format("tensor '{}' does not match its checksum", part)));
+  }
   rewrite(good);
-  flip_byte(pack_path, tensor_offset(pack_path, "offload.L5.h0.values") + 11);
-  CHECK_THROWS_WITH(PackReader(pack_path).verify_all(false), Catch::Contains("tensor 'offload.L5.h0.values'"));
+  // Inside the manifest (a JSON string in the header, quotes escaped): sinks 2 -> 3.
+  const size_t sinks_at = good.find("sinks\\\":");
+  REQUIRE(sinks_at != std::string::npos);
+  flip_byte(path, sinks_at + 8, 0x01);
+  CHECK_THROWS_WITH(ContextPack(path), Catch::Contains("its manifest does not match its checksum"));
+  // Truncated anywhere: in the length, in the header, in the data, by one byte.
+  for (size_t keep : {size_t(5), size_t(8 + header / 2), size_t(8 + header + 100), good.size() / 2, good.size() - 1}) {
+    INFO("truncated to " << keep);
+    rewrite(good.substr(0, keep));
+    CHECK_THROWS_AS(ContextPack(path), Error);
+  }
+  rewrite(good.substr(0, good.size() - 1));
+  CHECK_THROWS_WITH(ContextPack(path), Catch::Contains("truncated"));
   rewrite(good);
-  restore(pack_path);  // intact again
-  rewrite(good.substr(0, good.size() - 100));
-  CHECK_THROWS_WITH(restore(pack_path), Catch::Contains("truncated"));
-  // A safetensors file that is not a pack (a KV dump, say), and a newer format.
+  sp.restore(path);  // intact again
+  // A safetensors file that is not a pack (a KV dump, say), a newer format, an empty manifest.
   SafetensorsWriter st;
-  st.add("x", StDType::F32, {1}, la.data());
-  st.write(pack_path);
-  CHECK_THROWS_WITH(restore(pack_path), Catch::Contains("not a topkv context pack"));
+  st.add("x", StDType::F32, {1}, sp.logits.data());
+  st.write(path);
+  CHECK_THROWS_WITH(ContextPack(path), Catch::Contains("not a topkv context pack"));
   PackWriter future;
   future.meta()["format"] = 2;
   future.add_owned("tokens", StDType::I32, {1}, std::vector<uint8_t>(4, 1));
-  future.write(pack_path);
-  CHECK_THROWS_WITH(restore(pack_path), Catch::Contains("format 2, this topkv reads formats 1..1"));
+  future.write(path);
+  CHECK_THROWS_WITH(ContextPack(path), Catch::Contains("format 2, this topkv reads formats 1..1"));
   PackWriter incomplete;
   incomplete.meta()["format"] = 1;
-  incomplete.write(pack_path);
-  CHECK_THROWS_WITH(restore(pack_path), Catch::Contains("incomplete metadata"));
+  incomplete.write(path);
+  CHECK_THROWS_WITH(ContextPack(path), Catch::Contains("incomplete metadata"));
 }

@@ -1,14 +1,20 @@
-// The pieces a context pack is made of, each against its reference: binary
-// blobs in memory equal the files save() writes, every index backend
-// round-trips through bytes, a row store over mapped rows equals a copied
-// one (and really is in place), and a model whose cache is written back
-// position by position decodes exactly as the one that prefilled.
+// The pieces a context pack is made of, each against its reference: the
+// checksum of scattered parts equals that of one buffer whatever the thread
+// count, and changes with any byte; binary blobs in memory equal the files
+// save() writes; every index backend round-trips through bytes; a row store
+// over mapped rows equals a copied one (and really is in place); a model
+// whose cache is written back position by position decodes exactly as the
+// one that prefilled.
+#include <omp.h>
+
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <random>
 
 #include "index/kv_index.h"
 #include "src/common/binary_io.h"
+#include "src/common/checksum.h"
+#include "src/common/options.h"
 #include "src/common/error.h"
 #include "src/model/model.h"
 #include "src/model/synth.h"
@@ -33,6 +39,48 @@ std::shared_ptr<RowStore> store_of(const std::vector<float>& rows, int d, DType 
 }
 
 }  // namespace
+
+TEST_CASE("checksum64: parts hash as their concatenation, at any thread count, and every byte counts") {
+  std::mt19937_64 rng(3);
+  const size_t MiB = size_t(1) << 20;
+  std::vector<uint8_t> buf(3 * MiB + MiB / 2 + 13);
+  for (auto& b : buf) b = (uint8_t)rng();
+  for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(31), size_t(33), MiB - 1, MiB, MiB + 1, buf.size()}) {
+    INFO("n " << n);
+    const uint64_t whole = checksum64(buf.data(), n);
+    // Split at awkward places: empty parts, parts crossing block boundaries, one-byte parts.
+    std::vector<ByteSpan> parts;
+    size_t at = 0;
+    for (size_t len : {size_t(0), size_t(5), MiB - 3, size_t(0), size_t(1), MiB + 7, size_t(2)}) {
+      len = std::min(len, n - at);
+      parts.push_back({buf.data() + at, len});
+      at += len;
+    }
+    parts.push_back({buf.data() + at, n - at});
+    CHECK(checksum64(parts) == whole);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    CHECK(checksum64(buf.data(), n) == whole);
+    omp_set_num_threads(threads);
+    if (n == 0) continue;
+    CHECK(checksum64(buf.data(), n - 1) != whole);  // truncated
+    for (size_t pos : {size_t(0), n / 2, n - 1}) {
+      buf[pos] ^= 0x04;
+      CHECK(checksum64(buf.data(), n) != whole);
+      buf[pos] ^= 0x04;
+    }
+  }
+  // Swapping two blocks changes it (block order counts).
+  std::vector<uint8_t> swapped(buf.begin(), buf.begin() + 2 * MiB);
+  std::swap_ranges(swapped.begin(), swapped.begin() + MiB, swapped.begin() + MiB);
+  CHECK(checksum64(swapped.data(), swapped.size()) != checksum64(buf.data(), 2 * MiB));
+}
+
+TEST_CASE("canonical_spec: one spelling per index spec") {
+  CHECK(canonical_spec("multipole:ratio=8,iters=5") == canonical_spec("multipole:iters=5,ratio=8"));
+  CHECK(canonical_spec("flat") == "flat");
+  CHECK(canonical_spec("quest:page=7") != canonical_spec("quest:page=8"));
+}
 
 TEST_CASE("binary blobs in memory are the bytes of the file, and are checked the same way") {
   test::TempDir tmp("topkv_pack_bin");

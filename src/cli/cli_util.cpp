@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
+#include <iterator>
 
 #include "offload/memory_plan.h"
 #include "src/common/error.h"
@@ -26,29 +26,32 @@ std::string default_model_path() {
        "scripts/fetch-model.sh to install it, or pass -m model.gguf", kDefaultModel);
 }
 
-std::string read_input_text(const std::string& text, const std::string& file, bool required) {
-  TOPKV_CHECK(text.empty() || file.empty(), "give the prompt either as -p text or as -f file, not both");
+std::string read_input_text(const std::string& text, const std::vector<std::string>& files, bool required) {
+  TOPKV_CHECK(text.empty() || files.empty(), "give the prompt either as -p text or as -f file, not both");
   if (!text.empty()) return text;
-  std::stringstream ss;
-  if (!file.empty()) {
+  std::string out;
+  for (const std::string& file : files) {
     std::ifstream in(file, std::ios::binary);
     TOPKV_CHECK(in, "cannot read the prompt file {}", file);
-    ss << in.rdbuf();
-  } else if (!isatty(STDIN_FILENO)) {
-    ss << std::cin.rdbuf();
-  } else {
-    TOPKV_CHECK(!required, "no prompt: give -p text, -f file, or pipe the prompt on stdin");
+    out.append(std::istreambuf_iterator<char>(in), {});
   }
-  std::string out = ss.str();
+  if (files.empty()) {
+    if (!isatty(STDIN_FILENO))
+      out.assign(std::istreambuf_iterator<char>(std::cin), {});
+    else
+      TOPKV_CHECK(!required, "no prompt: give -p text, -f file, or pipe the prompt on stdin");
+  }
   TOPKV_CHECK(!required || !out.empty(), "the prompt is empty");
   return out;
 }
 
 void check_memory_plan(const GgufFile& file, const ModelConfig& cfg, const OffloadPolicy& policy,
-                       const ModelOptions& mo, bool from_pack, bool quiet) {
+                       const ModelOptions& mo, bool from_pack, bool quiet,
+                       const std::vector<std::string>& extra_indexes) {
   MemoryPlanInput mi;
   mi.cfg = &cfg, mi.policy = &policy, mi.context = mo.n_ctx, mi.max_chunk = mo.max_chunk;
   mi.kv_dtype = mo.kv_dtype, mi.store_dtype = policy.store_dtype, mi.from_pack = from_pack;
+  mi.extra_indexes = extra_indexes;
   mi.weight_bytes = (double)file.file_size();  // quant: the mapped file becomes resident
   if (mo.weights == WeightMode::F32) {         // f32: 4 bytes per parameter
     mi.weight_bytes = 0;

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "offload/policy.h"
 #include "src/model/gguf.h"
@@ -17,16 +18,17 @@ inline constexpr const char* kDefaultModel = ".models/gemma-3-270m-q4_k_m.gguf";
 // directory and then upwards from the executable (build/bin/topkv in a checkout).
 std::string default_model_path();
 
-// The text of -p `text` or -f `file` (not both), else stdin when it is not a
-// terminal. `required`: an empty or missing text is an Error; otherwise it
-// comes back empty.
-std::string read_input_text(const std::string& text, const std::string& file, bool required);
+// The text of -p `text` or of the -f `files` joined in order (not both), else
+// stdin when it is not a terminal. `required`: an empty or missing text is an
+// Error; otherwise it comes back empty.
+std::string read_input_text(const std::string& text, const std::vector<std::string>& files, bool required);
 
 // Prints the memory plan of a run (unless quiet) and refuses one that cannot
-// fit, with the numbers, before any work. `from_pack`: the context comes from
-// a context pack (MemoryPlanInput::from_pack).
+// fit, with the numbers, before any work. `from_pack`, `extra_indexes`: see
+// MemoryPlanInput.
 void check_memory_plan(const GgufFile& file, const ModelConfig& cfg, const OffloadPolicy& policy,
-                       const ModelOptions& mo, bool from_pack, bool quiet);
+                       const ModelOptions& mo, bool from_pack, bool quiet,
+                       const std::vector<std::string>& extra_indexes = {});
 
 size_t peak_rss_bytes();
 std::string mib(size_t bytes);  // "12.3 MiB"

@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -27,13 +28,71 @@ namespace topkv::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, prompt_file, json_path, pack, weights = "quant", kv_type = "f32";
+  std::string model, prompt, json_path, pack, prompts_file, weights = "quant", kv_type = "f32";
+  std::vector<std::string> prompt_files;
   int n_predict = 128, threads = 0, chunk = 256, top_k = 0;
   int64_t n_ctx = 0;
   float temp = 0.f, top_p = 1.f;
   uint64_t seed = 0;
   bool seed_given = false, chat = false, quiet = false;
 };
+
+// One prompt's run: its context work (prefill, index build or pack restore)
+// and its answer.
+struct Run {
+  std::string question;
+  int64_t prompt_tokens = 0;  // context included
+  double prefill_s = 0;       // prefill + index build, or pack restore + prefill of the question
+  double first_token_s = 0;   // context work + the first sample (+ opening and verifying the pack, first run)
+  std::string stop = "length";
+  int n_gen = 0, n_decode = 0;
+  double decode_s = 0;
+  double decode_tps() const { return n_decode > 0 ? n_decode / decode_s : 0.0; }
+};
+
+// Samples from `logits`, prints each token as it comes and runs it to get the
+// next logits, until -n, the end of generation or a full context. decode
+// tok/s counts those runs, sampling included. `since` started with the
+// context work: the first sample sets r.first_token_s.
+void answer(Model& model, const SamplerParams& sp, const Tokenizer& tok, std::vector<float> logits, int n_predict,
+            int64_t n_ctx, const Timer& since, Run& r) {
+  Sampler sampler(sp);  // afresh for each prompt: the same seed repeats an answer
+  StreamDecoder out(tok);
+  Timer decode_timer;
+  r.first_token_s = since.seconds();
+  while (r.n_gen < n_predict) {
+    const int32_t id = sampler.sample(logits);
+    if (r.n_gen == 0) r.first_token_s = since.seconds();
+    if (tok.is_eog(id)) {
+      r.stop = "eog";
+      break;
+    }
+    std::fputs(out.push(id).c_str(), stdout);
+    std::fflush(stdout);
+    if (++r.n_gen == n_predict) break;
+    if (model.n_past() >= n_ctx) {
+      r.stop = "context";
+      break;
+    }
+    logits = model.decode(id);
+    ++r.n_decode;
+  }
+  r.decode_s = decode_timer.seconds();
+  std::fputs(out.flush().c_str(), stdout);
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+}
+
+// --prompts: one question per line (empty lines skipped).
+std::vector<std::string> read_questions(const std::string& path) {
+  std::ifstream in(path);
+  TOPKV_CHECK(in, "cannot read the questions file {}", path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);)
+    if (line.find_first_not_of(" \t\r") != std::string::npos) out.push_back(line);
+  TOPKV_CHECK(!out.empty(), "the questions file {} has no question (one per line)", path);
+  return out;
+}
 
 void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
   if (a.quiet) Progress::set_global_enabled(false);
@@ -42,54 +101,68 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
   };
   TOPKV_CHECK(a.n_predict >= 0, "-n must be >= 0, got {}", a.n_predict);
   TOPKV_CHECK(a.chunk > 0, "--chunk must be positive, got {}", a.chunk);
-  // A pack fixes the context and the build-time policy; the run may change
-  // the query-time part (k, ef, ...).
+  TOPKV_CHECK(a.prompts_file.empty() || !a.pack.empty(), "--prompts needs --pack: each question starts again from "
+              "the pack's context");
+  TOPKV_CHECK(a.prompts_file.empty() || (a.prompt.empty() && a.prompt_files.empty()),
+              "give the questions either with --prompts or as -p/-f, not both");
+  // A pack fixes the context and the build-time policy (checked, with every
+  // checksum, before any other work); the run may change the query-time part.
   std::unique_ptr<ContextPack> pack;
+  Timer pack_timer;
   if (!a.pack.empty()) {
     TOPKV_CHECK(!a.chat, "--chat cannot wrap a prompt appended to a context pack (the chat turn would have to "
                 "open before the pack's document); write the question as plain text");
     pack = std::make_unique<ContextPack>(a.pack);
   }
+  const double pack_open_s = pack_timer.seconds();
   const OffloadPolicy policy = pack ? pack->policy_for_run(pol.resolve(cmd, pack->policy())) : pol.resolve(cmd);
   SamplerParams sp;
   sp.temperature = a.temp, sp.top_k = a.top_k, sp.top_p = a.top_p;
   sp.seed = a.seed_given ? a.seed : std::random_device{}();
-  Sampler sampler(sp);  // checks the sampling options before the model loads
+  Sampler check_sampling(sp);  // checks the sampling options before the model loads
   const std::string path = a.model.empty() ? default_model_path() : a.model;
   std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   if (pack) pack->check_model(*file);
   const Tokenizer tok = Tokenizer::from_gguf(*file);
   const ModelConfig cfg = read_model_config(*file);
 
-  // The prompt: all of it, or with a pack what follows the pack's context
-  // (optional, no BOS: it continues the document).
-  const std::string text = read_input_text(a.prompt, a.prompt_file, /*required=*/!pack);
+  // The prompts: one (all of the context, or with a pack what follows the
+  // pack's context: optional, no BOS) or, with --prompts, one per question.
+  const std::vector<std::string> questions = !a.prompts_file.empty()
+      ? read_questions(a.prompts_file)
+      : std::vector<std::string>{read_input_text(a.prompt, a.prompt_files, /*required=*/!pack)};
   const int64_t n_pack = pack ? pack->n_tokens() : 0;
-  const std::vector<int32_t> prompt = pack ? (text.empty() ? std::vector<int32_t>{} : tok.encode(text, false, false))
-                                      : a.chat ? tok.encode_chat(text)
-                                               : tok.encode(text, tok.add_bos_default(), /*parse_special=*/false);
-  TOPKV_CHECK(pack || !prompt.empty(), "the prompt encodes to no tokens");
-  const int64_t n_prompt = n_pack + (int64_t)prompt.size();
-
-  int64_t n_ctx = a.n_ctx > 0 ? a.n_ctx
-                  : pack      ? n_prompt + std::max(a.n_predict, 1)
-                              : std::min<int64_t>(cfg.n_ctx_train, 4096);
+  std::vector<std::vector<int32_t>> prompts;
+  size_t longest = 0;
+  for (const std::string& q : questions) {
+    prompts.push_back(pack ? (q.empty() ? std::vector<int32_t>{} : tok.encode(q, false, false))
+                      : a.chat ? tok.encode_chat(q)
+                               : tok.encode(q, tok.add_bos_default(), /*parse_special=*/false));
+    TOPKV_CHECK(pack || !prompts.back().empty(), "the prompt encodes to no tokens");
+    longest = std::max(longest, prompts.back().size());
+  }
+  const int64_t n_prompt_max = n_pack + (int64_t)longest;
+  const int64_t n_ctx = a.n_ctx > 0 ? a.n_ctx
+                        : pack      ? n_prompt_max + std::max(a.n_predict, 1)
+                                    : std::min<int64_t>(cfg.n_ctx_train, 4096);
   if (n_ctx > cfg.n_ctx_train)
     fmt::print(stderr, "topkv: warning: context {} exceeds the {} tokens the model was trained on; quality may "
                "degrade past it\n", n_ctx, cfg.n_ctx_train);
-  TOPKV_CHECK(n_prompt <= n_ctx, "the prompt has {} tokens{}, more than the context size {}; raise it with -c (the "
-              "model was trained on {})", n_prompt, pack ? fmt::format(" ({} from the pack)", n_pack) : "", n_ctx,
-              cfg.n_ctx_train);
+  TOPKV_CHECK(n_prompt_max <= n_ctx, "the prompt has {} tokens{}, more than the context size {}; raise it with -c "
+              "(the model was trained on {})", n_prompt_max, pack ? fmt::format(" ({} from the pack)", n_pack) : "",
+              n_ctx, cfg.n_ctx_train);
 
   auto backend = make_cpu_backend({a.threads});
   ModelOptions mo;
   mo.n_ctx = n_ctx;
-  mo.max_chunk = (int)std::clamp<int64_t>((int64_t)prompt.size(), 1, a.chunk);
+  mo.max_chunk = (int)std::clamp<int64_t>((int64_t)longest, 1, a.chunk);
   mo.kv_dtype = parse_dtype(a.kv_type);
   TOPKV_CHECK(mo.kv_dtype != DType::BF16, "--kv-type must be f32 or f16");
   mo.weights = parse_weight_mode(a.weights);
-  std::unique_ptr<OffloadRuntime> offload;
-  if (policy.attn == AttnMode::TopK) offload = std::make_unique<OffloadRuntime>(cfg, policy, !a.quiet);
+  const auto new_runtime = [&] {
+    return policy.attn == AttnMode::TopK ? std::make_unique<OffloadRuntime>(cfg, policy, !a.quiet) : nullptr;
+  };
+  std::unique_ptr<OffloadRuntime> offload = new_runtime();
   check_memory_plan(*file, cfg, policy, mo, /*from_pack=*/pack != nullptr, a.quiet);
   Timer load_timer;
   Model model(file, *backend, mo);
@@ -99,59 +172,60 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
   note(fmt::format("topkv: {}", cfg.summary()));
   note(fmt::format("topkv: weights {} ({}; --weights {} would take {}), KV cache {} ({} positions, {}), "
                    "{} prompt tokens", a.weights, mib(model.weight_bytes()), other,
-                   mib(model.weight_bytes_other_mode()), mib(model.kv_bytes()), n_ctx, a.kv_type, n_prompt));
+                   mib(model.weight_bytes_other_mode()), mib(model.kv_bytes()), n_ctx, a.kv_type, n_prompt_max));
+  if (pack) note(fmt::format("topkv: context pack {}: {} tokens, opened and verified in {:.2f} s", a.pack, n_pack,
+                             pack_open_s));
 
-  Timer prefill_timer;
-  std::vector<float> logits;
-  if (pack) {  // the pack's context, then the prompt on top of it
-    logits = pack->restore(model, *offload);
-    note(fmt::format("topkv: context pack {}: {} tokens restored in {:.2f} s; {}; host store + index {}", a.pack,
-                     n_pack, offload->stats().build_s, offload->describe(), mib(offload->host_bytes())));
-  }
-  if (!prompt.empty()) {  // with a bar for prompts longer than one chunk
-    Progress bar("prefill", (int64_t)prompt.size(), "tok", prompt.size() > (size_t)mo.max_chunk);
-    logits = model.prefill(prompt, mo.max_chunk, false, [&](int64_t done) { bar.set(done); });
-    bar.finish();
-  }
-  if (offload && !pack) {  // hand the retrieval layers' KV to the host stores and build their indexes
-    offload->take_prefill(model);
-    model.set_attention_override(offload.get());
-    note(fmt::format("topkv: {}; {} keys indexed in {:.2f} s, host store + index {}", offload->describe(),
-                     offload->stats().keys_indexed, offload->stats().build_s, mib(offload->host_bytes())));
-  }
-  const double prefill_s = prefill_timer.seconds();  // index build (or pack restore) included
-
-  // Each step: sample from the current logits, print, then (unless done)
-  // run the sampled token to get the next logits. decode tok/s counts those
-  // runs, sampling included.
-  StreamDecoder out(tok);
-  int n_gen = 0, n_decode = 0;
-  std::string stop = "length";
-  Timer decode_timer;
-  while (n_gen < a.n_predict) {
-    const int32_t id = sampler.sample(logits);
-    if (tok.is_eog(id)) {
-      stop = "eog";
-      break;
+  std::vector<Run> runs;
+  for (size_t qi = 0; qi < prompts.size(); ++qi) {
+    const std::vector<int32_t>& prompt = prompts[qi];
+    Run r;
+    r.question = questions[qi];
+    r.prompt_tokens = n_pack + (int64_t)prompt.size();
+    Timer since;
+    std::vector<float> logits;
+    if (pack) {  // the pack's context (afresh for each question), then the prompt on top of it
+      if (qi > 0) {
+        model.reset();
+        auto fresh = new_runtime();
+        logits = pack->restore(model, fresh.get());
+        offload = std::move(fresh);  // the model points at the fresh one now
+      } else {
+        logits = pack->restore(model, offload.get());
+      }
+      if (offload && qi == 0)
+        note(fmt::format("topkv: restored in {:.2f} s; {}; host store + index {}", offload->stats().build_s,
+                         offload->describe(), mib(offload->host_bytes())));
     }
-    std::fputs(out.push(id).c_str(), stdout);
-    std::fflush(stdout);
-    if (++n_gen == a.n_predict) break;
-    if (model.n_past() >= n_ctx) {
-      stop = "context";
-      break;
+    if (!prompt.empty()) {  // with a bar for prompts longer than one chunk
+      Progress bar("prefill", (int64_t)prompt.size(), "tok", prompt.size() > (size_t)mo.max_chunk);
+      logits = model.prefill(prompt, mo.max_chunk, false, [&](int64_t done) { bar.set(done); });
+      bar.finish();
     }
-    logits = model.decode(id);
-    ++n_decode;
+    if (offload && !pack) {  // hand the retrieval layers' KV to the host stores and build their indexes
+      offload->take_prefill(model);
+      model.set_attention_override(offload.get());
+      note(fmt::format("topkv: {}; {} keys indexed in {:.2f} s, host store + index {}", offload->describe(),
+                       offload->stats().keys_indexed, offload->stats().build_s, mib(offload->host_bytes())));
+    }
+    r.prefill_s = since.seconds();
+    if (prompts.size() > 1) {
+      std::fprintf(stdout, "%s=== question %zu/%zu: %s\n", qi ? "\n" : "", qi + 1, prompts.size(), r.question.c_str());
+      std::fflush(stdout);
+    }
+    answer(model, sp, tok, std::move(logits), a.n_predict, n_ctx, since, r);
+    if (qi == 0) r.first_token_s += pack_open_s;
+    if (r.stop == "context") note(fmt::format("topkv: stopped: the context ({} tokens) is full; raise -c", n_ctx));
+    if (prompts.size() > 1)
+      note(fmt::format("topkv: question {}/{}: {} tokens, first token after {:.2f} s, {} tokens at {:.1f} tok/s; "
+                       "stop: {}", qi + 1, prompts.size(), prompt.size(), r.first_token_s, r.n_gen, r.decode_tps(),
+                       r.stop));
+    runs.push_back(r);
   }
-  const double decode_s = decode_timer.seconds();
-  std::fputs(out.flush().c_str(), stdout);
-  std::fputs("\n", stdout);
-  std::fflush(stdout);
-  if (stop == "context") note(fmt::format("topkv: stopped: the context ({} tokens) is full; raise -c", n_ctx));
 
+  const Run& last = runs.back();
   // With a pack, only the appended prompt is prefilled.
-  const double prefill_tps = prompt.size() / prefill_s, decode_tps = n_decode > 0 ? n_decode / decode_s : 0.0;
+  const double prefill_tps = (double)(last.prompt_tokens - n_pack) / last.prefill_s;
   if (offload && offload->stats().steps > 0) {
     const OffloadStats& st = offload->stats();
     note(fmt::format("topkv: top-k decode: {:.1f} keys retrieved + {:.1f} exact per layer and KV head per step; "
@@ -160,10 +234,19 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
                      offload->retrieval_layers().size() / cfg.n_head_kv, st.search_s * 1e3 / st.steps,
                      st.attend_s * 1e3 / st.steps));
   }
-  note(fmt::format("topkv: prompt {} tokens, prefill {:.2f} s ({:.1f} tok/s); generated {} tokens, decode {:.1f} "
-                   "tok/s; stop: {}; peak RSS {}", n_prompt, prefill_s, prefill_tps, n_gen, decode_tps, stop,
-                   mib(peak_rss_bytes())));
+  note(fmt::format("topkv: prompt {} tokens, prefill {:.2f} s ({:.1f} tok/s), first token after {:.2f} s; generated "
+                   "{} tokens, decode {:.1f} tok/s; stop: {}; peak RSS {}", last.prompt_tokens, last.prefill_s,
+                   prefill_tps, last.first_token_s, last.n_gen, last.decode_tps(), last.stop, mib(peak_rss_bytes())));
   if (!a.json_path.empty()) {
+    nlohmann::json qs = nlohmann::json::array();
+    for (const Run& r : runs)
+      qs.push_back({{"question", r.question},
+                    {"prompt_tokens", r.prompt_tokens},
+                    {"prefill_s", r.prefill_s},
+                    {"first_token_s", r.first_token_s},
+                    {"generated_tokens", r.n_gen},
+                    {"decode_tok_per_s", r.decode_tps()},
+                    {"stop", r.stop}});
     nlohmann::json j = {{"model", path},
                         {"arch", arch_name(cfg.arch)},
                         {"backend", backend->name()},
@@ -174,21 +257,23 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
                         {"kv_bytes", model.kv_bytes()},
                         {"n_ctx", n_ctx},
                         {"load_s", load_s},
-                        {"prompt_tokens", n_prompt},
-                        {"prefill_s", prefill_s},
+                        {"prompt_tokens", last.prompt_tokens},
+                        {"prefill_s", last.prefill_s},
                         {"prefill_tok_per_s", prefill_tps},
-                        {"generated_tokens", n_gen},
-                        {"decode_tokens", n_decode},
-                        {"decode_s", decode_s},
-                        {"decode_tok_per_s", decode_tps},
-                        {"stop", stop},
+                        {"first_token_s", last.first_token_s},
+                        {"generated_tokens", last.n_gen},
+                        {"decode_tokens", last.n_decode},
+                        {"decode_s", last.decode_s},
+                        {"decode_tok_per_s", last.decode_tps()},
+                        {"stop", last.stop},
+                        {"questions", qs},
                         {"temperature", sp.temperature},
                         {"top_k", sp.top_k},
                         {"top_p", sp.top_p},
                         {"seed", sp.seed},
                         {"peak_rss_bytes", peak_rss_bytes()},
                         {"attn", attn_mode_name(policy.attn)}};
-    if (pack) j["pack"] = {{"path", a.pack}, {"tokens", n_pack}, {"restore_s", offload->stats().build_s}};
+    if (pack) j["pack"] = {{"path", a.pack}, {"tokens", n_pack}, {"open_verify_s", pack_open_s}};
     if (offload) {
       const OffloadStats& st = offload->stats();
       j["offload"] = {{"policy", nlohmann::json::parse(policy.to_json())},
@@ -215,7 +300,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("-m,--model", a->model,
                   fmt::format("GGUF model file (default: {}, installed by scripts/fetch-model.sh)", kDefaultModel));
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
-  cmd->add_option("-f,--file", a->prompt_file, "Read the prompt from this file (stdin when neither -p nor -f)");
+  cmd->add_option("-f,--file", a->prompt_files, "Read the prompt from this file (repeatable: joined in order; stdin "
+                  "when neither -p nor -f)");
   cmd->add_option("-n,--n-predict", a->n_predict, "Tokens to generate at most (stops earlier at end-of-generation)")
       ->capture_default_str();
   cmd->add_option("-c,--ctx", a->n_ctx,
@@ -223,9 +309,14 @@ void register_generate(CLI::App& app) {
                   "--pack, the pack's tokens + prompt + -n; beyond the trained context is allowed with a warning)");
   cmd->add_option("--pack", a->pack,
                   "Go on from a context pack (topkv index build) instead of prefilling: its document is the start "
-                  "of the context, the prompt (-p/-f/stdin, optional) is appended; the pack fixes the index, "
-                  "sinks, window, dense layers, store type and head pattern, --k and the other search options may "
-                  "change")
+                  "of the context, the prompt (-p/-f/stdin, optional) is appended. Every checksum is verified "
+                  "first. The pack fixes --attn, sinks, window, dense layers, store type and head pattern; --index "
+                  "picks one of the indexes built into it (another is refused, naming those); --k and the other "
+                  "search options may change")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--prompts", a->prompts_file,
+                  "With --pack: a file of questions, one per line; each starts again from the pack's context and "
+                  "its answer is printed after a '=== question i/n' line, with its time to first token on stderr")
       ->check(CLI::ExistingFile);
   cmd->add_flag("--chat", a->chat, "Wrap the prompt in the model's chat template as one user turn");
   cmd->add_option("--temp", a->temp, "Sampling temperature; 0 = greedy (argmax)")->capture_default_str();
@@ -246,7 +337,8 @@ void register_generate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--chunk", a->chunk, "Prompt tokens per prefill step")->capture_default_str();
   cmd->add_option("--json", a->json_path,
-                  "Write statistics here: prompt tokens, prefill and decode tok/s, peak RSS, memory");
+                  "Write statistics here: prompt tokens, prefill and decode tok/s, time to first token, peak RSS, "
+                  "memory (with --prompts: of the last question at the top, of each under \"questions\")");
   cmd->add_flag("-q,--quiet", a->quiet, "No progress bar or information on stderr (errors still go there)");
   auto pol = std::make_shared<PolicyArgs>();
   add_policy_options(cmd, pol);

@@ -1,9 +1,11 @@
 // topkv index build: prefill a long document once, build the per-head indexes
-// and save it all as a context pack (offload/context_pack.h) that later
-// `topkv generate --pack` runs map and query without prefilling again.
-// topkv index info: what a pack holds, and with --verify whether every byte
-// still matches its checksum (after copying it between machines).
+// (one backend or several) and save it all as a context pack
+// (offload/context_pack.h) that later `topkv generate --pack` runs map and
+// query without prefilling again.
+// topkv index info: the pack's manifest and sizes, per part and per layer,
+// and with --verify whether every byte still matches its checksum.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdio>
 #include <ctime>
@@ -25,7 +27,8 @@ namespace topkv::cli {
 namespace {
 
 struct BuildArgs {
-  std::string model, prompt, prompt_file, out, json_path, weights = "quant", kv_type = "f32";
+  std::string model, prompt, out, json_path, weights = "quant", kv_type = "f32";
+  std::vector<std::string> files;
   int threads = 0, chunk = 256;
   bool quiet = false;
 };
@@ -43,18 +46,22 @@ void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
   const auto note = [&](const std::string& s) {
     if (!a.quiet) fmt::print(stderr, "{}\n", s);
   };
-  TOPKV_CHECK(!a.out.empty(), "give the context pack to write with -o doc.pack");
   TOPKV_CHECK(a.chunk > 0, "--chunk must be positive, got {}", a.chunk);
-  TOPKV_CHECK(!cmd.count("--attn") || pol.attn == "topk", "a context pack holds top-k layers: drop --attn dense");
-  OffloadPolicy policy = pol.resolve(cmd);
-  policy.attn = AttnMode::TopK;
+  OffloadPolicy base;
+  base.attn = AttnMode::TopK;  // a pack is for top-k decoding unless --attn dense says otherwise
+  const OffloadPolicy policy = pol.resolve(cmd, base, /*many_indexes=*/true);
+  const bool topk = policy.attn == AttnMode::TopK;
+  const std::vector<std::string> extra(pol.indexes.size() > 1 ? pol.indexes.begin() + 1 : pol.indexes.end(),
+                                       pol.indexes.end());
+  TOPKV_CHECK(topk || pol.indexes.empty(), "--attn dense builds no index: drop --index, or use --attn topk");
   check_writable(a.out);
   const std::string path = a.model.empty() ? default_model_path() : a.model;
   std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   const Tokenizer tok = Tokenizer::from_gguf(*file);
   const ModelConfig cfg = read_model_config(*file);
-  const std::string source = !a.prompt_file.empty() ? a.prompt_file : !a.prompt.empty() ? "-p" : "stdin";
-  const std::string text = read_input_text(a.prompt, a.prompt_file, /*required=*/true);
+  std::string source = !a.prompt.empty() ? "-p" : a.files.empty() ? "stdin" : "";
+  for (const std::string& f : a.files) source += (source.empty() ? "" : " + ") + f;
+  const std::string text = read_input_text(a.prompt, a.files, /*required=*/true);
   const std::vector<int32_t> ids = tok.encode(text, tok.add_bos_default(), /*parse_special=*/false);
   TOPKV_CHECK(!ids.empty(), "the document encodes to no tokens");
   const int64_t n = (int64_t)ids.size();
@@ -68,8 +75,12 @@ void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
   mo.max_chunk = (int)std::min<int64_t>(a.chunk, n);
   mo.kv_dtype = parse_dtype(a.kv_type);
   mo.weights = parse_weight_mode(a.weights);
-  OffloadRuntime rt(cfg, policy, !a.quiet);  // checks the policy and head pattern before any work
-  check_memory_plan(*file, cfg, policy, mo, /*from_pack=*/false, a.quiet);
+  std::unique_ptr<OffloadRuntime> rt;
+  if (topk) {  // checks the policy, the head pattern and every index spec before any work
+    rt = std::make_unique<OffloadRuntime>(cfg, policy, !a.quiet);
+    rt->build_extra_indexes(extra);
+  }
+  check_memory_plan(*file, cfg, policy, mo, /*from_pack=*/false, a.quiet, extra);
   Model model(file, *backend, mo);
   model.touch_weights();
   note(fmt::format("topkv: {}; document {} tokens ({})", cfg.summary(), n, source));
@@ -79,85 +90,122 @@ void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
   const std::vector<float> logits = model.prefill(ids, mo.max_chunk, false, [&](int64_t done) { bar.set(done); });
   bar.finish();
   const double prefill_s = prefill_timer.seconds();
-  rt.take_prefill(model);
-  note(fmt::format("topkv: {}; {} keys indexed in {:.2f} s", rt.describe(), rt.stats().keys_indexed,
-                   rt.stats().build_s));
+  double build_s = 0;
+  if (rt) {
+    rt->take_prefill(model);
+    build_s = rt->stats().build_s;
+    note(fmt::format("topkv: {}; {} keys indexed in {:.2f} s{}", rt->describe(), rt->stats().keys_indexed, build_s,
+                     extra.empty() ? "" : fmt::format(" ({} indexes per head)", 1 + extra.size())));
+  }
   Timer write_timer;
-  save_context_pack(a.out, *file, model, rt, ids, logits,
-                    {{"source", source}, {"prefill_s", prefill_s}, {"index_build_s", rt.stats().build_s},
+  save_context_pack(a.out, *file, model, rt.get(), ids, logits,
+                    {{"source", source}, {"prefill_s", prefill_s}, {"index_build_s", build_s},
                      {"created", (int64_t)std::time(nullptr)}});
   const double write_s = write_timer.seconds();
   const size_t pack_bytes = std::filesystem::file_size(a.out);
   note(fmt::format("topkv: wrote context pack {} ({}, {:.2f} s): {} tokens; prefill {:.2f} s ({:.1f} tok/s), index "
                    "build {:.2f} s; peak RSS {}", a.out, mib(pack_bytes), write_s, n, prefill_s, n / prefill_s,
-                   rt.stats().build_s, mib(peak_rss_bytes())));
+                   build_s, mib(peak_rss_bytes())));
   if (!a.json_path.empty())
     write_json_atomic(a.json_path, {{"pack", a.out},
                                     {"pack_bytes", pack_bytes},
                                     {"model", path},
                                     {"tokens", n},
                                     {"policy", nlohmann::json::parse(policy.to_json())},
-                                    {"retrieval_layers", rt.retrieval_layers()},
-                                    {"keys_indexed", rt.stats().keys_indexed},
-                                    {"host_bytes", rt.host_bytes()},
+                                    {"indexes", pol.indexes},
+                                    {"retrieval_layers", rt ? rt->retrieval_layers() : std::vector<int>{}},
+                                    {"keys_indexed", rt ? rt->stats().keys_indexed : 0},
+                                    {"host_bytes", rt ? rt->host_bytes() : 0},
                                     {"prefill_s", prefill_s},
-                                    {"index_build_s", rt.stats().build_s},
+                                    {"index_build_s", build_s},
                                     {"write_s", write_s},
                                     {"peak_rss_bytes", peak_rss_bytes()}});
 }
 
-// Bytes of the pack's tensors by what they hold (names: offload/context_pack.h).
-std::map<std::string, uint64_t> bytes_by_kind(const PackReader& r) {
-  std::map<std::string, uint64_t> out;
-  for (const TensorInfo& t : r.tensors()) {
-    const std::string& s = t.name;
-    const std::string last = s.substr(s.rfind('.') + 1);
-    const std::string kind = s.rfind("model.", 0) == 0         ? "model KV"
-                             : s.rfind("offload.", 0) != 0     ? "tokens, logits"
-                             : last == "keys" || last == "values" ? "host stores"
-                             : last == "index"                 ? "indexes"
-                                                               : "sinks, windows";
-    out[kind] += t.nbytes();
-  }
-  return out;
+// What a tensor holds (names: offload/context_pack.h), and its layer (-1: none).
+std::pair<std::string, int> kind_of(const std::string& s) {
+  const std::string last = s.substr(s.rfind('.') + 1);
+  const bool model = s.rfind("model.L", 0) == 0, offload = s.rfind("offload.L", 0) == 0;
+  const int layer = model || offload ? std::stoi(s.substr(s.find('L') + 1)) : -1;
+  if (model) return {"model KV", layer};
+  if (!offload) return {"tokens, logits", layer};
+  if (last == "keys" || last == "values") return {"host stores", layer};
+  if (s.find(".index.") != std::string::npos) return {"indexes", layer};
+  return {"sinks, windows", layer};
 }
 
 void run_info(const std::string& path, bool verify) {
-  ContextPack pack(path);
+  Timer t;
+  ContextPack pack(path, verify);
+  const double verify_s = t.seconds();
   const nlohmann::json& m = pack.meta();
   const OffloadPolicy& p = pack.policy();
-  const auto line = [](const char* label, const std::string& text) { fmt::print("  {:<15}{}\n", label, text); };
+  const auto line = [](const std::string& label, const std::string& text) { fmt::print("  {:<15}{}\n", label, text); };
   fmt::print("context pack {} ({}, format {})\n", path, format_bytes((double)pack.file().file_bytes()),
              m.value("format", 0));
   const nlohmann::json& model = m.at("model");  // keys checked by ContextPack
   line("model", fmt::format("{} (content hash {})", model.at("path").get<std::string>(),
                             model.at("content_hash").get<std::string>()));
   line("", model.at("summary").get<std::string>());
+  const nlohmann::json& tk = m.at("tokenizer");
+  line("tokenizer", fmt::format("{}, {} tokens (hash {})", tk.value("model", "?"), tk.value("tokens", 0),
+                                tk.at("hash").get<std::string>()));
+  const nlohmann::json& lay = m.at("layout");
+  const nlohmann::json& rope = lay.at("layers").at(0).at("rope");
+  line("layout", fmt::format("{} layers, {} heads / {} KV heads of {}; RoPE {} over {} dims, base {}",
+                             lay.value("n_layer", 0), lay.value("n_head", 0), lay.value("n_head_kv", 0),
+                             lay.value("head_dim", 0), rope.value("style", "?"), rope.value("n_rot", 0),
+                             rope.value("base", 0.0)));
   line("context", fmt::format("{} tokens", pack.n_tokens()));
-  line("fixed", fmt::format("index {}, sinks {}, window {}, dense layers {}, store {}{}", p.index, p.sinks, p.window,
-                            p.dense_layers, dtype_name(p.store_dtype),
-                            p.heads_file.empty() ? "" : ", heads " + p.heads_file));
-  line("defaults", fmt::format("k {}{}, schedule {}, ef {}, nprobe {}, threshold {} (generate may change these)",
-                               p.search.k, p.k_fraction > 0 ? fmt::format(" (k-fraction {})", p.k_fraction) : "",
-                               p.k_schedule == KSchedule::Linear ? "linear" : "uniform", p.search.ef,
-                               p.search.nprobe, p.search.threshold));
-  const nlohmann::json& off = m.at("offload");
-  int streaming = 0;
-  for (auto& layer : off.value("streaming", nlohmann::json::array()))
-    for (auto& s : layer) streaming += s.get<int>();
-  line("top-k", fmt::format("layers {} ({} streaming KV heads)",
-                            off.value("retrieval_layers", nlohmann::json::array()).dump(), streaming));
+  if (pack.topk()) {
+    line("fixed", fmt::format("attn topk, sinks {}, window {}, dense layers {}, store {}{}", p.sinks, p.window,
+                              p.dense_layers, dtype_name(p.store_dtype),
+                              p.heads_file.empty() ? "" : ", heads " + p.heads_file));
+    line("indexes", fmt::format("{} (generate --index picks one; the first by default)",
+                                fmt::join(pack.indexes(), ", ")));
+    line("defaults", fmt::format("k {}{}, schedule {}, ef {}, nprobe {}, threshold {} (generate may change these)",
+                                 p.search.k, p.k_fraction > 0 ? fmt::format(" (k-fraction {})", p.k_fraction) : "",
+                                 p.k_schedule == KSchedule::Linear ? "linear" : "uniform", p.search.ef,
+                                 p.search.nprobe, p.search.threshold));
+    const nlohmann::json& off = m.at("offload");
+    int streaming = 0;
+    for (auto& layer : off.value("streaming", nlohmann::json::array()))
+      for (auto& s : layer) streaming += s.get<int>();
+    line("top-k", fmt::format("layers {} ({} streaming KV heads)",
+                              off.value("retrieval_layers", nlohmann::json::array()).dump(), streaming));
+  } else {
+    line("fixed", "attn dense: the model's full caches, no index");
+  }
   line("model layers", fmt::format("{} the model attends itself, kept ({})", m.at("model_layers").size(),
-                               m.at("kv_type").get<std::string>()));
-  for (auto& [kind, b] : bytes_by_kind(pack.file())) line(kind.c_str(), format_bytes((double)b));
+                                   m.at("kv_type").get<std::string>()));
+  // Sizes per part, then per layer.
+  std::map<std::string, uint64_t> by_kind;
+  std::map<int, std::map<std::string, uint64_t>> by_layer;
+  for (const TensorInfo& ti : pack.file().tensors()) {
+    auto [kind, layer] = kind_of(ti.name);
+    by_kind[kind] += ti.nbytes();
+    if (layer >= 0) by_layer[layer][kind] += ti.nbytes();
+  }
+  for (auto& [kind, b] : by_kind) line(kind, format_bytes((double)b));
+  fmt::print("  per layer:\n");
+  for (auto& [layer, kinds] : by_layer) {
+    std::string parts;
+    for (auto& [kind, b] : kinds) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", kind, format_bytes((double)b));
+    line(fmt::format("  L{}", layer), parts);
+  }
+  if (pack.topk()) {
+    const ContextPack::Copied c = pack.copied_on_load();
+    line("on load", fmt::format("stores mapped in place except their last partial chunks ({} copied); every index "
+                                "backend deserialises its structure (~{} copied for {})",
+                                format_bytes((double)c.store_tails), format_bytes((double)c.indexes),
+                                pack.indexes().front()));
+  }
   const nlohmann::json b = m.value("build", nlohmann::json::object());
   line("built", fmt::format("by topkv {} from {}: prefill {:.2f} s, index build {:.2f} s", b.value("topkv", "?"),
                             b.value("source", "?"), b.value("prefill_s", 0.0), b.value("index_build_s", 0.0)));
-  if (!verify) return;
-  Timer t;
-  const uint64_t checked = pack.file().verify_all(/*progress=*/true);
-  line("verified", fmt::format("every tensor matches its checksum ({} in {:.2f} s)", format_bytes((double)checked),
-                               t.seconds()));
+  if (verify)
+    line("verified", fmt::format("every tensor matches its checksum ({} read and checked in {:.2f} s)",
+                                 format_bytes((double)pack.file().file_bytes()), verify_s));
 }
 
 }  // namespace
@@ -171,7 +219,8 @@ void register_index(CLI::App& app) {
       "build", "Prefill a document, build the per-head indexes and save a context pack for `generate --pack`");
   build->add_option("-m,--model", a->model,
                     fmt::format("GGUF model file (default: {}, installed by scripts/fetch-model.sh)", kDefaultModel));
-  build->add_option("-f,--file", a->prompt_file, "Read the document from this file (stdin when neither -p nor -f)");
+  build->add_option("-f,--file", a->files, "Read the document from this file (repeatable: the files joined in "
+                    "order are one document; stdin when neither -p nor -f)");
   build->add_option("-p,--prompt", a->prompt, "The document as text");
   build->add_option("-o,--out", a->out, "Context pack to write (written whole or not at all)")->required();
   build->add_option("--threads", a->threads, "CPU threads (default: OpenMP's, i.e. all cores or OMP_NUM_THREADS)");
@@ -187,11 +236,15 @@ void register_index(CLI::App& app) {
   build->add_flag("-q,--quiet", a->quiet, "No progress bar or information on stderr (errors still go there)");
   auto pol = std::make_shared<PolicyArgs>();
   add_policy_options(build, pol);
+  build->footer("Here --attn defaults to topk (--attn dense: the pack holds the model's full caches, no index), "
+                "and --index may be given several times: each head builds every index, and `generate --pack "
+                "--index` picks one of them (the first by default); asking for one that was not built is refused "
+                "with the list. --k and the other search options are the defaults generate starts from.");
   build->callback([a, pol, build] { run_build(*a, *pol, *build); });
 
   auto info_path = std::make_shared<std::string>();
   auto verify = std::make_shared<bool>(false);
-  auto* info = index->add_subcommand("info", "Show what a context pack holds: model, tokens, policy, sizes");
+  auto* info = index->add_subcommand("info", "Show a context pack's manifest and sizes (per part, per layer)");
   info->add_option("pack", *info_path, "The context pack")->required()->check(CLI::ExistingFile);
   info->add_flag("--verify", *verify, "Also check every tensor against its checksum (reads the whole file)");
   info->callback([info_path, verify] { run_info(*info_path, *verify); });

@@ -1,5 +1,7 @@
 #include "src/cli/policy_options.h"
 
+#include <fmt/format.h>
+
 #include "src/common/error.h"
 
 namespace topkv::cli {
@@ -10,9 +12,10 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
   cmd->add_option("--attn", a->attn, "dense: all KV in the model's cache; topk: retrieval layers keep their KV in a "
                   "host store behind per-head indexes and attend to the top-k keys + sinks + window")
       ->group(g)->check(CLI::IsMember({"dense", "topk"}));
-  cmd->add_option("--index", p.index, "Index backend with build parameters, e.g. flat, hnswlib:M=32, "
-                  "faiss-ivf:nlist=1024, quest:page=16, centroid, multipole (topkv info lists them)")
-      ->group(g)->capture_default_str();
+  cmd->add_option("--index", a->indexes, fmt::format("Index backend with build parameters, e.g. flat, hnswlib:M=32, "
+                  "faiss-ivf:nlist=1024, quest:page=16, centroid, multipole (topkv info lists them; default {}). "
+                  "With a context pack: one of the indexes built into it (index build takes several)", p.index))
+      ->group(g);
   cmd->add_option("--k", p.search.k, "Keys retrieved per KV head and layer (mean over layers; token budget for "
                   "quest/centroid/multipole)")->group(g)->capture_default_str();
   cmd->add_option("--k-fraction", p.k_fraction, "k as a fraction of the prompt length (e.g. 0.01 = 1%); overrides "
@@ -43,12 +46,14 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
       ->group(g)->check(CLI::ExistingFile);
 }
 
-OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd, const OffloadPolicy& base) const {
+OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd, const OffloadPolicy& base, bool many_indexes) const {
   OffloadPolicy out = base;
   if (!config.empty()) out.apply_json_file(config);
   auto given = [&](const char* name) { return cmd.count(name) > 0; };
   if (given("--attn")) out.attn = parse_attn_mode(attn);
-  if (given("--index")) out.index = policy.index;
+  TOPKV_CHECK(many_indexes || indexes.size() <= 1, "--index is given {} times: a run searches one index (only "
+              "`topkv index build` builds several into a pack)", indexes.size());
+  if (!indexes.empty()) out.index = indexes.front();
   if (given("--k")) out.search.k = policy.search.k;
   if (given("--k-fraction")) out.k_fraction = policy.k_fraction;
   if (given("--k-schedule")) out.k_schedule = parse_k_schedule(k_schedule);

@@ -103,6 +103,12 @@ Spec parse_spec(std::string_view spec) {
   return s;
 }
 
+std::string canonical_spec(std::string_view spec) {
+  const Spec s = parse_spec(spec);
+  const std::string params = s.params.str();
+  return params.empty() ? s.name : s.name + ":" + params;
+}
+
 std::vector<int64_t> parse_sweep(std::string_view s) {
   std::vector<int64_t> out;
   auto parts = split(s, ':');

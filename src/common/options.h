@@ -39,6 +39,9 @@ struct Spec {
   Params params;
 };
 Spec parse_spec(std::string_view spec);  // "name" or "name:k=v,..."
+// The one spelling of a spec: "name" or "name:k=v,..." with keys sorted, so
+// "quest: page=7" and "quest:page=7" compare equal.
+std::string canonical_spec(std::string_view spec);
 
 std::vector<int64_t> parse_sweep(std::string_view s);
 std::vector<double> parse_double_list(std::string_view s);

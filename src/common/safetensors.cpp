@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.h"
@@ -262,11 +263,21 @@ void SafetensorsWriter::write(const std::string& path) const {
   ok = ok && std::fwrite(header.data(), 1, header.size(), f) == header.size();
   for (auto& e : entries_)
     for (auto& p : e.parts) ok = ok && (p.bytes == 0 || std::fwrite(p.data, 1, p.bytes, f) == p.bytes);
+  // On disk before the rename: a crash never leaves a complete-looking name
+  // over incomplete bytes.
+  ok = ok && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
   ok = (std::fclose(f) == 0) && ok;
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     std::remove(tmp.c_str());
     fail("writing safetensors file '{}' failed: {}", path, std::strerror(err));
+  }
+  // The rename itself is durable once the directory is synced.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
   }
 }
 

@@ -86,8 +86,9 @@ class SafetensorsWriter {
   void add(const std::string& name, StDType dtype, std::vector<int64_t> shape, std::vector<Span> parts);
   void add(const std::string& name, StDType dtype, std::vector<int64_t> shape, const void* data);
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
-  // Writes path + ".tmp" and renames it to path. Throws Error on I/O failure
-  // (the temporary file is removed).
+  // Writes path + ".tmp", syncs it to disk and renames it to path (then
+  // syncs the directory). Throws Error on I/O failure (the temporary file is
+  // removed).
   void write(const std::string& path) const;
 
  private:
