@@ -240,7 +240,7 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
   if (!a.json_path.empty()) {
     nlohmann::json qs = nlohmann::json::array();
     for (const Run& r : runs)
-      qs.push_back({{"question", r.question},
+      qs.push_back({{"question", a.prompts_file.empty() ? "" : r.question},  // not a whole document again
                     {"prompt_tokens", r.prompt_tokens},
                     {"prefill_s", r.prefill_s},
                     {"first_token_s", r.first_token_s},
