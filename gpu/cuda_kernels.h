@@ -114,6 +114,28 @@ void attention(const AttentionArgs& a, const AttentionPlan& plan, void* workspac
 void merge_partials(const float* m, const float* l, const float* o, int64_t rows, int parts, int dv, float* out,
                     cudaStream_t stream);
 
+// ---- attention over row lists (kernels_rows_attention.cu) ---------------------
+// The offloaded decode's partials: for KV head h, the rows listed in
+// k_rows/v_rows[h][0 .. counts[h]) (one device-visible pointer per row: device
+// memory, or mapped pinned host memory read in place over PCIe), split into
+// n_splits ranges; split s of query head h*group+g writes the partial
+//   m = max_i s_i, l = sum_i e^(s_i - m), o = sum_i e^(s_i - m) v_i,  s_i = scale q.k_i
+// into slot part0 + s of row h*group+g of part_m/l [rows][parts] and
+// part_o [rows][parts][head_dim] (m = -inf, l = 0, o = 0 for an empty split),
+// ready for merge_partials. Twin: partial_add over the same rows.
+struct RowListArgs {
+  const float* q = nullptr;  // [n_kv * group][head_dim], device
+  DType row_type = DType::F16;
+  const void* const* k_rows = nullptr;  // [n_kv][max_rows], device array of pointers
+  const void* const* v_rows = nullptr;
+  const int32_t* counts = nullptr;      // [n_kv], device; clamped to max_rows
+  int n_kv = 0, group = 1, head_dim = 0, max_rows = 0;
+  float scale = 1.f;
+  int n_splits = 1, part0 = 0, parts = 1;
+  float *part_m = nullptr, *part_l = nullptr, *part_o = nullptr;
+};
+void row_list_attention(const RowListArgs& a, cudaStream_t stream);
+
 // ---- sampling (kernels_sampling.cu) ------------------------------------------
 // Work space (bytes) the two samplers need for n logits.
 size_t sampling_workspace_bytes(int64_t n);

@@ -98,13 +98,13 @@ void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
       for (int h = 0; h < cfg_.n_head_kv; ++h) indexed += layer->stored_rows(h);
       bar.add(indexed);
       layers_[(size_t)i] = std::move(layer);
-      on_layer_ready(i);
     } catch (const std::exception& e) {
       errors[(size_t)i] = e.what();
     }
   }
   bar.finish();
   for (auto& e : errors) TOPKV_CHECK(e.empty(), "{}", e);
+  for (int i = 0; i < nl; ++i) on_layer_ready(i);
   stats_.build_s = t.seconds();
   stats_.keys_indexed = 0;
   for (auto& l : layers_)

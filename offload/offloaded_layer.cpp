@@ -145,16 +145,22 @@ void OffloadedLayer::retrieve(const float* queries, float scale, std::vector<Ret
     r.far_clusters = (int64_t)nf;
     r.far.assign((size_t)G, AttnPartial((int)d));
     if (nf) {
-      std::vector<float> logw(nf), fs(nf), vbar(nf * d);
-      for (size_t j = 0; j < nf; ++j) {
-        const auto c = (size_t)sr.far_clusters[j];
-        logw[j] = std::log((float)sr.summaries->counts[c]);
-        std::copy_n(sr.summaries->value_means.data() + c * d, d, vbar.data() + j * d);
+      // In parallel over blocks of far clusters (this head's threads), the
+      // blocks' partials merged exactly; values read in place from the summaries.
+      const int nt = (int)std::clamp<int64_t>((int64_t)nf / 2048, 1, p.n_threads);
+      std::vector<float> logw(nf), fs((size_t)G * nf);
+      for (size_t j = 0; j < nf; ++j) logw[j] = std::log((float)sr.summaries->counts[(size_t)sr.far_clusters[j]]);
+      for (size_t i = 0; i < (size_t)G * nf; ++i) fs[i] = sr.far_scores[i] * scale;
+      std::vector<AttnPartial> part((size_t)nt * G, AttnPartial((int)d));
+#pragma omp parallel for num_threads(nt) schedule(static)
+      for (int b = 0; b < nt; ++b) {
+        const size_t lo = nf * (size_t)b / (size_t)nt, hi = nf * (size_t)(b + 1) / (size_t)nt;
+        for (int g = 0; g < G; ++g)
+          partial_add_gather(part[(size_t)b * G + g], fs.data() + (size_t)g * nf + lo, logw.data() + lo,
+                             sr.summaries->value_means.data(), sr.far_clusters.data() + lo, (int64_t)(hi - lo));
       }
-      for (int g = 0; g < G; ++g) {
-        for (size_t j = 0; j < nf; ++j) fs[j] = sr.far_scores[(size_t)g * nf + j] * scale;
-        partial_add(r.far[(size_t)g], fs.data(), logw.data(), vbar.data(), (int64_t)nf);
-      }
+      for (int b = 0; b < nt; ++b)
+        for (int g = 0; g < G; ++g) partial_merge(r.far[(size_t)g], part[(size_t)b * G + g]);
     }
     r.search_s = t.seconds();
   }

@@ -1,0 +1,185 @@
+// The CUDA offloaded decode against its CPU twins: row_list_attention +
+// merge_partials against partial_add on the same rows (rows in device memory
+// and read in place from pinned host memory), and whole models whose
+// retrieval layers decode through GpuOffloadRuntime against the CPU
+// OffloadRuntime (gpu/gpu_offload_runtime.h).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "gpu/cuda_backend_impl.h"
+#include "gpu/cuda_kernels.h"
+#include "gpu/gpu_offload_runtime.h"
+#include "gpu/partial_attention.h"
+#include "src/model/model.h"
+#include "src/model/sampler.h"
+#include "src/model/synth.h"
+#include "tests/gpu/cuda_test_util.h"
+#include "tests/test_util.h"
+
+using namespace topkv;
+using namespace topkv::test;
+
+namespace {
+
+cuda::CudaBackend& cuda_be() { return dynamic_cast<cuda::CudaBackend&>(gpu()); }
+
+// Host memory the device reads in place (pinned, mapped; same address on both).
+std::shared_ptr<uint8_t> pinned_mapped(size_t bytes) {
+  void* p = nullptr;
+  REQUIRE(cudaHostAlloc(&p, bytes, cudaHostAllocMapped) == cudaSuccess);
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { cudaFreeHost(q); });
+}
+
+}  // namespace
+
+TEST_CASE("row_list_attention + merge_partials match partial_add on the same rows", "[offload]") {
+  auto& be = cuda_be();
+  OpSummary sum("row-list attention (device+pinned rows)", 1e-4);
+  std::mt19937 rng(17);
+  struct Case { DType type; int hd, nkv, group, splits; std::vector<int> counts; bool host; };
+  const std::vector<Case> cases = {
+      {DType::F16, 256, 1, 4, 3, {777}, true},       {DType::F16, 256, 1, 4, 17, {1}, false},
+      {DType::F32, 128, 8, 4, 5, {0, 1, 33, 64, 100, 5, 2, 129}, true},
+      {DType::BF16, 128, 2, 8, 1, {300, 41}, false}, {DType::F16, 64, 2, 12, 7, {1000, 3}, true},
+      {DType::F32, 64, 3, 1, 2, {31, 0, 9}, false},  {DType::F16, 128, 1, 1, 64, {4097}, true},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(dtype_name(c.type), c.hd, c.nkv, c.group, c.splits, c.host);
+    const int max_rows = *std::max_element(c.counts.begin(), c.counts.end()) + 2, nh = c.nkv * c.group;
+    const size_t es = dtype_size(c.type), row_bytes = (size_t)c.hd * es;
+    const int64_t total = std::accumulate(c.counts.begin(), c.counts.end(), 0);
+    // Rows of every head in one block (K then V), listed in shuffled order.
+    std::vector<float> kf = randn((size_t)total * c.hd, rng), vf = randn((size_t)total * c.hd, rng);
+    std::vector<uint8_t> raw(2 * (size_t)total * row_bytes);
+    from_f32(c.type, kf.data(), raw.data(), kf.size());
+    from_f32(c.type, vf.data(), raw.data() + (size_t)total * row_bytes, vf.size());
+    to_f32(c.type, raw.data(), kf.data(), kf.size());  // the reference sees the rounded rows
+    to_f32(c.type, raw.data() + (size_t)total * row_bytes, vf.data(), vf.size());
+    std::shared_ptr<uint8_t> host_rows;
+    Buffer dev_rows;
+    uint8_t* base;
+    if (c.host) {
+      host_rows = pinned_mapped(std::max<size_t>(raw.size(), 1));
+      std::copy(raw.begin(), raw.end(), host_rows.get());
+      base = host_rows.get();
+    } else {
+      dev_rows = be.alloc(std::max<size_t>(raw.size(), 1));
+      be.from_host(raw.data(), dev_rows, 0, raw.size());
+      base = dev_rows.as<uint8_t>();
+    }
+    std::vector<const void*> kp((size_t)c.nkv * max_rows, nullptr), vp(kp.size(), nullptr);
+    std::vector<std::vector<int64_t>> order((size_t)c.nkv);
+    int64_t first = 0;
+    for (int h = 0; h < c.nkv; ++h) {
+      order[(size_t)h].resize((size_t)c.counts[(size_t)h]);
+      std::iota(order[(size_t)h].begin(), order[(size_t)h].end(), first);
+      std::shuffle(order[(size_t)h].begin(), order[(size_t)h].end(), rng);
+      for (int j = 0; j < c.counts[(size_t)h]; ++j) {
+        const int64_t r = order[(size_t)h][(size_t)j];
+        kp[(size_t)h * max_rows + j] = base + (size_t)r * row_bytes;
+        vp[(size_t)h * max_rows + j] = base + ((size_t)total + r) * row_bytes;
+      }
+      first += c.counts[(size_t)h];
+    }
+    Buffer dk = be.alloc(kp.size() * sizeof(void*)), dv = be.alloc(vp.size() * sizeof(void*));
+    be.from_host(kp.data(), dk, 0, kp.size() * sizeof(void*));
+    be.from_host(vp.data(), dv, 0, vp.size() * sizeof(void*));
+    std::vector<int32_t> counts(c.counts.begin(), c.counts.end());
+    Buffer dc = be.alloc(counts.size() * 4);
+    be.from_host(counts.data(), dc, 0, counts.size() * 4);
+    const std::vector<float> q = randn((size_t)nh * c.hd, rng, 0.5f);
+    Buffer dq = upload(be, q);
+    // Partials: slot 0 and the last are empty parts the merge must ignore.
+    const int parts = c.splits + 2;
+    std::vector<float> m0((size_t)nh * parts, -INFINITY), l0((size_t)nh * parts, 0.f),
+        o0((size_t)nh * parts * c.hd, 0.f);
+    Buffer pm = upload(be, m0), pl = upload(be, l0), po = upload(be, o0), out = poisoned(be, (size_t)nh * c.hd);
+    cuda::RowListArgs a;
+    a.q = dq.f32(), a.row_type = c.type, a.k_rows = dk.as<const void*>(), a.v_rows = dv.as<const void*>();
+    a.counts = dc.as<int32_t>(), a.n_kv = c.nkv, a.group = c.group, a.head_dim = c.hd, a.max_rows = max_rows;
+    a.scale = 0.125f, a.n_splits = c.splits, a.part0 = 1, a.parts = parts;
+    a.part_m = pm.f32(), a.part_l = pl.f32(), a.part_o = po.f32();
+    cuda::row_list_attention(a, be.stream());
+    cuda::merge_partials(pm.f32(), pl.f32(), po.f32(), nh, parts, c.hd, out.f32(), be.stream());
+    const std::vector<float> got = download(be, out, (size_t)nh * c.hd);
+    std::vector<float> ref((size_t)nh * c.hd);
+    for (int h = 0; h < c.nkv; ++h)
+      for (int g = 0; g < c.group; ++g) {
+        const float* qr = q.data() + ((size_t)h * c.group + g) * c.hd;
+        const auto& rows = order[(size_t)h];
+        std::vector<float> s(rows.size()), vv(rows.size() * c.hd);
+        for (size_t j = 0; j < rows.size(); ++j) {
+          double acc = 0;
+          for (int i = 0; i < c.hd; ++i) acc += (double)qr[i] * kf[(size_t)rows[j] * c.hd + i];
+          s[j] = (float)acc * a.scale;
+          std::copy_n(vf.data() + (size_t)rows[j] * c.hd, c.hd, vv.data() + j * c.hd);
+        }
+        AttnPartial p(c.hd);
+        partial_add(p, s.data(), nullptr, vv.data(), (int64_t)rows.size());
+        partial_finish(p, ref.data() + ((size_t)h * c.group + g) * c.hd);
+      }
+    sum.check(rel_err(got, ref));
+  }
+}
+
+namespace {
+
+// Greedy decode of `steps` tokens after `prompt`; returns every step's logits.
+std::vector<std::vector<float>> decode_run(const std::shared_ptr<const GgufFile>& file, Backend& be,
+                                           const OffloadPolicy& pol, const std::vector<int32_t>& prompt,
+                                           const std::vector<int32_t>& forced, bool gpu_runtime,
+                                           size_t* kv_device_bytes = nullptr) {
+  ModelOptions opt;
+  opt.n_ctx = 256, opt.max_chunk = 32;
+  Model m(file, be, opt);
+  auto rt = gpu_runtime ? make_gpu_offload_runtime(be, m.config(), pol, false)
+                        : std::make_unique<OffloadRuntime>(m.config(), pol, false);
+  std::vector<std::vector<float>> out{m.prefill(prompt, 32)};
+  rt->take_prefill(m);
+  for (int il : rt->retrieval_layers()) m.release_kv(il);
+  m.set_attention_override(rt.get());
+  for (int32_t t : forced) out.push_back(m.decode(t));
+  if (kv_device_bytes) *kv_device_bytes = cuda_memory_use(be).kv_cache;
+  REQUIRE(rt->stats().steps == (int64_t)forced.size());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("GpuOffloadRuntime decodes like the CPU OffloadRuntime (synthetic llama and gemma3)", "[offload]") {
+  TempDir td;
+  auto cpu = make_cpu_backend();
+  auto& be = gpu();
+  OpSummary sum("offloaded decode logits vs CPU runtime", 3e-2);
+  struct Case { std::string arch, index; bool stage; int hd, heads, kv; };
+  const std::vector<Case> cases = {{"llama", "flat", false, 64, 8, 2},      {"llama", "multipole", true, 128, 4, 1},
+                                   {"gemma3", "flat", true, 256, 4, 1},     {"gemma3", "multipole", false, 256, 4, 1},
+                                   {"llama", "quest:page=4", false, 128, 8, 8}};
+  for (const Case& c : cases) {
+    CAPTURE(c.arch, c.index, c.stage, c.hd);
+    SynthConfig sc = synth_defaults(c.arch);
+    sc.layers = c.arch == "gemma3" ? 6 : 3, sc.width = 256, sc.heads = c.heads, sc.kv_heads = c.kv;
+    sc.head_dim = c.hd, sc.ffn = 512, sc.vocab = 512, sc.type = GgmlType::Q8_0, sc.seed = 11;
+    if (c.arch == "gemma3") sc.sliding_window = 16, sc.global_every = 3;
+    const std::string path = (td.dir / "m.gguf").string();
+    synth_write(sc, path);
+    auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
+    OffloadPolicy pol;
+    pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = 12, pol.sinks = 2, pol.window = 8;
+    pol.stage_rows = c.stage;
+    std::mt19937 rng(5);
+    std::vector<int32_t> prompt(150), forced(40);
+    for (auto& t : prompt) t = (int32_t)(rng() % 512);
+    for (auto& t : forced) t = (int32_t)(rng() % 512);
+    size_t kv_dev = 0;
+    const auto ref = decode_run(file, *cpu, pol, prompt, forced, false);
+    const auto got = decode_run(file, be, pol, prompt, forced, true, &kv_dev);
+    for (size_t s = 0; s < ref.size(); ++s) sum.check(rel_err(got[s], ref[s]));
+    // The retrieval layers' caches were released: what stays on the device is
+    // sinks + window mirrors (+ gemma's rings), far below the 256-position caches.
+    const size_t full_cache = 2 * (size_t)256 * sc.kv_heads * sc.head_dim * 4 * sc.layers;
+    CHECK(kv_dev < full_cache / 2);
+  }
+}
