@@ -354,6 +354,10 @@ void attention_tc(const AttentionArgs& a, const AttentionPlan& plan, void* works
   ka.window = a.window > 0 && a.window < a.pos0 + a.T ? (int)a.window : 0;  // a longer window limits nothing
   ka.q_mul = a.scale * kLog2e;
   ka.split_tiles = (int)(plan.split_keys / bn), ka.n_splits = plan.n_splits;
+  const int64_t tiles = (a.pos0 + a.T - 1) / bn - key_lo / bn + 1;
+  TOPKV_CHECK(plan.n_splits >= 1 && (int64_t)plan.n_splits * ka.split_tiles >= tiles,
+              "attention_tc: {} splits of {} keys do not cover the {} key tiles of {}", plan.n_splits,
+              plan.split_keys, tiles, bn);
   const size_t n_part = (size_t)a.T * a.n_head * plan.n_splits;
   if (plan.n_splits > 1) {
     TOPKV_CHECK(workspace, "split attention needs {} bytes of work space", plan.workspace_bytes);
