@@ -31,6 +31,7 @@
 #ifdef TOPKV_HAVE_CUDA
 #include <nlohmann/json.hpp>
 
+#include "bench/gpu_bench_util.h"
 #include "gpu/cuda_backend_impl.h"
 #include "gpu/cuda_check.h"
 #include "gpu/cuda_kernels.h"
@@ -54,96 +55,6 @@ struct GpuOpsArgs {
 };
 
 #ifdef TOPKV_HAVE_CUDA
-using cuda::CudaBackend;
-
-class EventTimer {
- public:
-  explicit EventTimer(cudaStream_t s) : s_(s) {
-    TOPKV_CUDA_CHECK(cudaEventCreate(&a_));
-    TOPKV_CUDA_CHECK(cudaEventCreate(&b_));
-  }
-  ~EventTimer() {
-    cudaEventDestroy(a_);
-    cudaEventDestroy(b_);
-  }
-  template <class F> double median_us(int reps, F&& f, int warmups = 3) {
-    for (int i = 0; i < warmups; ++i) f();
-    std::vector<double> t;
-    for (int i = 0; i < reps; ++i) {
-      TOPKV_CUDA_CHECK(cudaEventRecord(a_, s_));
-      f();
-      TOPKV_CUDA_CHECK(cudaEventRecord(b_, s_));
-      TOPKV_CUDA_CHECK(cudaEventSynchronize(b_));
-      float ms = 0;
-      TOPKV_CUDA_CHECK(cudaEventElapsedTime(&ms, a_, b_));
-      t.push_back(ms * 1e3);
-    }
-    return percentile(t, 50);
-  }
-
- private:
-  cudaStream_t s_;
-  cudaEvent_t a_ = nullptr, b_ = nullptr;
-};
-
-class Report {
- public:
-  Report(const std::string& path, std::string device) : device_(std::move(device)) {
-    if (!path.empty()) {
-      out_.open(path);
-      TOPKV_CHECK(out_.good(), "cannot write {}", path);
-    }
-    fmt::print("BENCH {:<9} {:<46} {:>10} {:>10} {:>9} {:>8}\n", "group", "case", "time", "GB/s", "TFLOP/s",
-               "of copy");
-  }
-  // One measured row; bytes / flops are the fewest the op must move / do.
-  void add(const std::string& group, const std::string& name, double us, double bytes, double flops) {
-    const double gbps = bytes / (us * 1e3), tflops = flops / (us * 1e6);
-    if (group == "copy" && copy_gbps_ == 0) copy_gbps_ = gbps;
-    fmt::print("BENCH {:<9} {:<46} {:>8.2f}us {:>10.1f} {:>9.2f} {:>7.1f}%\n", group, name, us, gbps, tflops,
-               copy_gbps_ > 0 ? 100 * gbps / copy_gbps_ : 0.0);
-    std::fflush(stdout);
-    if (out_.is_open())
-      out_ << nlohmann::json{{"device", device_}, {"group", group}, {"case", name}, {"us", us}, {"bytes", bytes},
-                             {"flops", flops}, {"gbps", gbps}, {"tflops", tflops}}
-                  .dump()
-           << "\n";
-  }
-  void note(const std::string& group, const std::string& name, const std::string& text) {
-    fmt::print("BENCH {:<9} {:<46} {}\n", group, name, text);
-    if (out_.is_open())
-      out_ << nlohmann::json{{"device", device_}, {"group", group}, {"case", name}, {"note", text}}.dump() << "\n";
-  }
-
- private:
-  std::string device_;
-  std::ofstream out_;
-  double copy_gbps_ = 0;
-};
-
-// `elems` random values of type t in device memory (a random block, tiled).
-Buffer random_device(CudaBackend& be, DType t, size_t elems, uint32_t seed, float sd = 0.05f) {
-  const size_t es = dtype_size(t), block = std::min<size_t>(elems, size_t{4} << 20);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, sd);
-  std::vector<float> f(block);
-  for (auto& x : f) x = nd(rng);
-  std::vector<uint8_t> raw(block * es);
-  from_f32(t, f.data(), raw.data(), block);
-  Buffer b = be.alloc(elems * es);
-  be.from_host(raw.data(), b, 0, raw.size());
-  for (size_t done = block; done < elems; done += block)
-    TOPKV_CUDA_CHECK(cudaMemcpyAsync(b.as<uint8_t>() + done * es, b.as<uint8_t>(),
-                                     std::min(block, elems - done) * es, cudaMemcpyDeviceToDevice, be.stream()));
-  be.synchronize();
-  return b;
-}
-void fill_random(CudaBackend& be, const Buffer& dst, DType t, uint32_t seed) {
-  Buffer r = random_device(be, t, dst.bytes / dtype_size(t), seed, 1.f);
-  TOPKV_CUDA_CHECK(cudaMemcpyAsync(dst.mem.get(), r.mem.get(), dst.bytes, cudaMemcpyDeviceToDevice, be.stream()));
-  be.synchronize();
-}
-
 struct Shape {
   std::string name;
   int64_t rows, cols;
@@ -223,71 +134,6 @@ void bench_attention(CudaBackend& be, EventTimer& tm, Report& rep, const GpuOpsA
       const double cache_bytes = 2.0 * g.ctx * g.n_kv * g.hd * dtype_size(g.dt);
       rep.add("attention", fmt::format("{} T={}", g.name, T), us, cache_bytes, 4.0 * g.hd * g.n_head * keys);
     }
-  }
-}
-
-// Prefill attention, T = 512 and 2048 queries at the end of 32k / 128k-token
-// caches, through cuda::attention (the fp32 kernel) and cuda::attention_tc
-// (tensor cores) with their own plans; 4 * head_dim flops per (query head,
-// visible key). The fp32 rows are slow (up to ~0.3 s a call): each row runs
-// as many times as fit in ~0.6 s, at least 3. Last, the 1M-token gemma3-270m
-// prefill (3 global layers) that the tensor-core rate implies.
-void bench_prefill_attention(CudaBackend& be, EventTimer& tm, Report& rep, const GpuOpsArgs& a) {
-  struct Geom {
-    std::string name;
-    int n_head, n_kv, hd;
-    DType dt;
-    bool fp32_too;  // also time the fp32 kernel
-  };
-  const Geom geoms[] = {{"gemma270m 4/1x256 f16", 4, 1, 256, DType::F16, true},
-                        {"llama8b 32/8x128 f16", 32, 8, 128, DType::F16, true},
-                        {"gemma270m 4/1x256 f32", 4, 1, 256, DType::F32, false}};
-  double gemma_tc_tflops = 0;
-  for (const Geom& g : geoms)
-    for (int64_t ctx : {int64_t{32768}, int64_t{131072}}) {
-      if (a.quick && ctx > 32768) continue;
-      KvLayerCache c = be.alloc_kv(g.n_kv, g.hd, ctx, g.dt);
-      fill_random(be, c.k, g.dt, 3);
-      fill_random(be, c.v, g.dt, 4);
-      for (int T : {512, 2048}) {
-        Buffer q = random_device(be, DType::F32, (size_t)T * g.n_head * g.hd, 5, 1.f);
-        Buffer out = be.alloc((size_t)T * g.n_head * g.hd * sizeof(float));
-        cuda::AttentionArgs args;
-        args.q = q.f32(), args.out = out.f32(), args.kv_type = g.dt, args.k = c.k.mem.get(), args.v = c.v.mem.get();
-        args.T = T, args.n_head = g.n_head, args.n_kv = g.n_kv, args.head_dim = g.hd;
-        args.pos0 = ctx - T, args.capacity = ctx, args.window = 0, args.scale = 1.f / std::sqrt((float)g.hd);
-        const double keys = (double)T * (ctx - T) + (double)T * (T + 1) / 2;  // (query, visible key) pairs
-        const double flops = 4.0 * g.hd * g.n_head * keys, cache_bytes = 2.0 * ctx * g.n_kv * g.hd * dtype_size(g.dt);
-        double us_by[2] = {0, 0};
-        for (int tc = g.fp32_too ? 0 : 1; tc < 2; ++tc) {
-          const cuda::AttentionPlan plan =
-              tc ? cuda::plan_attention_tc(args, be.sm_count()) : cuda::plan_attention(args, be.sm_count());
-          void* ws = plan.workspace_bytes ? be.scratch(CudaBackend::Scratch::Attention, plan.workspace_bytes) : nullptr;
-          auto run = [&] {
-            if (tc)
-              cuda::attention_tc(args, plan, ws, be.stream());
-            else
-              cuda::attention(args, plan, ws, be.stream());
-          };
-          const double probe = tm.median_us(1, run, 1);
-          const int reps = (int)std::clamp(6e5 / std::max(probe, 1.0), 3.0, (double)a.reps);
-          us_by[tc] = tm.median_us(reps, run, 0);
-          rep.add("prefill", fmt::format("{} ctx {}k T={} {} ({} splits)", g.name, ctx / 1024, T,
-                                         tc ? "tensor" : "fp32", plan.n_splits),
-                  us_by[tc], cache_bytes, flops);
-        }
-        if (us_by[0] > 0)
-          rep.note("prefill", fmt::format("{} ctx {}k T={}", g.name, ctx / 1024, T),
-                   fmt::format("tensor cores {:.1f}x the fp32 kernel", us_by[0] / us_by[1]));
-        if (g.hd == 256 && g.dt == DType::F16 && ctx == 131072 && T == 512) gemma_tc_tflops = flops / (us_by[1] * 1e6);
-      }
-    }
-  if (gemma_tc_tflops > 0) {
-    // 3 global layers, 4 query heads x 256: sum over 1M queries of their keys.
-    const double n = 1048576, flops = 3 * 4.0 * 256 * 4 * n * (n + 1) / 2;
-    rep.note("prefill", "gemma270m 1M tokens, 3 global layers",
-             fmt::format("{:.1f} s of attention at the 128k T=512 tensor-core rate ({:.0f} TFLOP/s)",
-                         flops / (gemma_tc_tflops * 1e12), gemma_tc_tflops));
   }
 }
 
@@ -377,7 +223,7 @@ void run_gpu_ops(const GpuOpsArgs& a) {
   }
   TOPKV_CHECK(a.only.empty() || a.only == "prefill", "--only takes 'prefill', got '{}'", a.only);
   if (a.only == "prefill") {
-    bench_prefill_attention(be, tm, rep, a);
+    bench_prefill_attention(be, tm, rep, a.reps, a.quick);
     return;
   }
   {
@@ -390,7 +236,7 @@ void run_gpu_ops(const GpuOpsArgs& a) {
   }
   bench_matmul(be, tm, rep, a);
   bench_attention(be, tm, rep, a);
-  bench_prefill_attention(be, tm, rep, a);
+  bench_prefill_attention(be, tm, rep, a.reps, a.quick);
   bench_small_ops(be, tm, rep, a);
   if (!a.model.empty()) bench_model(be, rep, a);
 }
