@@ -61,6 +61,9 @@ OffloadedLayer::Config OffloadRuntime::layer_config(int i) const {
   c.store_dtype = policy_.store_dtype;
   c.streaming = streaming_[(size_t)i];
   c.build.n_threads = retrieval_layers_.size() > 1 ? 1 : 0;
+  // A step's heads search in parallel; with fewer KV heads than cores (Gemma 3
+  // has one) each search may score its summaries on the spare cores.
+  c.search_threads = std::max(1, omp_get_max_threads() / std::max(1, cfg_.n_head_kv));
   return c;
 }
 
