@@ -16,7 +16,7 @@
 //
 // Per key tile (FA2 Algorithm 1, lines 8-10):
 //   S = Q K^T    mma.sync m16n8k16, 16-bit inputs, fp32 accumulators; Q was
-//                multiplied by scale * log2(e) when staged, so S is in log2 units
+//                multiplied by scale * log2(e) when loaded, so S is in log2 units
 //   online softmax in fp32 registers: m = max(m, rowmax S), p = 2^(S - m),
 //                l = l 2^(m_old - m) + rowsum p, O *= 2^(m_old - m)
 //   O += P V     P rounded to 16 bits straight from the S accumulators (the C
