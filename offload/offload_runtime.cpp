@@ -60,7 +60,7 @@ OffloadedLayer::Config OffloadRuntime::layer_config(int i) const {
   c.index = policy_.index;
   c.store_dtype = policy_.store_dtype;
   c.streaming = streaming_[(size_t)i];
-  c.build.n_threads = retrieval_layers_.size() > 1 ? 1 : 0;
+  c.build.n_threads = 0;  // all cores; 1 in effect when layers build in parallel (take_context)
   // A step's heads search in parallel; with fewer KV heads than cores (Gemma 3
   // has one) each search may score its summaries on the spare cores.
   c.search_threads = std::max(1, omp_get_max_threads() / std::max(1, cfg_.n_head_kv));
@@ -82,9 +82,14 @@ void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
   const int64_t keys_total = (int64_t)nl * cfg_.n_head_kv * std::max<int64_t>(0, n - policy_.sinks - policy_.window);
   Progress bar("index build", keys_total, "keys", progress_ && keys_total >= 100000);
   Timer t;
-  // Layers in parallel (each builds its heads; nested parallelism is off by default).
+  // Layers in parallel when the model has more KV heads than there are cores
+  // to spread over a layer's heads; otherwise one layer at a time, its index
+  // builds using every core (Gemma 3: one KV head, three layers). Nested
+  // parallelism is off by default, so an inner build inside a parallel layer
+  // loop runs on one thread.
+  const bool layers_parallel = nl > 1 && cfg_.n_head_kv * 2 > omp_get_max_threads();
   std::vector<std::string> errors((size_t)nl);
-#pragma omp parallel for schedule(dynamic, 1) if (nl > 1)
+#pragma omp parallel for schedule(dynamic, 1) if (layers_parallel)
   for (int i = 0; i < nl; ++i) {
     try {
       auto layer = std::make_unique<OffloadedLayer>(layer_config(i));
