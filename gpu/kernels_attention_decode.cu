@@ -1,0 +1,425 @@
+// Decode attention (one query token, T = 1) over the KV cache, split-KV
+// (flash-decoding), twin of CpuBackend::attention for T = 1. Bound: the cache
+// read, 2 * head_dim * elem bytes per visible key and KV head, so the kernel
+// is built to keep HBM busy rather than to save arithmetic:
+//   - grid (split, KV head x row tile): one block per SM-sized slice of the
+//     keys; a block holds every query head of its KV head (up to R = 4 or 8
+//     rows), so each K/V row is read from HBM exactly once;
+//   - each warp streams its own keys through a private cp.async pipeline,
+//     kStages deep, 16-byte copies straight into shared memory: 8 KB per
+//     warp in flight while the warp computes, ~128 KB per SM. Every lane
+//     reads back only the bytes it copied itself, so no barrier is needed in
+//     the loop;
+//   - lanes split a key row in 16-byte chunks (LPK lanes per key, KPW keys
+//     per warp load); scores are reduced over the LPK lanes by shuffles; the
+//     online softmax (m, l, o) is kept per lane for the keys of its segment
+//     and merged across segments, warps and finally splits (the exact merge
+//     of DESIGN.md) at the end.
+// The plan (number of splits) depends only on the cache geometry, never on
+// the position: the position may come from device memory (recorded decode
+// steps, CUDA graphs), each split finds its key range from it, and splits
+// past the visible keys write an empty partial (l = 0) that the merge skips.
+// fp32 arithmetic throughout (expf, fmaf): matches the CPU to ~1e-6.
+#include <algorithm>
+#include <type_traits>
+
+#include "gpu/cuda_common.cuh"
+#include "gpu/cuda_kernels.h"
+
+namespace topkv::cuda {
+namespace {
+
+constexpr int kStages = 3;
+constexpr int64_t kMinSplitKeys = 256;  // fewer keys per split cost more to merge than they save
+constexpr int64_t kSplitAlign = 64;     // split lengths are multiples of every warp step
+constexpr int kMaxSplits = 1024;
+constexpr int kMergeWarps = 8;
+
+struct DecodeKernelArgs {
+  const float* q;  // [n_head][HD]
+  float* out;      // [n_head][HD], written when n_splits == 1
+  const void* k;   // [n_kv][capacity][HD]
+  const void* v;
+  const int64_t* dev_pos;  // the position in device memory, or null: use pos
+  int64_t pos, capacity, window;
+  int group, row_tiles, n_splits;
+  float scale;
+  float *part_m, *part_l, *part_o;  // [n_head][n_splits] (x HD for o)
+};
+
+// Geometry of one instantiation: E the cache element, HD the head dim, R the
+// query rows (heads of one KV head) a block holds.
+template <class E, int HD, int R> struct Geo {
+  static constexpr int VE = 16 / (int)sizeof(E);   // elements per 16-byte chunk
+  static constexpr int C = HD / VE;                // chunks per row
+  static constexpr int LPK = C >= 32 ? 32 : C > 16 ? 32 : C > 8 ? 16 : C > 4 ? 8 : 4;  // lanes per key
+  static constexpr int CPL = C >= 32 ? C / 32 : 1;  // chunks per lane
+  static constexpr int KPW = 32 / LPK;              // keys per warp load
+  static constexpr int FPR = CPL * VE;              // floats of a row a lane owns
+  static constexpr int U = CPL >= 4 ? 1 : 4 / CPL;  // warp loads per stage: 8 x 16 B per lane
+  static constexpr int STEP = U * KPW;              // keys per warp per stage
+  static constexpr int W = R <= 4 ? 16 : 8;         // warps per block (R = 8 needs more registers)
+  static constexpr int NT = W * 32;
+  static constexpr size_t stage_bytes = (size_t)U * CPL * 2 * 16 * NT;  // K and V chunks of every thread
+  static constexpr size_t merge_bytes = ((size_t)W * R * HD + 2 * (size_t)W * R + 2 * R) * sizeof(float);
+  static constexpr size_t smem_bytes = std::max(kStages * stage_bytes, merge_bytes);
+  static_assert(C * VE == HD && (C < 32 || C % 32 == 0), "head_dim must split into 16-byte chunks over the lanes");
+  static_assert(kSplitAlign % STEP == 0, "a split must hold whole warp steps");
+};
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, unsigned src_bytes) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+template <class E> __device__ __forceinline__ void unpack_chunk(const uint4& raw, float* out) {
+  if constexpr (sizeof(E) == 4) {
+    out[0] = __uint_as_float(raw.x), out[1] = __uint_as_float(raw.y), out[2] = __uint_as_float(raw.z);
+    out[3] = __uint_as_float(raw.w);
+  } else {
+    Vec16<E>::unpack(raw, out);
+  }
+}
+
+template <class E, int HD, int R>
+__global__ void __launch_bounds__(Geo<E, HD, R>::NT, 1) decode_attention_kernel(const DecodeKernelArgs a) {
+  using G = Geo<E, HD, R>;
+  constexpr int VE = G::VE, C = G::C, LPK = G::LPK, CPL = G::CPL, KPW = G::KPW, FPR = G::FPR, U = G::U;
+  constexpr int STEP = G::STEP, W = G::W, NT = G::NT;
+  extern __shared__ uint4 dsmem[];
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int seg = lane / LPK, c = lane % LPK;  // key slot within a warp load, chunk within the row
+  const bool lane_active = c < C;              // head dims 32/96 leave some lanes without a chunk
+  const int kh = blockIdx.y / a.row_tiles, rt = blockIdx.y % a.row_tiles, split = blockIdx.x;
+  const int g0 = rt * R;                       // first query head of the group in this block
+  const int rows = min(R, a.group - g0);
+  const int n_head_row0 = kh * a.group + g0;   // query head of row 0
+
+  // This split's keys: the visible range [lo, pos] cut into n_splits pieces
+  // of sk keys (at least kMinSplitKeys); later splits may be empty.
+  const int64_t pos = a.dev_pos ? *a.dev_pos : a.pos;
+  const int64_t lo = a.window > 0 ? max((int64_t)0, pos - a.window + 1) : (int64_t)0;
+  const int64_t n = pos - lo + 1;
+  const int64_t per = (n + a.n_splits - 1) / a.n_splits;
+  const int64_t sk = max(kMinSplitKeys, (per + kSplitAlign - 1) / kSplitAlign * kSplitAlign);
+  const int64_t k_begin = lo + (int64_t)split * sk, k_end = min(pos + 1, k_begin + sk);
+
+  if (k_begin >= k_end) {  // empty split (block-uniform): l = 0 marks it for the merge
+    if (tid < rows) {
+      const int64_t pi = (int64_t)(n_head_row0 + tid) * a.n_splits + split;
+      a.part_m[pi] = -INFINITY, a.part_l[pi] = 0.f;
+    }
+    return;
+  }
+
+  // q rows (pre-scaled), this lane's dims: d = (c + j*LPK)*VE + e.
+  float q[R][FPR];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int j = 0; j < CPL; ++j)
+#pragma unroll
+      for (int e = 0; e < VE; ++e) {
+        const int d = (c + j * LPK) * VE + e;
+        q[r][j * VE + e] = (r < rows && lane_active) ? a.q[(int64_t)(n_head_row0 + r) * HD + d] * a.scale : 0.f;
+      }
+  float m[R], l[R], o[R][FPR];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    m[r] = -INFINITY, l[r] = 0.f;
+#pragma unroll
+    for (int i = 0; i < FPR; ++i) o[r][i] = 0.f;
+  }
+
+  const E* kbase = static_cast<const E*>(a.k) + (int64_t)kh * a.capacity * HD;
+  const E* vbase = static_cast<const E*>(a.v) + (int64_t)kh * a.capacity * HD;
+  const int64_t slot0 = k_begin % a.capacity;  // the range wraps the ring at most once (n <= capacity)
+  // Staging slot of (stage, u, j, K/V) for this thread: consecutive threads, consecutive 16 bytes.
+  auto stg = [&](int st, int u, int j, int kv) -> uint4* {
+    return dsmem + ((((st * U + u) * CPL + j) * 2 + kv) * NT + tid);
+  };
+  // Queues the K and V chunks of the warp step at `b` into stage st; keys past
+  // the split (and lanes without a chunk) get zeros, so p * v stays finite.
+  auto issue = [&](int st, int64_t b) {
+    if (b < k_end) {  // warp-uniform
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t key = b + u * KPW + seg;
+        const bool ok = key < k_end && lane_active;
+        int64_t slot = slot0 + (key - k_begin);
+        if (slot >= a.capacity) slot -= a.capacity;
+#pragma unroll
+        for (int j = 0; j < CPL; ++j) {
+          const int64_t off = ok ? slot * HD + (c + j * LPK) * VE : 0;
+          cp_async16(stg(st, u, j, 0), kbase + off, ok ? 16u : 0u);
+          cp_async16(stg(st, u, j, 1), vbase + off, ok ? 16u : 0u);
+        }
+      }
+    }
+    cp_async_commit();  // one group per step, even an empty one, so wait_group counts steps
+  };
+
+  const int64_t stride = (int64_t)W * STEP;
+  int64_t fetch = k_begin + (int64_t)warp * STEP;
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st, fetch += stride) issue(st, fetch);
+  int stage = 0;
+  for (int64_t b = k_begin + (int64_t)warp * STEP; b < k_end; b += stride) {
+    issue((stage + kStages - 1) % kStages, fetch);  // refills the stage consumed last step
+    fetch += stride;
+    cp_async_wait<kStages - 1>();  // this step's group has landed (this thread's copies)
+
+    float s[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) s[u][r] = 0.f;
+#pragma unroll
+      for (int j = 0; j < CPL; ++j) {
+        float kf[VE];
+        unpack_chunk<E>(*stg(stage, u, j, 0), kf);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int e = 0; e < VE; ++e) s[u][r] = fmaf(q[r][j * VE + e], kf[e], s[u][r]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const bool ok = b + u * KPW + seg < k_end;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int off = LPK / 2; off > 0; off >>= 1) s[u][r] += __shfl_xor_sync(0xffffffffu, s[u][r], off);
+        if (!ok) s[u][r] = -INFINITY;
+      }
+    }
+    // Online softmax per row; mref keeps exp's argument finite while the
+    // segment has seen no key (m = -inf: corr and p are then 0).
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float mx = s[0][r];
+#pragma unroll
+      for (int u = 1; u < U; ++u) mx = fmaxf(mx, s[u][r]);
+      const float mnew = fmaxf(m[r], mx), mref = mnew == -INFINITY ? 0.f : mnew;
+      const float corr = expf(m[r] - mref);
+      l[r] *= corr;
+#pragma unroll
+      for (int i = 0; i < FPR; ++i) o[r][i] *= corr;
+      m[r] = mnew;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        s[u][r] = expf(s[u][r] - mref);
+        l[r] += s[u][r];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < CPL; ++j) {
+        float vf[VE];
+        unpack_chunk<E>(*stg(stage, u, j, 1), vf);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int e = 0; e < VE; ++e) o[r][j * VE + e] = fmaf(s[u][r], vf[e], o[r][j * VE + e]);
+      }
+    stage = (stage + 1) % kStages;
+  }
+  cp_async_wait<0>();
+
+  // Merge the KPW segments of the warp (lanes c, c + LPK, ... hold the same dims).
+#pragma unroll
+  for (int off = LPK; off < 32; off <<= 1)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m[r], off), l2 = __shfl_xor_sync(0xffffffffu, l[r], off);
+      const float M = fmaxf(m[r], m2);
+      const float f1 = m[r] == -INFINITY ? 0.f : expf(m[r] - M), f2 = m2 == -INFINITY ? 0.f : expf(m2 - M);
+      l[r] = l[r] * f1 + l2 * f2;
+#pragma unroll
+      for (int i = 0; i < FPR; ++i) {
+        const float o2 = __shfl_xor_sync(0xffffffffu, o[r][i], off);
+        o[r][i] = o[r][i] * f1 + o2 * f2;
+      }
+      m[r] = M;
+    }
+
+  // Merge the warps through shared memory (the staging area is free now).
+  __syncthreads();
+  float* wo = reinterpret_cast<float*>(dsmem);  // [W][R][HD]
+  float* wm = wo + W * R * HD;                  // [W][R], then the per-warp factors
+  float* wl = wm + W * R;                       // [W][R]
+  float* rowML = wl + W * R;                    // [R]: M, then [R]: L
+  if (seg == 0 && lane_active)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int j = 0; j < CPL; ++j)
+#pragma unroll
+        for (int e = 0; e < VE; ++e) wo[(warp * R + r) * HD + (c + j * LPK) * VE + e] = o[r][j * VE + e];
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < R; ++r) wm[warp * R + r] = m[r], wl[warp * R + r] = l[r];
+  __syncthreads();
+  if (tid < R) {
+    float M = -INFINITY;
+    for (int w = 0; w < W; ++w)
+      if (wl[w * R + tid] > 0.f) M = fmaxf(M, wm[w * R + tid]);
+    float L = 0.f;
+    for (int w = 0; w < W; ++w) {
+      const float f = wl[w * R + tid] > 0.f ? expf(wm[w * R + tid] - M) : 0.f;
+      wm[w * R + tid] = f;  // each thread rewrites only its own row's entries
+      L += wl[w * R + tid] * f;
+    }
+    rowML[tid] = M, rowML[R + tid] = L;
+  }
+  __syncthreads();
+  for (int idx = tid; idx < rows * HD; idx += NT) {
+    const int r = idx / HD, d = idx % HD;
+    float acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) acc = fmaf(wo[(w * R + r) * HD + d], wm[w * R + r], acc);
+    const int64_t h = n_head_row0 + r;
+    if (a.n_splits == 1) {
+      const float L = rowML[R + r];
+      a.out[h * HD + d] = L > 0.f ? acc / L : 0.f;
+    } else {
+      const int64_t pi = h * a.n_splits + split;
+      a.part_o[pi * HD + d] = acc;
+      if (d == 0) a.part_m[pi] = rowML[r], a.part_l[pi] = rowML[R + r];
+    }
+  }
+}
+
+// Exact merge of the splits: block (query head, 32 dims); the 8 warps take
+// every 8th split, each lane one dim; parts with l = 0 are skipped unread.
+__global__ void __launch_bounds__(kMergeWarps * 32) decode_merge_kernel(const float* __restrict__ pm,
+                                                                      const float* __restrict__ pl,
+                                                                      const float* __restrict__ po, int S, int hd,
+                                                                      float* __restrict__ out) {
+  __shared__ float red[kMergeWarps][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t h = blockIdx.x;
+  const int d = blockIdx.y * 32 + lane;
+  const float* mr = pm + h * S;
+  const float* lr = pl + h * S;
+  float M = -INFINITY;
+  for (int s = lane; s < S; s += 32)
+    if (lr[s] > 0.f) M = fmaxf(M, mr[s]);
+  M = warp_max(M);
+  float L = 0.f;
+  for (int s = lane; s < S; s += 32)
+    if (lr[s] > 0.f) L += lr[s] * expf(mr[s] - M);
+  L = warp_sum(L);
+  float acc = 0.f;
+  if (d < hd)
+    for (int s = warp; s < S; s += kMergeWarps)
+      if (lr[s] > 0.f) acc = fmaf(po[(h * S + s) * hd + d], expf(mr[s] - M), acc);
+  red[warp][lane] = acc;
+  __syncthreads();
+  if (warp == 0 && d < hd) {
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kMergeWarps; ++w) sum += red[w][lane];
+    out[h * hd + d] = L > 0.f ? sum / L : 0.f;
+  }
+}
+
+template <class E, int HD, int R> void set_smem_limit() {
+  TOPKV_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<E, HD, R>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Geo<E, HD, R>::smem_bytes));
+}
+
+template <class E, int HD, int R> void launch(const DecodeKernelArgs& ka, dim3 grid, cudaStream_t stream) {
+  using G = Geo<E, HD, R>;
+  decode_attention_kernel<E, HD, R><<<grid, G::NT, G::smem_bytes, stream>>>(ka);
+  TOPKV_CUDA_CHECK_LAUNCH();
+}
+
+// Calls f(E{}, integral_constant<HD>, integral_constant<R>) for the instantiation.
+template <class F> void with_decode_kernel(DType t, int head_dim, int R, F&& f) {
+  with_elem_type(t, [&](auto e) {
+    auto by_r = [&](auto hd) {
+      if (R == 4)
+        f(e, hd, std::integral_constant<int, 4>{});
+      else
+        f(e, hd, std::integral_constant<int, 8>{});
+    };
+    switch (head_dim) {
+      case 32: by_r(std::integral_constant<int, 32>{}); break;
+      case 64: by_r(std::integral_constant<int, 64>{}); break;
+      case 96: by_r(std::integral_constant<int, 96>{}); break;
+      case 128: by_r(std::integral_constant<int, 128>{}); break;
+      case 256: by_r(std::integral_constant<int, 256>{}); break;
+      default: fail("no CUDA decode attention kernel for head_dim {} (compiled: 32, 64, 96, 128, 256)", head_dim);
+    }
+  });
+}
+
+}  // namespace
+
+void init_decode_attention() {
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (int hd : {32, 64, 96, 128, 256})
+      for (int R : {4, 8})
+        with_decode_kernel(t, hd, R, [](auto e, auto h, auto r) {
+          set_smem_limit<decltype(e), decltype(h)::value, decltype(r)::value>();
+        });
+}
+
+DecodeAttentionPlan plan_decode_attention(int n_head, int n_kv, int head_dim, int64_t max_keys, int sm_count) {
+  TOPKV_CHECK(n_kv > 0 && n_head % n_kv == 0, "{} query heads do not split over {} KV heads", n_head, n_kv);
+  TOPKV_CHECK(attention_head_dim_supported(head_dim), "no CUDA decode attention kernel for head_dim {}", head_dim);
+  const int group = n_head / n_kv;
+  DecodeAttentionPlan p;
+  p.rows_per_block = group <= 4 ? 4 : 8;
+  p.row_tiles = (group + p.rows_per_block - 1) / p.rows_per_block;
+  // One block per SM (each holds 8-16 warps); splits beyond the keys a split
+  // needs to be worth its merge are not made.
+  const int64_t base = (int64_t)n_kv * p.row_tiles;
+  int64_t splits = std::max<int64_t>(1, std::max(sm_count, 1) / base);
+  splits = std::min({splits, std::max<int64_t>(1, (max_keys + kMinSplitKeys - 1) / kMinSplitKeys),
+                     (int64_t)kMaxSplits});
+  p.n_splits = (int)splits;
+  p.workspace_bytes = p.n_splits > 1 ? (size_t)n_head * p.n_splits * (size_t)(head_dim + 2) * sizeof(float) : 0;
+  return p;
+}
+
+void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionPlan& p, void* workspace,
+                      cudaStream_t stream) {
+  const int group = a.n_head / a.n_kv;
+  TOPKV_CHECK(a.capacity > 0 && a.n_kv > 0 && group * a.n_kv == a.n_head,
+              "decode attention over {} query heads / {} KV heads and a {}-slot cache", a.n_head, a.n_kv, a.capacity);
+  DecodeKernelArgs ka{};
+  ka.q = a.q, ka.out = a.out, ka.k = a.k, ka.v = a.v, ka.dev_pos = a.dev_pos;
+  ka.pos = a.pos, ka.capacity = a.capacity, ka.window = a.window, ka.scale = a.scale;
+  ka.group = group, ka.row_tiles = p.row_tiles, ka.n_splits = p.n_splits;
+  if (p.n_splits > 1) {
+    TOPKV_CHECK(workspace, "split decode attention needs {} bytes of work space", p.workspace_bytes);
+    const size_t n_part = (size_t)a.n_head * p.n_splits;
+    ka.part_m = static_cast<float*>(workspace);
+    ka.part_l = ka.part_m + n_part;
+    ka.part_o = ka.part_l + n_part;
+  }
+  const int64_t blocks_y = (int64_t)a.n_kv * p.row_tiles;
+  TOPKV_CHECK(blocks_y <= 65535, "decode attention over {} KV heads x {} row tiles is too large", a.n_kv,
+              p.row_tiles);
+  const dim3 grid((unsigned)p.n_splits, (unsigned)blocks_y);
+  with_decode_kernel(a.kv_type, a.head_dim, p.rows_per_block, [&](auto e, auto h, auto r) {
+    launch<decltype(e), decltype(h)::value, decltype(r)::value>(ka, grid, stream);
+  });
+  if (p.n_splits > 1) {
+    const dim3 mgrid((unsigned)a.n_head, (unsigned)((a.head_dim + 31) / 32));
+    decode_merge_kernel<<<mgrid, kMergeWarps * 32, 0, stream>>>(ka.part_m, ka.part_l, ka.part_o, p.n_splits,
+                                                               a.head_dim, a.out);
+    TOPKV_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace topkv::cuda
