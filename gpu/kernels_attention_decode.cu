@@ -11,7 +11,8 @@
 //     reads back only the bytes it copied itself, so no barrier is needed in
 //     the loop;
 //   - lanes split a key row in 16-byte chunks (LPK lanes per key, KPW keys
-//     per warp load); scores are reduced over the LPK lanes by shuffles; the
+//     per warp load); the partial scores of a stage are reduce-scattered over
+//     the LPK lanes (NV - 1 shuffles for NV scores) and shared back; the
 //     online softmax (m, l, o) is kept per lane for the keys of its segment
 //     and merged across segments, warps and finally splits (the exact merge
 //     of DESIGN.md) at the end.
@@ -19,7 +20,9 @@
 // the position: the position may come from device memory (recorded decode
 // steps, CUDA graphs), each split finds its key range from it, and splits
 // past the visible keys write an empty partial (l = 0) that the merge skips.
-// fp32 arithmetic throughout (expf, fmaf): matches the CPU to ~1e-6.
+// fp32 arithmetic throughout: q is pre-scaled by scale * log2(e), so scores,
+// maxima and the partials' m are in log2 units and every exponential is one
+// exp2f (2 ulp); matches the CPU (e^(s - m) on natural units) to ~1e-6.
 #include <algorithm>
 #include <type_traits>
 
@@ -47,6 +50,8 @@ struct DecodeKernelArgs {
   float *part_m, *part_l, *part_o;  // [n_head][n_splits] (x HD for o)
 };
 
+constexpr int ilog2(int x) { return x <= 1 ? 0 : 1 + ilog2(x / 2); }
+
 // Geometry of one instantiation: E the cache element, HD the head dim, R the
 // query rows (heads of one KV head) a block holds.
 template <class E, int HD, int R> struct Geo {
@@ -58,6 +63,10 @@ template <class E, int HD, int R> struct Geo {
   static constexpr int FPR = CPL * VE;              // floats of a row a lane owns
   static constexpr int U = CPL >= 4 ? 1 : 4 / CPL;  // warp loads per stage: 8 x 16 B per lane
   static constexpr int STEP = U * KPW;              // keys per warp per stage
+  static constexpr int NV = U * R;                  // scores per lane per stage (before the reduce-scatter)
+  static constexpr int LL = ilog2(LPK);
+  static constexpr int H = NV >= LPK ? NV / LPK : 1;                // scores a lane holds after it
+  static constexpr int SH = NV >= LPK ? 0 : ilog2(LPK) - ilog2(NV);  // 2^SH lanes hold the same one
   static constexpr int W = R <= 4 ? 16 : 8;         // warps per block (R = 8 needs more registers)
   static constexpr int NT = W * 32;
   static constexpr size_t stage_bytes = (size_t)U * CPL * 2 * 16 * NT;  // K and V chunks of every thread
@@ -76,6 +85,26 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// Level LVL of the reduce-scatter over LPK lanes (see the kernel, step 3):
+// the lanes with bit `off` of c set keep the upper half of the n values
+// still held; once one value is left the levels are a plain butterfly.
+template <int LVL, int LL, int NV, int LPK> __device__ __forceinline__ void reduce_scatter(float (&v)[NV], int c) {
+  if constexpr (LVL < LL) {
+    constexpr int off = LPK >> (LVL + 1), n = NV >> LVL;
+    if constexpr (n > 1) {
+      const bool upper = (c & off) != 0;
+#pragma unroll
+      for (int i = 0; i < n / 2; ++i) {
+        const float send = upper ? v[i] : v[i + n / 2], keep = upper ? v[i + n / 2] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+      }
+    } else {
+      v[0] += __shfl_xor_sync(0xffffffffu, v[0], off);
+    }
+    reduce_scatter<LVL + 1, LL, NV, LPK>(v, c);
+  }
+}
+
 template <class E> __device__ __forceinline__ void unpack_chunk(const uint4& raw, float* out) {
   if constexpr (sizeof(E) == 4) {
     out[0] = __uint_as_float(raw.x), out[1] = __uint_as_float(raw.y), out[2] = __uint_as_float(raw.z);
@@ -89,7 +118,7 @@ template <class E, int HD, int R>
 __global__ void __launch_bounds__(Geo<E, HD, R>::NT, 1) decode_attention_kernel(const DecodeKernelArgs a) {
   using G = Geo<E, HD, R>;
   constexpr int VE = G::VE, C = G::C, LPK = G::LPK, CPL = G::CPL, KPW = G::KPW, FPR = G::FPR, U = G::U;
-  constexpr int STEP = G::STEP, W = G::W, NT = G::NT;
+  constexpr int STEP = G::STEP, W = G::W, NT = G::NT, NV = G::NV, H = G::H, SH = G::SH, LL = G::LL;
   extern __shared__ uint4 dsmem[];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -117,7 +146,9 @@ __global__ void __launch_bounds__(Geo<E, HD, R>::NT, 1) decode_attention_kernel(
     return;
   }
 
-  // q rows (pre-scaled), this lane's dims: d = (c + j*LPK)*VE + e.
+  // q rows, this lane's dims d = (c + j*LPK)*VE + e, pre-scaled by scale *
+  // log2(e): scores are in log2 units, so every exponential is one exp2f.
+  const float qscale = a.scale * 1.4426950408889634f;
   float q[R][FPR];
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -126,7 +157,7 @@ __global__ void __launch_bounds__(Geo<E, HD, R>::NT, 1) decode_attention_kernel(
 #pragma unroll
       for (int e = 0; e < VE; ++e) {
         const int d = (c + j * LPK) * VE + e;
-        q[r][j * VE + e] = (r < rows && lane_active) ? a.q[(int64_t)(n_head_row0 + r) * HD + d] * a.scale : 0.f;
+        q[r][j * VE + e] = (r < rows && lane_active) ? a.q[(int64_t)(n_head_row0 + r) * HD + d] * qscale : 0.f;
       }
   float m[R], l[R], o[R][FPR];
 #pragma unroll
@@ -147,6 +178,22 @@ __global__ void __launch_bounds__(Geo<E, HD, R>::NT, 1) decode_attention_kernel(
   // the split (and lanes without a chunk) get zeros, so p * v stays finite.
   auto issue = [&](int st, int64_t b) {
     if (b < k_end) {  // warp-uniform
+      int64_t slot_b = slot0 + (b - k_begin);
+      if (slot_b >= a.capacity) slot_b -= a.capacity;
+      if (b + STEP <= k_end && slot_b + STEP <= a.capacity && lane_active) {
+        // The usual step: all its keys valid, contiguous slots; offsets are constants from here.
+        const E* kp = kbase + (slot_b + seg) * HD + c * VE;
+        const E* vp = vbase + (slot_b + seg) * HD + c * VE;
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int j = 0; j < CPL; ++j) {
+            cp_async16(stg(st, u, j, 0), kp + (u * KPW * HD + j * LPK * VE), 16u);
+            cp_async16(stg(st, u, j, 1), vp + (u * KPW * HD + j * LPK * VE), 16u);
+          }
+        cp_async_commit();
+        return;
+      }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int64_t key = b + u * KPW + seg;
@@ -174,11 +221,12 @@ __global__ void __launch_bounds__(Geo<E, HD, R>::NT, 1) decode_attention_kernel(
     fetch += stride;
     cp_async_wait<kStages - 1>();  // this step's group has landed (this thread's copies)
 
-    float s[U][R];
+    // 2. partial scores of this lane's dims, v[r*U + u] (key u*KPW + seg of the step)
+    float v[NV];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
+    for (int i = 0; i < NV; ++i) v[i] = 0.f;
 #pragma unroll
-      for (int r = 0; r < R; ++r) s[u][r] = 0.f;
+    for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int j = 0; j < CPL; ++j) {
         float kf[VE];
@@ -186,38 +234,54 @@ __global__ void __launch_bounds__(Geo<E, HD, R>::NT, 1) decode_attention_kernel(
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
-          for (int e = 0; e < VE; ++e) s[u][r] = fmaf(q[r][j * VE + e], kf[e], s[u][r]);
+          for (int e = 0; e < VE; ++e) v[r * U + u] = fmaf(q[r][j * VE + e], kf[e], v[r * U + u]);
       }
+    // 3. reduce-scatter over the LPK lanes of the key: at each level a lane
+    // keeps half of its values and adds the partner's copy of that half, so
+    // NV sums cost NV - 1 shuffles instead of NV * log2(LPK). Afterwards lane
+    // c holds the finished score idx = c*H + k (k < H), or, when there are
+    // fewer scores than lanes, idx = c >> SH (in 2^SH lanes alike: the last
+    // levels are a plain butterfly, whose sums agree bit for bit).
+    reduce_scatter<0, LL, NV, LPK>(v, c);
+    // Keys past the split score -inf; then every lane of the key segment gets
+    // every finished score (its own dims need all of them).
+#pragma unroll
+    for (int k = 0; k < H; ++k) {
+      const int idx = NV >= LPK ? c * H + k : c >> SH;
+      if (b + (idx % U) * KPW + seg >= k_end) v[k] = -INFINITY;
     }
+    float sc[NV];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const bool ok = b + u * KPW + seg < k_end;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-#pragma unroll
-        for (int off = LPK / 2; off > 0; off >>= 1) s[u][r] += __shfl_xor_sync(0xffffffffu, s[u][r], off);
-        if (!ok) s[u][r] = -INFINITY;
-      }
-    }
-    // Online softmax per row; mref keeps exp's argument finite while the
-    // segment has seen no key (m = -inf: corr and p are then 0).
+    for (int i = 0; i < NV; ++i)
+      sc[i] = __shfl_sync(0xffffffffu, v[NV >= LPK ? i % H : 0], seg * LPK + (NV >= LPK ? i / H : i << SH));
+
+    // 4. online softmax per row (log2 domain); mref keeps exp2's argument
+    // finite while the segment has seen no key (m = -inf: corr and p are 0).
+    float corr[R];
+    bool grew = false;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      float mx = s[0][r];
+      float mx = sc[r * U];
 #pragma unroll
-      for (int u = 1; u < U; ++u) mx = fmaxf(mx, s[u][r]);
+      for (int u = 1; u < U; ++u) mx = fmaxf(mx, sc[r * U + u]);
       const float mnew = fmaxf(m[r], mx), mref = mnew == -INFINITY ? 0.f : mnew;
-      const float corr = expf(m[r] - mref);
-      l[r] *= corr;
-#pragma unroll
-      for (int i = 0; i < FPR; ++i) o[r][i] *= corr;
+      corr[r] = exp2f(m[r] - mref);
+      grew |= corr[r] != 1.f;
       m[r] = mnew;
+      float ps = 0.f;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        s[u][r] = expf(s[u][r] - mref);
-        l[r] += s[u][r];
+        sc[r * U + u] = exp2f(sc[r * U + u] - mref);
+        ps += sc[r * U + u];
       }
+      l[r] = l[r] * corr[r] + ps;
     }
+    if (__any_sync(0xffffffffu, grew))  // the running max rarely moves once a few keys are in
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int i = 0; i < FPR; ++i) o[r][i] *= corr[r];
+    // 5. o += p v over this lane's dims
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -227,7 +291,7 @@ __global__ void __launch_bounds__(Geo<E, HD, R>::NT, 1) decode_attention_kernel(
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
-          for (int e = 0; e < VE; ++e) o[r][j * VE + e] = fmaf(s[u][r], vf[e], o[r][j * VE + e]);
+          for (int e = 0; e < VE; ++e) o[r][j * VE + e] = fmaf(sc[r * U + u], vf[e], o[r][j * VE + e]);
       }
     stage = (stage + 1) % kStages;
   }
@@ -240,7 +304,7 @@ __global__ void __launch_bounds__(Geo<E, HD, R>::NT, 1) decode_attention_kernel(
     for (int r = 0; r < R; ++r) {
       const float m2 = __shfl_xor_sync(0xffffffffu, m[r], off), l2 = __shfl_xor_sync(0xffffffffu, l[r], off);
       const float M = fmaxf(m[r], m2);
-      const float f1 = m[r] == -INFINITY ? 0.f : expf(m[r] - M), f2 = m2 == -INFINITY ? 0.f : expf(m2 - M);
+      const float f1 = m[r] == -INFINITY ? 0.f : exp2f(m[r] - M), f2 = m2 == -INFINITY ? 0.f : exp2f(m2 - M);
       l[r] = l[r] * f1 + l2 * f2;
 #pragma unroll
       for (int i = 0; i < FPR; ++i) {
@@ -273,7 +337,7 @@ __global__ void __launch_bounds__(Geo<E, HD, R>::NT, 1) decode_attention_kernel(
       if (wl[w * R + tid] > 0.f) M = fmaxf(M, wm[w * R + tid]);
     float L = 0.f;
     for (int w = 0; w < W; ++w) {
-      const float f = wl[w * R + tid] > 0.f ? expf(wm[w * R + tid] - M) : 0.f;
+      const float f = wl[w * R + tid] > 0.f ? exp2f(wm[w * R + tid] - M) : 0.f;
       wm[w * R + tid] = f;  // each thread rewrites only its own row's entries
       L += wl[w * R + tid] * f;
     }
@@ -315,12 +379,12 @@ __global__ void __launch_bounds__(kMergeWarps * 32) decode_merge_kernel(const fl
   M = warp_max(M);
   float L = 0.f;
   for (int s = lane; s < S; s += 32)
-    if (lr[s] > 0.f) L += lr[s] * expf(mr[s] - M);
+    if (lr[s] > 0.f) L += lr[s] * exp2f(mr[s] - M);
   L = warp_sum(L);
   float acc = 0.f;
   if (d < hd)
     for (int s = warp; s < S; s += kMergeWarps)
-      if (lr[s] > 0.f) acc = fmaf(po[(h * S + s) * hd + d], expf(mr[s] - M), acc);
+      if (lr[s] > 0.f) acc = fmaf(po[(h * S + s) * hd + d], exp2f(mr[s] - M), acc);
   red[warp][lane] = acc;
   __syncthreads();
   if (warp == 0 && d < hd) {
