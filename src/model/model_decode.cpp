@@ -79,7 +79,10 @@ void Model::decode_step(int32_t token) {
 
 // Records the step of `token` at n_past_ (nothing runs); decode_step replays it.
 void Model::record_step(const std::vector<int>& overridden, int32_t token) {
-  // Ends an open recording if an op throws, so the backend is usable after.
+  auto rec = std::make_unique<StepRecording>();
+  rec->overridden = overridden, rec->kv_epoch = kv_epoch_;
+  // Ends an open recording if an op throws, so the backend is usable after
+  // (declared after rec: the capture closes before finished segments go).
   struct Guard {
     Backend& be;
     bool open = false;
@@ -87,8 +90,6 @@ void Model::record_step(const std::vector<int>& overridden, int32_t token) {
       if (open) be.cancel_recording();
     }
   } guard{be_};
-  auto rec = std::make_unique<StepRecording>();
-  rec->overridden = overridden, rec->kv_epoch = kv_epoch_;
   const auto begin = [&] {
     be_.begin_recording(n_past_, token);
     guard.open = true;
