@@ -56,6 +56,7 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
 Model::~Model() = default;
 
 size_t Model::touch_weights() const {
+  if (!be_.host_memory()) return 0;  // uploaded at load: already resident where the ops read them
   constexpr size_t kPage = 4096;
   size_t bytes = 0;
   unsigned sum = 0;
