@@ -225,7 +225,9 @@ void run_gpu_ops(const GpuOpsArgs& a) {
   bench_attention(be, tm, rep, a);
   bench_prefill_attention(be, tm, rep, a.reps, a.quick);
   bench_small_ops(be, tm, rep, a);
-  bench::bench_synth_models(be, a.synth, mo, sink);
+  // --quick: the small synthetic model only, unless --synth says otherwise.
+  const bool default_synth = a.synth == GpuOpsArgs{}.synth;
+  bench::bench_synth_models(be, a.quick && default_synth ? "gemma3-270m" : a.synth, mo, sink);
   if (!a.model.empty()) bench::bench_model_file(be, a.model, "model", mo, sink);
 }
 #else

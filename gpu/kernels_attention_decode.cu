@@ -47,7 +47,10 @@ __global__ void __launch_bounds__(kMergeWarps * 32) decode_merge_kernel(const fl
   }
 }
 
-template <class E, int HD, int R> void set_smem_limit() {
+template <class E, int HD, int R> void set_smem_limit(int device_limit) {
+  // A device with less shared memory per block than Hopper's 227 KB keeps
+  // its default: the launch then fails with the runtime's resource error.
+  if ((int)Geo<E, HD, R>::smem_bytes > device_limit) return;
   TOPKV_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<E, HD, R>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Geo<E, HD, R>::smem_bytes));
 }
@@ -81,11 +84,14 @@ template <class F> void with_decode_kernel(DType t, int head_dim, int R, F&& f) 
 }  // namespace
 
 void init_decode_attention() {
+  int dev = 0, limit = 0;
+  TOPKV_CUDA_CHECK(cudaGetDevice(&dev));
+  TOPKV_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   for (DType t : {DType::F32, DType::F16, DType::BF16})
     for (int hd : {32, 64, 96, 128, 256})
       for (int R : {4, 8})
-        with_decode_kernel(t, hd, R, [](auto e, auto h, auto r) {
-          set_smem_limit<decltype(e), decltype(h)::value, decltype(r)::value>();
+        with_decode_kernel(t, hd, R, [limit](auto e, auto h, auto r) {
+          set_smem_limit<decltype(e), decltype(h)::value, decltype(r)::value>(limit);
         });
 }
 
