@@ -11,7 +11,10 @@
 //                against the tensor-core one (--only prefill: this group alone);
 //   small ops    rms_norm, rope, glu, add, kv_write, embed, argmax, sampling
 //                at decode (T=1) and prefill (T=512) sizes;
-//   model        (--model FILE) prefill and decode tokens/s of a GGUF file.
+//   model        synthetic presets (--synth, default gemma3-270m and 4 layers
+//                of llama3-8b) and --model FILE: prefill, and the decode step
+//                op by op, as a CUDA graph, and as a graph with the greedy
+//                pick on the device (bench/gpu_model_bench.cpp).
 // Every time is the median of --reps runs between CUDA events after 3
 // warm-ups. One "BENCH" line per row on stdout (scripts/gpu-check.sh prints
 // them last) and one JSON object per row in --out.
@@ -32,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/gpu_bench_util.h"
+#include "bench/gpu_model_bench.h"
 #include "gpu/cuda_backend_impl.h"
 #include "gpu/cuda_check.h"
 #include "gpu/cuda_kernels.h"
@@ -49,6 +53,7 @@ struct GpuOpsArgs {
   std::string out;
   std::string model;
   int prompt = 512, decode = 64;
+  std::string synth = "gemma3-270m,llama3-8b@4";
   bool quick = false;
   bool model_only = false;
   std::string only;
@@ -108,6 +113,7 @@ struct AttnGeom {
   int n_head, n_kv, hd;
   int64_t ctx;
   DType dt;
+  bool prefill = true;  // also time a 512-token chunk
 };
 
 void bench_attention(CudaBackend& be, EventTimer& tm, Report& rep, const GpuOpsArgs& a) {
@@ -115,7 +121,10 @@ void bench_attention(CudaBackend& be, EventTimer& tm, Report& rep, const GpuOpsA
                                  {"llama8b 32/8x128 f16 ctx 32k", 32, 8, 128, 32768, DType::F16},
                                  {"llama8b 32/8x128 f16 ctx 128k", 32, 8, 128, 131072, DType::F16},
                                  {"llama8b 32/8x128 f32 ctx 32k", 32, 8, 128, 32768, DType::F32},
+                                 {"llama8b 32/8x128 f32 ctx 128k", 32, 8, 128, 131072, DType::F32, false},
+                                 {"gemma270m 4/1x256 f16 ctx 4k", 4, 1, 256, 4096, DType::F16, false},
                                  {"gemma270m 4/1x256 f16 ctx 32k", 4, 1, 256, 32768, DType::F16},
+                                 {"gemma270m 4/1x256 f16 ctx 128k", 4, 1, 256, 131072, DType::F16, false},
                                  {"gemma270m 4/1x256 f16 window 512", 4, 1, 256, 512, DType::F16}};
   if (a.quick) geoms.resize(2);
   for (const AttnGeom& g : geoms) {
@@ -124,7 +133,7 @@ void bench_attention(CudaBackend& be, EventTimer& tm, Report& rep, const GpuOpsA
     fill_random(be, c.v, g.dt, 4);
     const float scale = 1.f / std::sqrt((float)g.hd);
     for (int T : {1, 512}) {
-      if (T > g.ctx) continue;
+      if (T > g.ctx || (T > 1 && !g.prefill)) continue;
       Buffer q = random_device(be, DType::F32, (size_t)T * g.n_head * g.hd, 5, 1.f);
       Buffer out = be.alloc((size_t)T * g.n_head * g.hd * sizeof(float));
       const int64_t pos0 = g.ctx - T;
@@ -180,33 +189,6 @@ void bench_small_ops(CudaBackend& be, EventTimer& tm, Report& rep, const GpuOpsA
   }
 }
 
-void bench_model(CudaBackend& be, Report& rep, const GpuOpsArgs& a) {
-  std::shared_ptr<const GgufFile> file = GgufFile::open(a.model);
-  ModelOptions opt;
-  opt.n_ctx = a.prompt + a.decode + 8, opt.max_chunk = std::min(512, a.prompt);
-  Timer load;
-  Model m(file, be, opt);
-  rep.note("model", "load", fmt::format("{:.1f} s; {}; device memory {}", load.seconds(), m.config().summary(),
-                                        be.memory_use().describe()));
-  std::mt19937 rng(9);
-  std::vector<int32_t> prompt((size_t)a.prompt);
-  for (auto& id : prompt) id = (int32_t)(rng() % (uint32_t)m.config().n_vocab);
-  Timer t;
-  auto logits = m.prefill(prompt, opt.max_chunk);
-  const double pre_s = t.seconds();
-  rep.add("model", fmt::format("prefill {} tokens (chunk {})", a.prompt, opt.max_chunk), pre_s * 1e6, 0, 0);
-  std::vector<double> step_ms;
-  for (int i = 0; i < a.decode; ++i) {
-    const int32_t next = (int32_t)(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    Timer s;
-    logits = m.decode(next);
-    step_ms.push_back(s.ms());
-  }
-  const double med = percentile(step_ms, 50);
-  rep.add("model", fmt::format("decode step (median of {})", a.decode), med * 1e3, 0, 0);
-  rep.note("model", "tokens/s", fmt::format("prefill {:.0f}, decode {:.1f}", a.prompt / pre_s, 1e3 / med));
-}
-
 void run_gpu_ops(const GpuOpsArgs& a) {
   TOPKV_CHECK(a.reps >= 1, "--reps must be at least 1, got {}", a.reps);
   CudaBackendOptions opt;
@@ -216,9 +198,14 @@ void run_gpu_ops(const GpuOpsArgs& a) {
   Report rep(a.out, be.device_name());
   EventTimer tm(be.stream());
   rep.note("device", be.device_name(), fmt::format("{} SMs", be.sm_count()));
+  bench::RowSink sink;
+  sink.add = [&](const std::string& g, const std::string& n, double us, double b, double f) { rep.add(g, n, us, b, f); };
+  sink.note = [&](const std::string& g, const std::string& n, const std::string& t) { rep.note(g, n, t); };
+  bench::ModelBenchOptions mo;
+  mo.prompt = a.prompt, mo.decode = a.decode;
   if (a.model_only) {
     TOPKV_CHECK(!a.model.empty(), "--model-only needs --model FILE");
-    bench_model(be, rep, a);
+    bench::bench_model_file(be, a.model, "model", mo, sink);
     return;
   }
   TOPKV_CHECK(a.only.empty() || a.only == "prefill", "--only takes 'prefill', got '{}'", a.only);
@@ -238,7 +225,10 @@ void run_gpu_ops(const GpuOpsArgs& a) {
   bench_attention(be, tm, rep, a);
   bench_prefill_attention(be, tm, rep, a.reps, a.quick);
   bench_small_ops(be, tm, rep, a);
-  if (!a.model.empty()) bench_model(be, rep, a);
+  // --quick: the small synthetic model only, unless --synth says otherwise.
+  const bool default_synth = a.synth == GpuOpsArgs{}.synth;
+  bench::bench_synth_models(be, a.quick && default_synth ? "gemma3-270m" : a.synth, mo, sink);
+  if (!a.model.empty()) bench::bench_model_file(be, a.model, "model", mo, sink);
 }
 #else
 void run_gpu_ops(const GpuOpsArgs&) {
@@ -258,6 +248,9 @@ void register_bench_gpu(CLI::App& app) {
   cmd->add_option("--reps", a->reps, "Timed runs per case; the median is reported (default 50)");
   cmd->add_option("--out", a->out, "Also write one JSON object per row to this file");
   cmd->add_option("--model", a->model, "A GGUF model to time end to end (prefill, then greedy decode)");
+  cmd->add_option("--synth", a->synth,
+                  "Synthetic presets to time end to end, comma-separated; PRESET@N keeps N layers; 'none' skips "
+                  "(default gemma3-270m,llama3-8b@4)");
   cmd->add_option("--prompt", a->prompt, "Model: prompt tokens, random ids (default 512)");
   cmd->add_option("--decode", a->decode, "Model: decode steps (default 64)");
   cmd->add_flag("--quick", a->quick, "Fewer shapes and smaller buffers (a smoke run)");

@@ -45,8 +45,11 @@ void embed_rows(DType table_type, const void* table, int64_t cols, const int32_t
 // [n_kv][capacity][head_dim] of `dtype`, slot = position % capacity. When
 // T > capacity only the last `capacity` tokens are written (the earlier ones
 // would be overwritten within the chunk anyway). Twin: CpuBackend::kv_write.
+// dev_pos (recorded decode steps): when set, the position pos0 is read from
+// this device address at run time instead.
 void kv_write(DType dtype, void* k_cache, void* v_cache, int n_kv, int head_dim, int64_t capacity,
-              const float* k, const float* v, int T, int64_t pos0, cudaStream_t stream);
+              const float* k, const float* v, int T, int64_t pos0, cudaStream_t stream,
+              const int64_t* dev_pos = nullptr);
 
 // ---- norms and RoPE (kernels_norm_rope.cu) -----------------------------------
 // out = x / sqrt(mean(x^2) + eps) * w over `rows` rows of `dim`; out may
@@ -57,8 +60,9 @@ void rms_norm(const float* x, const float* w, int64_t rows, int dim, float eps, 
 // per position, computed in double by the caller exactly as the CPU does.
 // Twin: CpuBackend::rope.
 inline constexpr int kMaxRopePairs = 256;
+// dev_pos as for kv_write.
 void rope(float* x, int T, int n_heads, int head_dim, int64_t pos0, RopeStyle style, int n_rot,
-          const double* inv_freq, cudaStream_t stream);
+          const double* inv_freq, cudaStream_t stream, const int64_t* dev_pos = nullptr);
 
 // ---- matmul (kernels_matmul.cu) ----------------------------------------------
 // Tokens up to which matmul runs the GEMV kernel instead of cuBLAS.
@@ -105,6 +109,41 @@ AttentionPlan plan_attention(const AttentionArgs& a, int sm_count);
 // writes partials (m, l, o) to `workspace` and merge_partials combines them.
 // Twin: CpuBackend::attention.
 void attention(const AttentionArgs& a, const AttentionPlan& plan, void* workspace, cudaStream_t stream);
+
+// ---- decode attention (kernels_attention_decode.cu) ---------------------------
+// One query token (T = 1) over the cache: every query head of a KV head in
+// one block (each K/V row read once), split-KV over the keys with a fixed
+// plan per cache geometry, so the position may live in device memory
+// (recorded decode steps) and each split finds its key range from it.
+struct DecodeAttentionArgs {
+  const float* q = nullptr;  // [n_head][head_dim]
+  float* out = nullptr;      // [n_head][head_dim], not aliasing q
+  DType kv_type = DType::F32;
+  const void* k = nullptr;   // cache [n_kv][capacity][head_dim], position p at slot p % capacity
+  const void* v = nullptr;
+  int n_head = 0, n_kv = 0, head_dim = 0;
+  int64_t pos = 0, capacity = 0, window = 0;  // the query's position; window 0 = no limit
+  const int64_t* dev_pos = nullptr;           // when set, the position is read here (device) instead of pos
+  float scale = 1.f;
+};
+struct DecodeAttentionPlan {
+  int n_splits = 1;        // blocks per (KV head, row tile) over the keys
+  int rows_per_block = 4;  // query heads a block holds (4 or 8)
+  int row_tiles = 1;       // blocks per KV head over its query heads
+  size_t workspace_bytes = 0;
+};
+// max_keys: the most keys a query can ever see in this cache (its capacity,
+// or the window when that is smaller). The plan depends on nothing else, so
+// one plan serves every position.
+DecodeAttentionPlan plan_decode_attention(int n_head, int n_kv, int head_dim, int64_t max_keys, int sm_count);
+// Twin: CpuBackend::attention with T = 1. The caller has checked that the
+// keys the query sees fit in the cache. With plan.n_splits > 1 the partials
+// go to `workspace` and a second kernel merges them exactly.
+void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionPlan& plan, void* workspace,
+                      cudaStream_t stream);
+// Raises the decode kernels' shared-memory limit (they take up to 192 KB);
+// called once per device before the first launch (and before any capture).
+void init_decode_attention();
 
 // ---- tensor-core prefill attention (kernels_attention_tc.cu) -----------------
 // The same attention for chunks of T >= kTcMinTokens (16) queries and head

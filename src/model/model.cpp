@@ -6,9 +6,6 @@
 
 namespace topkv {
 
-namespace {
-constexpr int kLogitRows = 16;  // all_logits: rows projected to the vocabulary at a time
-}
 
 Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const ModelOptions& opt)
     : file_(std::move(file)), be_(backend), opt_(opt), cfg_(read_model_config(*file_)) {
@@ -118,12 +115,9 @@ std::vector<float> Model::prefill(std::span<const int32_t> tokens, int chunk, bo
   return logits;
 }
 
-std::vector<float> Model::decode(int32_t token) { return prefill(std::span<const int32_t>(&token, 1), 1); }
-
 // Runs T tokens at positions n_past_..; writes logits of every row (all) or of
 // the last row (when out is not null) to host memory `out`.
 void Model::forward_chunk(const int32_t* ids, int T, bool all, float* out) {
-  const int d = cfg_.n_embd;
   be_.embed(token_embd_, ids, T, cfg_.embed_scale, x_.f32());
   for (int il = 0; il < cfg_.n_layer; ++il) layer(il, T);
   n_past_ += T;
@@ -131,24 +125,40 @@ void Model::forward_chunk(const int32_t* ids, int T, bool all, float* out) {
   const int first = all ? 0 : T - 1;
   for (int r0 = first; r0 < T; r0 += kLogitRows) {
     const int nr = std::min(kLogitRows, T - r0);
-    be_.rms_norm(x_.f32() + (size_t)r0 * d, output_norm_, nr, d, cfg_.rms_eps, xb_.f32());
-    be_.matmul(xb_.f32(), output_, nr, logits_.f32());
+    project_logits(r0, nr);
     be_.to_host(logits_, 0, out + (size_t)(r0 - first) * cfg_.n_vocab, (size_t)nr * cfg_.n_vocab * sizeof(float));
   }
+}
+
+// logits_[0..nr) = output(norm(x_ rows r0..r0+nr-1)), nr <= kLogitRows.
+void Model::project_logits(int r0, int nr) {
+  const int d = cfg_.n_embd;
+  be_.rms_norm(x_.f32() + (size_t)r0 * d, output_norm_, nr, d, cfg_.rms_eps, xb_.f32());
+  be_.matmul(xb_.f32(), output_, nr, logits_.f32());
 }
 
 // One transformer block on the chunk in x_ (positions n_past_..n_past_+T-1).
 //   llama:  x += o(attn(rope(q(n(x))), rope(k(n(x))), v(n(x))));  x += down(silu(gate(n(x))) * up(n(x)))
 //   gemma3: the same with QK-norm before RoPE, gelu-tanh gate, and an RMSNorm
 //           on each branch output before it joins the residual.
+// Split in three so that a recorded decode step can end a segment before an
+// overridden layer's attention (src/model/model_decode.cpp).
 void Model::layer(int il, int T) {
+  attention_input(il, T);
+  if (override_ && override_->overrides(il))
+    overridden_attention(il, T);  // reads q_, k_, v_, writes att_
+  else
+    dense_attention(il, T);
+  attention_output_ffn(il, T);
+}
+
+// x_ -> q_, k_, v_ (normed, projected, QK-normed, rotated).
+void Model::attention_input(int il, int T) {
   const LayerWeights& L = layers_[il];
   const LayerConfig& lc = cfg_.layers[il];
   const int d = cfg_.n_embd, hd = cfg_.head_dim, nh = cfg_.n_head, nkv = cfg_.n_head_kv;
   const float eps = cfg_.rms_eps;
-  float *x = x_.f32(), *xb = xb_.f32(), *q = q_.f32(), *k = k_.f32(), *v = v_.f32(), *att = att_.f32();
-  float *gate = gate_.f32(), *up = up_.f32();
-
+  float *x = x_.f32(), *xb = xb_.f32(), *q = q_.f32(), *k = k_.f32(), *v = v_.f32();
   be_.rms_norm(x, L.attn_norm, T, d, eps, xb);
   be_.matmul(xb, L.wq, T, q);
   be_.matmul(xb, L.wk, T, k);
@@ -159,14 +169,22 @@ void Model::layer(int il, int T) {
   }
   be_.rope(q, T, nh, hd, n_past_, lc.rope);
   be_.rope(k, T, nkv, hd, n_past_, lc.rope);
-  if (override_ && override_->overrides(il)) {
-    overridden_attention(il, T);  // reads q_, k_, v_, writes att_
-  } else {
-    TOPKV_CHECK(cache_[il].capacity > 0, "layer {}'s cache was handed to an attention override (release_kv); "
-                "it cannot attend without it", il);
-    be_.kv_write(cache_[il], k, v, T, n_past_);
-    be_.attention(q, T, nh, n_past_, cache_[il], lc.window, cfg_.attn_scale, att);
-  }
+}
+
+// q_, k_, v_ -> att_ over the layer's own cache.
+void Model::dense_attention(int il, int T) {
+  TOPKV_CHECK(cache_[il].capacity > 0, "layer {}'s cache was handed to an attention override (release_kv); "
+              "it cannot attend without it", il);
+  be_.kv_write(cache_[il], k_.f32(), v_.f32(), T, n_past_);
+  be_.attention(q_.f32(), T, cfg_.n_head, n_past_, cache_[il], cfg_.layers[il].window, cfg_.attn_scale, att_.f32());
+}
+
+// att_ -> output projection -> residual, then the FFN block -> residual.
+void Model::attention_output_ffn(int il, int T) {
+  const LayerWeights& L = layers_[il];
+  const int d = cfg_.n_embd;
+  const float eps = cfg_.rms_eps;
+  float *x = x_.f32(), *xb = xb_.f32(), *att = att_.f32(), *gate = gate_.f32(), *up = up_.f32();
   be_.matmul(att, L.wo, T, xb);
   if (cfg_.post_norms) be_.rms_norm(xb, L.post_attn_norm, T, d, eps, xb);
   be_.add(xb, (int64_t)T * d, x);
@@ -206,6 +224,8 @@ void Model::overridden_attention(int il, int T) {
 
 void Model::release_kv(int il) {
   TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "layer {} is out of range (0..{})", il, cfg_.n_layer - 1);
+  recorded_.reset();  // a recorded step may point into this cache
+  ++kv_epoch_;
   KvLayerCache& c = cache_[(size_t)il];
   c.k = {}, c.v = {}, c.capacity = 0;
 }
