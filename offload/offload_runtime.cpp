@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "offload/memory_plan.h"
 #include "src/common/error.h"
 #include "src/common/options.h"
 #include "src/common/progress.h"
@@ -23,9 +24,7 @@ OffloadRuntime::OffloadRuntime(const ModelConfig& cfg, const OffloadPolicy& poli
     pattern = std::make_unique<HeadPattern>(load_head_pattern(policy_.heads_file, cfg_.n_layer, cfg_.n_head_kv,
                                                               policy_.heads_threshold, policy_.heads_sparsity));
   slot_.assign((size_t)cfg_.n_layer, -1);
-  for (int il = 0; il < cfg_.n_layer; ++il) {
-    const LayerConfig& lc = cfg_.layers[(size_t)il];
-    if (lc.sliding || lc.window > 0 || il < policy_.dense_layers) continue;  // stays with the model
+  for (int il : offloaded_layers(cfg_, policy_.dense_layers)) {
     std::vector<char> streaming((size_t)cfg_.n_head_kv, 0);
     if (pattern)
       for (int h = 0; h < cfg_.n_head_kv; ++h) streaming[(size_t)h] = pattern->is_streaming(il, h);
@@ -68,6 +67,21 @@ void OffloadRuntime::take_prefill(const Model& model) {
   take_context(model.n_past(), [&model](int il, std::vector<float>& k, std::vector<float>& v) { model.read_kv(il, k, v); });
 }
 
+// Each layer in flight holds its context as fp32 K and V (the reader's
+// output) while its store fills; at 1M tokens of Llama-3-8B geometry that is
+// 8 GiB per layer, so 16 layers at once would not fit a 128 GiB host. The
+// stores of every layer (policy.store_dtype) are what must stay; what is left
+// of the free memory bounds the layers staged at once (at least one).
+int OffloadRuntime::layers_in_flight(int64_t n) const {
+  const int nl = (int)retrieval_layers_.size();
+  const double staging = 2.0 * cfg_.n_head_kv * (double)n * cfg_.head_dim * sizeof(float);
+  const double stores = nl * staging / sizeof(float) * dtype_size(policy_.store_dtype);
+  const double avail = host_memory_available();
+  int cap = std::max(1, std::min(nl, omp_get_max_threads()));
+  if (avail > 0 && staging > 0) cap = (int)std::clamp((avail - stores) / staging, 1.0, (double)cap);
+  return cap;
+}
+
 void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
   TOPKV_CHECK(layers_.empty(), "the offloaded runtime already holds a prompt; start a new one");
   TOPKV_CHECK(n >= 1, "the offloaded runtime needs a prefilled prompt");
@@ -79,9 +93,11 @@ void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
   const int64_t keys_total = (int64_t)nl * cfg_.n_head_kv * std::max<int64_t>(0, n - policy_.sinks - policy_.window);
   Progress bar("index build", keys_total, "keys", progress_ && keys_total >= 100000);
   Timer t;
-  // Layers in parallel (each builds its heads; nested parallelism is off by default).
+  // Layers in parallel (each builds its heads; nested parallelism is off by default),
+  // as many at once as their fp32 staging copies fit beside the stores being filled.
+  const int in_flight = layers_in_flight(n);
   std::vector<std::string> errors((size_t)nl);
-#pragma omp parallel for schedule(dynamic, 1) if (nl > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(in_flight) if (nl > 1)
   for (int i = 0; i < nl; ++i) {
     try {
       auto layer = std::make_unique<OffloadedLayer>(layer_config(i));
