@@ -21,8 +21,10 @@ json opt_json(const std::optional<size_t>& v) { return v ? json(*v) : json(nullp
 
 void print_decode_table(const DecodeBenchResult& r, std::FILE* out) {
   const DecodeBenchConfig& c = r.config;
-  fmt::print(out, "\nmodel: {} ({}, {} layers, {} KV heads x {}; offloaded layers: {})\n", c.model_label, r.arch,
-             r.n_layer, r.n_head_kv, r.head_dim, r.offloaded_layers.size());
+  std::string layers;
+  for (int il : r.offloaded_layers) layers += (layers.empty() ? "" : " ") + std::to_string(il);
+  fmt::print(out, "\nmodel: {} ({}, {} layers, {} KV heads x {}; layers topk/host-dense take: {})\n", c.model_label,
+             r.arch, r.n_layer, r.n_head_kv, r.head_dim, layers);
   fmt::print(out, "backend {}, {} threads; context fill: {}{}; {} timed steps after {} warmup; KV {}{}\n",
              r.backend_name, r.threads, context_fill_name(c.fill),
              c.fill == ContextFill::Synthetic ? " (generated keys/values, not a prefill)" : " (passkey prompt)",

@@ -152,7 +152,10 @@ void generate_rows(const SyntheticConfig& c, const HeadModel& M, int head, int64
                    const std::function<void(int64_t, int64_t, const float*, const float*)>& emit) {
   const int d = M.d;
   const float innov = (float)std::sqrt(1.0 - M.rho * M.rho), rho = (float)M.rho;
-  std::vector<float> x((size_t)kSuperBlock * d), kb((size_t)kSuperBlock * d), vb((size_t)kSuperBlock * d);
+  // Buffers for one super-block, or for fewer rows when fewer are asked for
+  // (a sliding window's ring: a few hundred rows, not 64K, many times over).
+  const size_t rows_max = (size_t)std::min(kSuperBlock, std::max<int64_t>(0, t_end - t_begin));
+  std::vector<float> x(rows_max * d), kb(rows_max * d), vb(rows_max * d);
   std::vector<float> carry = M.topic_init;  // x_{t0 - 1}
   std::vector<std::vector<float>> carry_in((size_t)(kSuperBlock / kSubBlock), std::vector<float>(d));
   for (int64_t t0 = t_begin; t0 < t_end; t0 += kSuperBlock) {

@@ -47,8 +47,8 @@ int64_t HostDenseAttention::n_tokens(int layer) const {
 
 size_t HostDenseAttention::host_bytes() const {
   size_t b = 0;
-  for (auto& layer : heads_)
-    for (auto& h : layer) b += h.k->bytes() + h.v->bytes();
+  for (auto& layer : heads_)  // rows held, counted as OffloadedLayer counts its stores
+    for (auto& h : layer) b += (size_t)h.k->size() * h.k->row_bytes() + (size_t)h.v->size() * h.v->row_bytes();
   return b;
 }
 

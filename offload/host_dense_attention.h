@@ -42,7 +42,7 @@ class HostDenseAttention : public AttentionOverride {
   // steps, attend_s (the whole host attention), build_s (take_context); the
   // search and GPU fields stay 0: nothing is searched, nothing is on a GPU.
   const OffloadStats& stats() const { return stats_; }
-  size_t host_bytes() const;
+  size_t host_bytes() const;  // the rows held (K and V)
   int64_t n_tokens(int layer) const;
   std::string describe() const;
 
