@@ -18,7 +18,7 @@ import json
 import os
 import sys
 
-PARTS = [("model", "model (outside attention)"), ("host_attn", "override host work"), ("search", "index search"),
+PARTS = [("model", "model (outside attention)"), ("host_attn", "override host work (host-dense: all of it)"), ("search", "index search"),
          ("gpu", "GPU kernels"), ("transfer", "host<->GPU copies"), ("wait", "waiting on GPU")]
 
 
@@ -80,6 +80,7 @@ def main():
             continue
         bx.bar(range(len(ran)), vals, bottom=bottom, color=f"C{i}", label=name)
         bottom = [b + v for b, v in zip(bottom, vals)]
+    bx.set_ylim(0, max(bottom) * 1.08)  # room above the tallest stack
     bx.set_xticks(range(len(ran)))
     bx.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
     bx.set_ylabel("ms per decode step (mean)")
