@@ -198,9 +198,15 @@ void CudaBackend::attention(const float* q, int T, int n_head, int64_t pos0, con
   a.q = q, a.out = out, a.kv_type = c.dtype, a.k = c.k.mem.get(), a.v = c.v.mem.get();
   a.T = T, a.n_head = n_head, a.n_kv = n_kv, a.head_dim = c.head_dim;
   a.pos0 = pos0, a.capacity = c.capacity, a.window = window, a.scale = scale;
-  const AttentionPlan plan = plan_attention(a, sm_count_);
+  // Prefill chunks on the tensor cores (fp16/bf16 tiles, ~1e-3 from the CPU),
+  // decode and short chunks on the fp32 kernel.
+  const bool tc = attention_tc_supported(a);
+  const AttentionPlan plan = tc ? plan_attention_tc(a, sm_count_) : plan_attention(a, sm_count_);
   void* ws = plan.workspace_bytes ? scratch(Scratch::Attention, plan.workspace_bytes) : nullptr;
-  cuda::attention(a, plan, ws, stream_);
+  if (tc)
+    cuda::attention_tc(a, plan, ws, stream_);
+  else
+    cuda::attention(a, plan, ws, stream_);
 }
 
 }  // namespace cuda

@@ -22,6 +22,7 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
+  bool host_memory() const override { return false; }
   Buffer alloc(size_t bytes) override;
   void to_host(const Buffer& src, size_t offset_bytes, void* dst, size_t bytes) override;
   void from_host(const void* src, const Buffer& dst, size_t offset_bytes, size_t bytes) override;

@@ -9,7 +9,8 @@
 //     input read once and each output written once;
 //   gemv: memory, rows*cols*2 bytes of weight (the activations stay in L1/L2);
 //   gemm (cuBLAS): tensor cores, 2*T*rows*cols flops;
-//   attention: fp32 FMA units, 4*head_dim flops per (query head, visible key);
+//   attention: fp32 FMA units (tensor cores for attention_tc), 4*head_dim
+//     flops per (query head, visible key);
 //     for decode (T=1) the cache read, 2*head_dim*elem bytes per visible key
 //     and KV head, once the split-KV path has filled the device;
 //   merge_partials: memory, parts*(dv+2)*4 bytes per row;
@@ -105,6 +106,31 @@ AttentionPlan plan_attention(const AttentionArgs& a, int sm_count);
 // Twin: CpuBackend::attention.
 void attention(const AttentionArgs& a, const AttentionPlan& plan, void* workspace, cudaStream_t stream);
 
+// ---- tensor-core prefill attention (kernels_attention_tc.cu) -----------------
+// The same attention for chunks of T >= kTcMinTokens (16) queries and head
+// dims 64, 128, 256 (FlashAttention-2 forward: mma.sync m16n8k16 with 16-bit
+// Q, K, V, P tiles and fp32 accumulators, online softmax in fp32). Twin:
+// CpuBackend::attention. CudaBackend::attention sends a call here when
+// attention_tc_supported says so, and to `attention` above otherwise (T < 16:
+// decode, short chunks; head dims 32 and 96).
+// Accuracy: Q * scale and P are rounded to fp16 (bf16 for a bf16 cache), K
+// and V to fp16 when the cache is fp32 (fp16 / bf16 caches are used as
+// stored), so the output is no longer the CPU's to ~1e-6. The worst row's
+// relative L2 difference, emulated (tests/test_attention_tc_tiles.cpp) with
+// scores of sd ~2: ~8e-4 for an fp16 cache, ~1.5e-3 for fp32 (tests allow
+// 3e-3), ~8e-3 for bf16 (tests allow 2e-2); it grows with the score
+// magnitude (the rounding of Q moves a score by ~|score| 2^-12): ~1e-2 at
+// sd ~40 (tests allow 3e-2). fp32 caches must hold |k|, |v| < 65504.
+// Bound: tensor cores, 4 * head_dim flops per (query head, visible key).
+bool attention_tc_supported(const AttentionArgs& a);
+// Splits of the key range (tile-aligned: split_keys is a multiple of the
+// kernel's key tile, splits counted from the tile of the first key any query
+// sees) so that the blocks fill the device; the work space holds the partials.
+AttentionPlan plan_attention_tc(const AttentionArgs& a, int sm_count);
+void attention_tc(const AttentionArgs& a, const AttentionPlan& plan, void* workspace, cudaStream_t stream);
+// Calls of attention_tc so far in this process (tests: proof of the dispatch).
+int64_t attention_tc_launches();
+
 // The exact log-sum-exp merge of `parts` partial attentions per row, then the
 // division by l: for row r,
 //   M = max_p m[r][p] over parts with l > 0, L = sum_p l[r][p] e^(m[r][p]-M),
@@ -113,6 +139,28 @@ void attention(const AttentionArgs& a, const AttentionPlan& plan, void* workspac
 // Twin: partial_merge + partial_finish (gpu/partial_attention.h).
 void merge_partials(const float* m, const float* l, const float* o, int64_t rows, int parts, int dv, float* out,
                     cudaStream_t stream);
+
+// ---- attention over row lists (kernels_rows_attention.cu) ---------------------
+// The offloaded decode's partials: for KV head h, the rows listed in
+// k_rows/v_rows[h][0 .. counts[h]) (one device-visible pointer per row: device
+// memory, or mapped pinned host memory read in place over PCIe), split into
+// n_splits ranges; split s of query head h*group+g writes the partial
+//   m = max_i s_i, l = sum_i e^(s_i - m), o = sum_i e^(s_i - m) v_i,  s_i = scale q.k_i
+// into slot part0 + s of row h*group+g of part_m/l [rows][parts] and
+// part_o [rows][parts][head_dim] (m = -inf, l = 0, o = 0 for an empty split),
+// ready for merge_partials. Twin: partial_add over the same rows.
+struct RowListArgs {
+  const float* q = nullptr;  // [n_kv * group][head_dim], device
+  DType row_type = DType::F16;
+  const void* const* k_rows = nullptr;  // [n_kv][max_rows], device array of pointers
+  const void* const* v_rows = nullptr;
+  const int32_t* counts = nullptr;      // [n_kv], device; clamped to max_rows
+  int n_kv = 0, group = 1, head_dim = 0, max_rows = 0;
+  float scale = 1.f;
+  int n_splits = 1, part0 = 0, parts = 1;
+  float *part_m = nullptr, *part_l = nullptr, *part_o = nullptr;
+};
+void row_list_attention(const RowListArgs& a, cudaStream_t stream);
 
 // ---- sampling (kernels_sampling.cu) ------------------------------------------
 // Work space (bytes) the two samplers need for n logits.

@@ -60,6 +60,9 @@ OffloadedLayer::Config OffloadRuntime::layer_config(int i) const {
   c.store_dtype = policy_.store_dtype;
   c.streaming = streaming_[(size_t)i];
   c.build.n_threads = retrieval_layers_.size() > 1 ? 1 : 0;
+  // A step's heads search in parallel; with fewer KV heads than cores (Gemma 3
+  // has one) each search may score its summaries on the spare cores.
+  c.search_threads = std::max(1, omp_get_max_threads() / std::max(1, cfg_.n_head_kv));
   return c;
 }
 
@@ -111,13 +114,13 @@ void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
       for (int h = 0; h < cfg_.n_head_kv; ++h) indexed += layer->stored_rows(h);
       bar.add(indexed);
       layers_[(size_t)i] = std::move(layer);
-      on_layer_ready(i);
     } catch (const std::exception& e) {
       errors[(size_t)i] = e.what();
     }
   }
   bar.finish();
   for (auto& e : errors) TOPKV_CHECK(e.empty(), "{}", e);
+  for (int i = 0; i < nl; ++i) on_layer_ready(i);
   stats_.build_s = t.seconds();
   stats_.keys_indexed = 0;
   for (auto& l : layers_)

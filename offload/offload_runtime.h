@@ -64,7 +64,8 @@ class OffloadRuntime : public AttentionOverride {
 
  protected:
   // The configuration of retrieval layer i (a subclass may change where its
-  // store lives) and a hook run once layer i holds the context.
+  // store lives) and a hook run for each layer, in order, once every layer
+  // holds the context (the GPU runtime uploads sinks + window there).
   virtual OffloadedLayer::Config layer_config(int i) const;
   virtual void on_layer_ready(int i) { (void)i; }
   // How many layers take_context stages at once for a context of n tokens.

@@ -96,6 +96,7 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
       else if (key == "sinks") sinks = v.get<int>();
       else if (key == "window") window = v.get<int>();
       else if (key == "store_type") store_dtype = parse_dtype(v.get<std::string>());
+      else if (key == "stage_rows") stage_rows = v.get<bool>();
       else if (key == "heads_file") heads_file = v.get<std::string>();
       else if (key == "heads_threshold") heads_threshold = v.get<double>();
       else if (key == "heads_sparsity") heads_sparsity = v.get<double>();
@@ -131,6 +132,7 @@ std::string OffloadPolicy::to_json() const {
                       {"sinks", sinks},
                       {"window", window},
                       {"store_type", dtype_name(store_dtype)},
+                      {"stage_rows", stage_rows},
                       {"heads_file", heads_file},
                       {"heads_threshold", heads_threshold},
                       {"heads_sparsity", heads_sparsity}};

@@ -29,6 +29,11 @@ struct OffloadPolicy {
   int sinks = 4;                // attention sinks kept with the window (StreamingLLM / DuoAttention)
   int window = 256;             // recent tokens kept exactly (GPU-resident in the CUDA runtime)
   DType store_dtype = DType::F16;  // host store element type: f16 or bf16
+  // CUDA runtime: false = kernels read retrieved rows in place from the pinned
+  // host store over PCIe; true = the host copies them into a pinned staging
+  // buffer sent in one copy (needed when the store is not pinned, e.g. a
+  // memory-mapped context pack).
+  bool stage_rows = false;
   std::string heads_file;       // DuoAttention pattern; empty = every head retrieves
   double heads_threshold = 0.5; // gate < threshold -> streaming head
   double heads_sparsity = -1.0; // in [0,1]: this fraction of heads stream (overrides threshold)

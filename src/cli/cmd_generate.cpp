@@ -17,6 +17,9 @@
 #include <random>
 #include <sstream>
 
+#include "gpu/cuda_backend.h"
+#include "gpu/device.h"
+#include "gpu/gpu_offload_runtime.h"
 #include "offload/memory_plan.h"
 #include "offload/offload_runtime.h"
 #include "src/cli/commands.h"
@@ -36,6 +39,7 @@ constexpr const char* kDefaultModel = ".models/gemma-3-270m-q4_k_m.gguf";  // sc
 
 struct GenerateArgs {
   std::string model, prompt, prompt_file, json_path, weights = "quant", kv_type = "f32";
+  std::string backend = "auto", gpu_mem_budget;
   int n_predict = 128, threads = 0, chunk = 256, top_k = 0;
   int64_t n_ctx = 0;
   float temp = 0.f, top_p = 1.f;
@@ -122,7 +126,17 @@ void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
   TOPKV_CHECK((int64_t)prompt.size() <= n_ctx, "the prompt has {} tokens, more than the context size {}; raise it "
               "with -c (the model was trained on {})", prompt.size(), n_ctx, cfg.n_ctx_train);
 
-  auto backend = make_cpu_backend({a.threads});
+  const bool cuda = a.backend == "cuda" || (a.backend == "auto" && cuda_device_count() > 0);
+  std::unique_ptr<Backend> backend;
+  if (cuda) {
+    CudaBackendOptions co;
+    if (!a.gpu_mem_budget.empty()) co.mem_budget = parse_size(a.gpu_mem_budget);
+    backend = make_cuda_backend(co);
+  } else {
+    TOPKV_CHECK(a.gpu_mem_budget.empty(), "--gpu-mem-budget applies to the CUDA backend; this run uses the CPU "
+                "(--backend {})", a.backend);
+    backend = make_cpu_backend({a.threads});
+  }
   ModelOptions mo;
   mo.n_ctx = n_ctx;
   mo.max_chunk = (int)std::min<int64_t>(a.chunk, (int64_t)prompt.size());
@@ -130,7 +144,9 @@ void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
   TOPKV_CHECK(mo.kv_dtype != DType::BF16, "--kv-type must be f32 or f16");
   mo.weights = parse_weight_mode(a.weights);
   std::unique_ptr<OffloadRuntime> offload;
-  if (policy.attn == AttnMode::TopK) offload = std::make_unique<OffloadRuntime>(cfg, policy, !a.quiet);
+  if (policy.attn == AttnMode::TopK)
+    offload = cuda ? make_gpu_offload_runtime(*backend, cfg, policy, !a.quiet)
+                   : std::make_unique<OffloadRuntime>(cfg, policy, !a.quiet);
   {  // refuse a run that cannot fit before any work, with the numbers
     MemoryPlanInput mi;
     mi.cfg = &cfg, mi.policy = &policy, mi.context = n_ctx, mi.max_chunk = mo.max_chunk;
@@ -161,11 +177,13 @@ void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
   bar.finish();
   if (offload) {  // hand the retrieval layers' KV to the host stores and build their indexes
     offload->take_prefill(model);
+    for (int il : offload->retrieval_layers()) model.release_kv(il);  // the runtime holds them now
     model.set_attention_override(offload.get());
     note(fmt::format("topkv: {}; {} keys indexed in {:.2f} s, host store + index {}", offload->describe(),
                      offload->stats().keys_indexed, offload->stats().build_s, mib(offload->host_bytes())));
   }
   const double prefill_s = prefill_timer.seconds();  // index build included
+  if (cuda) note(fmt::format("topkv: GPU memory after prefill: {}", cuda_memory_use(*backend).describe()));
 
   // Each step: sample from the current logits, print, then (unless done)
   // run the sampled token to get the next logits. decode tok/s counts those
@@ -205,6 +223,13 @@ void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
                      offload->retrieval_layers().size() / cfg.n_head_kv, st.search_s * 1e3 / st.steps,
                      st.attend_s * 1e3 / st.steps));
   }
+  if (offload && cuda && offload->stats().steps > 0) {
+    const OffloadStats& st = offload->stats();
+    note(fmt::format("topkv: per step: {:.3f} ms waiting for the GPU, {:.3f} ms copies, {:.3f} ms attention "
+                     "kernels (device time)", st.wait_s * 1e3 / st.steps, st.transfer_s * 1e3 / st.steps,
+                     st.gpu_s * 1e3 / st.steps));
+  }
+  if (cuda) note(fmt::format("topkv: GPU memory at the end: {}", cuda_memory_use(*backend).describe()));
   note(fmt::format("topkv: prompt {} tokens, prefill {:.2f} s ({:.1f} tok/s); generated {} tokens, decode {:.1f} "
                    "tok/s; stop: {}; peak RSS {}", prompt.size(), prefill_s, prefill_tps, n_gen, decode_tps, stop,
                    mib(peak_rss_bytes())));
@@ -233,6 +258,11 @@ void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
                         {"seed", sp.seed},
                         {"peak_rss_bytes", peak_rss_bytes()},
                         {"attn", attn_mode_name(policy.attn)}};
+    if (cuda) {
+      const CudaMemoryUse mu = cuda_memory_use(*backend);
+      j["gpu_memory"] = {{"weights", mu.weights}, {"kv_cache", mu.kv_cache}, {"activations", mu.activations},
+                         {"scratch", mu.scratch}, {"total", mu.total()}, {"budget", mu.budget}};
+    }
     if (offload) {
       const OffloadStats& st = offload->stats();
       j["offload"] = {{"policy", nlohmann::json::parse(policy.to_json())},
@@ -245,7 +275,10 @@ void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
                       {"retrieved_per_step", st.steps ? (double)st.retrieved / st.steps : 0.0},
                       {"exact_per_step", st.steps ? (double)st.exact / st.steps : 0.0},
                       {"search_ms_per_step", st.steps ? st.search_s * 1e3 / st.steps : 0.0},
-                      {"attention_ms_per_step", st.steps ? st.attend_s * 1e3 / st.steps : 0.0}};
+                      {"attention_ms_per_step", st.steps ? st.attend_s * 1e3 / st.steps : 0.0},
+                      {"gpu_wait_ms_per_step", st.steps ? st.wait_s * 1e3 / st.steps : 0.0},
+                      {"gpu_copy_ms_per_step", st.steps ? st.transfer_s * 1e3 / st.steps : 0.0},
+                      {"gpu_attention_ms_per_step", st.steps ? st.gpu_s * 1e3 / st.steps : 0.0}};
     }
     write_json_atomic(a.json_path, j);
   }
@@ -283,6 +316,14 @@ void register_generate(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "f16"}))
       ->capture_default_str();
   cmd->add_option("--chunk", a->chunk, "Prompt tokens per prefill step")->capture_default_str();
+  cmd->add_option("--backend", a->backend,
+                  "Where the model runs: cpu, cuda, or auto (cuda when a GPU is visible). With cuda and --attn "
+                  "topk the retrieval layers' KV stays in pinned host memory and only sinks + window live on the GPU")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--gpu-mem-budget", a->gpu_mem_budget,
+                  "Most GPU memory the run may hold, e.g. 16G or 1500M (weights, KV cache and window, buffers, "
+                  "prefill scratch); the run stops with a breakdown rather than exceed it");
   cmd->add_option("--json", a->json_path,
                   "Write statistics here: prompt tokens, prefill and decode tok/s, peak RSS, memory");
   cmd->add_flag("-q,--quiet", a->quiet, "No progress bar or information on stderr (errors still go there)");

@@ -33,6 +33,9 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
   cmd->add_option("--window", p.window, "Recent tokens kept exactly")->group(g)->capture_default_str();
   cmd->add_option("--store-type", a->store_type, "Element type of the host KV store: f16 or bf16")
       ->group(g)->check(CLI::IsMember({"f16", "bf16"}));
+  cmd->add_flag("--stage-rows", p.stage_rows, "CUDA: copy retrieved rows into a staging buffer on the host and "
+                "send them in one copy, instead of the GPU reading them in place from pinned host memory")
+      ->group(g);
   cmd->add_option("--heads", p.heads_file, "DuoAttention head pattern (TSV of gate values, one row per layer, one "
                   "column per KV head); heads below --heads-threshold keep only sinks + window")
       ->group(g)->check(CLI::ExistingFile);
@@ -72,6 +75,7 @@ OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd) const {
   if (given("--sinks")) out.sinks = policy.sinks;
   if (given("--window")) out.window = policy.window;
   if (given("--store-type")) out.store_dtype = parse_dtype(store_type);
+  if (given("--stage-rows")) out.stage_rows = policy.stage_rows;
   if (given("--heads")) out.heads_file = policy.heads_file;
   if (given("--heads-threshold")) out.heads_threshold = policy.heads_threshold;
   if (given("--heads-sparsity")) out.heads_sparsity = policy.heads_sparsity;

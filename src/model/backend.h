@@ -85,6 +85,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // Whether alloc() and prepared weights are host memory the CPU may read.
+  virtual bool host_memory() const { return true; }
 
   // ---- memory ---------------------------------------------------------------
   virtual Buffer alloc(size_t bytes) = 0;  // uninitialised

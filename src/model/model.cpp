@@ -79,6 +79,7 @@ size_t Model::planned_scratch_bytes(const ModelConfig& cfg, const ModelOptions& 
 Model::~Model() = default;
 
 size_t Model::touch_weights() const {
+  if (!be_.host_memory()) return 0;  // uploaded at load: already resident where the ops read them
   constexpr size_t kPage = 4096;
   size_t bytes = 0;
   unsigned sum = 0;
