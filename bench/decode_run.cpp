@@ -83,7 +83,7 @@ DecodeRow DecodeRunner::run(int64_t context, DecodeMode mode, const std::string&
     row.skipped = e.what();
     return row;
   }
-  if (!cuda_) model->touch_weights();  // mapped pages resident before timing (CUDA weights were uploaded already)
+  model->touch_weights();  // mapped pages resident before timing (a no-op for uploaded CUDA weights)
   row.load_s = load.seconds();
 
   Timer fill;

@@ -1,7 +1,7 @@
 #include "offload/make_runtime.h"
 
 #include "gpu/cuda_backend.h"
-#include "src/common/error.h"
+#include "gpu/gpu_offload_runtime.h"
 
 namespace topkv {
 
@@ -9,11 +9,6 @@ std::unique_ptr<OffloadRuntime> make_offload_runtime(Backend& be, const ModelCon
                                                      bool progress) {
   if (is_cuda_backend(be)) return make_gpu_offload_runtime(be, cfg, policy, progress);
   return std::make_unique<OffloadRuntime>(cfg, policy, progress);
-}
-
-// LEAD-MERGE: replaced by gpu/gpu_offload_runtime.cpp
-std::unique_ptr<OffloadRuntime> make_gpu_offload_runtime(Backend&, const ModelConfig&, const OffloadPolicy&, bool) {
-  fail("the CUDA offload runtime is not built yet");
 }
 
 }  // namespace topkv

@@ -1,7 +1,7 @@
 // The top-k offload runtime for a backend: the CPU runtime (OffloadRuntime,
-// every part on the host) for a CPU backend, the CUDA runtime (window and
-// attention on the device, stores in pinned host memory) for a CUDA one.
-// Callers (bench decode, and later generate) need not know which exists.
+// every part on the host) for a CPU backend, the CUDA runtime
+// (gpu/gpu_offload_runtime.h: sinks and window on the device, stores in
+// pinned host memory) for a CUDA one. Callers need not know which exists.
 #pragma once
 #include <memory>
 
@@ -14,9 +14,5 @@ namespace topkv {
 
 std::unique_ptr<OffloadRuntime> make_offload_runtime(Backend& be, const ModelConfig& cfg, const OffloadPolicy& policy,
                                                      bool progress);
-
-// LEAD-MERGE: replaced by gpu/gpu_offload_runtime.cpp (declared in gpu/gpu_offload_runtime.h)
-std::unique_ptr<OffloadRuntime> make_gpu_offload_runtime(Backend& be, const ModelConfig& cfg,
-                                                         const OffloadPolicy& policy, bool progress);
 
 }  // namespace topkv
