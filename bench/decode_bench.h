@@ -63,8 +63,12 @@ struct DecodeRow {
   // Mean split of a step (ms): the override's attention (attn_ms) splits into
   // index search, GPU kernels, host<->GPU copies, waiting on the GPU and the
   // rest of its host work (host_attn_ms); model_ms is the step outside it
-  // (projections, FFN, the layers the model attends itself). Parts are
-  // disjoint: search + gpu + transfer + wait + host_attn = attn, attn + model = step.
+  // (projections, FFN, the layers the model attends itself). On the CPU the
+  // parts are disjoint: search + gpu + transfer + wait + host_attn = attn,
+  // attn + model = step. On the CUDA runtime gpu and transfer are device-event
+  // times that can overlap host work (host_attn is then clamped at 0), and wait
+  // is where the host blocks for the device: it includes the model's own GPU
+  // work queued before the layer (kernels run asynchronously).
   double attn_ms = 0, search_ms = 0, gpu_ms = 0, transfer_ms = 0, wait_ms = 0, host_attn_ms = 0, model_ms = 0;
   size_t kv_backend_bytes = 0;  // the model's caches (backend memory: host on CPU, device on CUDA)
   size_t kv_host_bytes = 0;     // the override's host stores (+ indexes, sinks, window)
