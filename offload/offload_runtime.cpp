@@ -73,12 +73,14 @@ void OffloadRuntime::take_prefill(const Model& model) {
 // Each layer in flight holds its context as fp32 K and V (the reader's
 // output) while its store fills; at 1M tokens of Llama-3-8B geometry that is
 // 8 GiB per layer, so 16 layers at once would not fit a 128 GiB host. The
-// stores of every layer (policy.store_dtype) are what must stay; what is left
-// of the free memory bounds the layers staged at once (at least one).
+// stores (policy.store_dtype) and indexes of every layer are what must stay;
+// what is left of the free memory bounds the layers staged at once (at least one).
 int OffloadRuntime::layers_in_flight(int64_t n) const {
   const int nl = (int)retrieval_layers_.size();
   const double staging = 2.0 * cfg_.n_head_kv * (double)n * cfg_.head_dim * sizeof(float);
-  const double stores = nl * staging / sizeof(float) * dtype_size(policy_.store_dtype);
+  const double keys = (double)nl * cfg_.n_head_kv * n;
+  const double stores = keys * 2.0 * cfg_.head_dim * dtype_size(policy_.store_dtype) +
+                        keys * KvIndex::create(policy_.index)->bytes_per_key_estimate(cfg_.head_dim);
   const double avail = host_memory_available();
   int cap = std::max(1, std::min(nl, omp_get_max_threads()));
   if (avail > 0 && staging > 0) cap = (int)std::clamp((avail - stores) / staging, 1.0, (double)cap);
