@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "offload/memory_plan.h"
 #include "src/common/error.h"
 #include "src/common/options.h"
 #include "src/common/progress.h"
@@ -23,9 +24,7 @@ OffloadRuntime::OffloadRuntime(const ModelConfig& cfg, const OffloadPolicy& poli
     pattern = std::make_unique<HeadPattern>(load_head_pattern(policy_.heads_file, cfg_.n_layer, cfg_.n_head_kv,
                                                               policy_.heads_threshold, policy_.heads_sparsity));
   slot_.assign((size_t)cfg_.n_layer, -1);
-  for (int il = 0; il < cfg_.n_layer; ++il) {
-    const LayerConfig& lc = cfg_.layers[(size_t)il];
-    if (lc.sliding || lc.window > 0 || il < policy_.dense_layers) continue;  // stays with the model
+  for (int il : offloaded_layers(cfg_, policy_.dense_layers)) {
     std::vector<char> streaming((size_t)cfg_.n_head_kv, 0);
     if (pattern)
       for (int h = 0; h < cfg_.n_head_kv; ++h) streaming[(size_t)h] = pattern->is_streaming(il, h);
@@ -71,6 +70,23 @@ void OffloadRuntime::take_prefill(const Model& model) {
   take_context(model.n_past(), [&model](int il, std::vector<float>& k, std::vector<float>& v) { model.read_kv(il, k, v); });
 }
 
+// Each layer in flight holds its context as fp32 K and V (the reader's
+// output) while its store fills; at 1M tokens of Llama-3-8B geometry that is
+// 8 GiB per layer, so 16 layers at once would not fit a 128 GiB host. The
+// stores (policy.store_dtype) and indexes of every layer are what must stay;
+// what is left of the free memory bounds the layers staged at once (at least one).
+int OffloadRuntime::layers_in_flight(int64_t n) const {
+  const int nl = (int)retrieval_layers_.size();
+  const double staging = 2.0 * cfg_.n_head_kv * (double)n * cfg_.head_dim * sizeof(float);
+  const double keys = (double)nl * cfg_.n_head_kv * n;
+  const double stores = keys * 2.0 * cfg_.head_dim * dtype_size(policy_.store_dtype) +
+                        keys * KvIndex::create(policy_.index)->bytes_per_key_estimate(cfg_.head_dim);
+  const double avail = host_memory_available();
+  int cap = std::max(1, std::min(nl, omp_get_max_threads()));
+  if (avail > 0 && staging > 0) cap = (int)std::clamp((avail - stores) / staging, 1.0, (double)cap);
+  return cap;
+}
+
 void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
   TOPKV_CHECK(layers_.empty(), "the offloaded runtime already holds a prompt; start a new one");
   TOPKV_CHECK(n >= 1, "the offloaded runtime needs a prefilled prompt");
@@ -83,13 +99,15 @@ void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
   Progress bar("index build", keys_total, "keys", progress_ && keys_total >= 100000);
   Timer t;
   // Layers in parallel when the model has more KV heads than there are cores
-  // to spread over a layer's heads; otherwise one layer at a time, its index
-  // builds using every core (Gemma 3: one KV head, three layers). Nested
-  // parallelism is off by default, so an inner build inside a parallel layer
-  // loop runs on one thread.
+  // to spread over a layer's heads, as many at once as their fp32 staging
+  // copies fit beside the stores being filled; otherwise one layer at a time,
+  // its index builds using every core (Gemma 3: one KV head, three layers).
+  // Nested parallelism is off by default, so an inner build inside a parallel
+  // layer loop runs on one thread.
   const bool layers_parallel = nl > 1 && cfg_.n_head_kv * 2 > omp_get_max_threads();
+  const int in_flight = layers_in_flight(n);
   std::vector<std::string> errors((size_t)nl);
-#pragma omp parallel for schedule(dynamic, 1) if (layers_parallel)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(in_flight) if (layers_parallel && in_flight > 1)
   for (int i = 0; i < nl; ++i) {
     try {
       auto layer = std::make_unique<OffloadedLayer>(layer_config(i));

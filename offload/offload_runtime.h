@@ -41,10 +41,10 @@ class OffloadRuntime : public AttentionOverride {
 
   bool overrides(int layer) const override;
   void take_prefill(const Model& model) override;
-  // The same from any source of a context's keys and values: read(model_layer,
-  // k, v) fills k and v with fp32 [n_head_kv][n][head_dim] (post-RoPE keys) of
-  // positions [0, n). take_prefill is take_context(model.n_past(), Model::read_kv).
-  using KvReader = std::function<void(int layer, std::vector<float>& k, std::vector<float>& v)>;
+  // The same from any source of a context's keys and values (KvReader,
+  // src/model/attention_override.h). take_prefill is
+  // take_context(model.n_past(), Model::read_kv).
+  using KvReader = topkv::KvReader;
   virtual void take_context(int64_t n, const KvReader& read);
   void decode_attention(int layer, const float* q, const float* k, const float* v, int64_t pos, float scale,
                         float* out) override;
@@ -68,6 +68,8 @@ class OffloadRuntime : public AttentionOverride {
   // holds the context (the GPU runtime uploads sinks + window there).
   virtual OffloadedLayer::Config layer_config(int i) const;
   virtual void on_layer_ready(int i) { (void)i; }
+  // How many layers take_context stages at once for a context of n tokens.
+  int layers_in_flight(int64_t n) const;
 
   ModelConfig cfg_;
   OffloadPolicy policy_;

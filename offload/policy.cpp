@@ -26,6 +26,15 @@ KSchedule parse_k_schedule(const std::string& s) {
   fail("unknown k schedule '{}': use uniform or linear", s);
 }
 
+std::vector<int> offloaded_layers(const ModelConfig& cfg, int dense_layers) {
+  std::vector<int> out;
+  for (int il = 0; il < cfg.n_layer; ++il) {
+    const LayerConfig& lc = cfg.layers[(size_t)il];
+    if (!lc.sliding && lc.window == 0 && il >= dense_layers) out.push_back(il);
+  }
+  return out;
+}
+
 std::vector<int64_t> k_per_layer(int64_t k_mean, int n_layers, KSchedule schedule) {
   TOPKV_CHECK(k_mean >= 1, "k must be at least 1 (got {})", k_mean);
   std::vector<int64_t> k((size_t)std::max(n_layers, 0), k_mean);

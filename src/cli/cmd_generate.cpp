@@ -19,7 +19,7 @@
 
 #include "gpu/cuda_backend.h"
 #include "gpu/device.h"
-#include "gpu/gpu_offload_runtime.h"
+#include "offload/make_runtime.h"
 #include "offload/memory_plan.h"
 #include "offload/offload_runtime.h"
 #include "src/cli/commands.h"
@@ -145,8 +145,7 @@ void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
   mo.weights = parse_weight_mode(a.weights);
   std::unique_ptr<OffloadRuntime> offload;
   if (policy.attn == AttnMode::TopK)
-    offload = cuda ? make_gpu_offload_runtime(*backend, cfg, policy, !a.quiet)
-                   : std::make_unique<OffloadRuntime>(cfg, policy, !a.quiet);
+    offload = make_offload_runtime(*backend, cfg, policy, !a.quiet);  // the CUDA runtime on a CUDA backend
   {  // refuse a run that cannot fit before any work, with the numbers
     MemoryPlanInput mi;
     mi.cfg = &cfg, mi.policy = &policy, mi.context = n_ctx, mi.max_chunk = mo.max_chunk;

@@ -1,6 +1,7 @@
 #include "src/cli/policy_options.h"
 
 #include "src/common/error.h"
+#include "src/common/options.h"
 
 namespace topkv::cli {
 
@@ -44,6 +45,17 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
                   "overrides --heads-threshold")->group(g);
   cmd->add_option("--config", a->config, "JSON file with any of the policy fields (flags given here win)")
       ->group(g)->check(CLI::ExistingFile);
+}
+
+std::vector<std::string> split_index_specs(const std::string& list) {
+  std::vector<std::string> specs;
+  for (const std::string& piece : split_list(list)) {
+    TOPKV_CHECK(!piece.empty(), "--index '{}' has an empty spec (two commas in a row, or one at an end)", list);
+    const bool param = piece.find('=') != std::string::npos && piece.find(':') == std::string::npos;
+    if (param && !specs.empty()) specs.back() += "," + piece;
+    else specs.push_back(piece);
+  }
+  return specs;
 }
 
 OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd) const {

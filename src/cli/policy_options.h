@@ -17,6 +17,11 @@ struct PolicyArgs {
   OffloadPolicy resolve(const CLI::App& cmd) const;
 };
 
+// Several index specs in one flag value, "multipole,hnswlib:M=32,efc=200,quest":
+// a comma starts a new spec unless what follows is a parameter of the current
+// one (has '=' and no ':'). Throws Error on an empty spec.
+std::vector<std::string> split_index_specs(const std::string& list);
+
 // Adds the options to `cmd` in an "Attention policy" group.
 void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a);
 

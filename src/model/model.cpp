@@ -37,10 +37,16 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
                             &L.ffn_norm, &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.post_ffw_norm})
       if (w->data) all_weights_.push_back(w);
 
+  for (int il : opt_.override_layers)
+    TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "override layer {} is out of range (the model has layers 0..{})", il,
+                cfg_.n_layer - 1);
   cache_.resize(cfg_.n_layer);
   for (int il = 0; il < cfg_.n_layer; ++il) {
-    const LayerConfig& lc = cfg_.layers[il];
-    const int64_t cap = lc.window > 0 ? std::min<int64_t>(opt_.n_ctx, lc.window + opt_.max_chunk - 1) : opt_.n_ctx;
+    const int64_t cap = planned_kv_capacity(cfg_, opt_, il);
+    if (cap == 0) {  // described but not allocated: an override holds this layer's KV
+      cache_[il].dtype = opt_.kv_dtype, cache_[il].n_kv_heads = cfg_.n_head_kv, cache_[il].head_dim = cfg_.head_dim;
+      continue;
+    }
     cache_[il] = be_.alloc_kv(cfg_.n_head_kv, cfg_.head_dim, cap, opt_.kv_dtype);
   }
 
@@ -51,6 +57,20 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
   k_ = be_.alloc(C * kvd * f), v_ = be_.alloc(C * kvd * f);
   gate_ = be_.alloc(C * cfg_.n_ff * f), up_ = be_.alloc(C * cfg_.n_ff * f);
   logits_ = be_.alloc((size_t)kLogitRows * cfg_.n_vocab * f);
+}
+
+int64_t Model::planned_kv_capacity(const ModelConfig& cfg, const ModelOptions& opt, int il) {
+  if (std::find(opt.override_layers.begin(), opt.override_layers.end(), il) != opt.override_layers.end()) return 0;
+  const LayerConfig& lc = cfg.layers[(size_t)il];
+  return lc.window > 0 ? std::min<int64_t>(opt.n_ctx, lc.window + opt.max_chunk - 1) : opt.n_ctx;
+}
+
+// The buffers the constructor allocates after the caches (keep the two in step).
+size_t Model::planned_scratch_bytes(const ModelConfig& cfg, const ModelOptions& opt) {
+  const size_t C = (size_t)opt.max_chunk, f = sizeof(float);
+  const size_t qd = (size_t)cfg.n_head * cfg.head_dim, kvd = (size_t)cfg.n_head_kv * cfg.head_dim;
+  return C * f * (2 * (size_t)cfg.n_embd + 2 * qd + 2 * kvd + 2 * (size_t)cfg.n_ff) +
+         (size_t)kLogitRows * cfg.n_vocab * f;
 }
 
 Model::~Model() = default;
@@ -173,8 +193,9 @@ void Model::attention_input(int il, int T) {
 
 // q_, k_, v_ -> att_ over the layer's own cache.
 void Model::dense_attention(int il, int T) {
-  TOPKV_CHECK(cache_[il].capacity > 0, "layer {}'s cache was handed to an attention override (release_kv); "
-              "it cannot attend without it", il);
+  TOPKV_CHECK(cache_[il].capacity > 0, "layer {} has no KV cache (it is among ModelOptions::override_layers, "
+              "or release_kv handed it to an override): its attention needs an attention override that serves "
+              "it (set_attention_override)", il);
   be_.kv_write(cache_[il], k_.f32(), v_.f32(), T, n_past_);
   be_.attention(q_.f32(), T, cfg_.n_head, n_past_, cache_[il], cfg_.layers[il].window, cfg_.attn_scale, att_.f32());
 }
@@ -230,10 +251,43 @@ void Model::release_kv(int il) {
   c.k = {}, c.v = {}, c.capacity = 0;
 }
 
+int64_t Model::kv_capacity(int il) const {
+  TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "layer {} is out of range (0..{})", il, cfg_.n_layer - 1);
+  return cache_[(size_t)il].capacity;
+}
+
+void Model::write_kv(int il, const float* k, const float* v, int64_t pos0, int64_t n) {
+  TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "layer {} is out of range (0..{})", il, cfg_.n_layer - 1);
+  KvLayerCache& c = cache_[(size_t)il];
+  TOPKV_CHECK(c.capacity > 0, "layer {} has no KV cache to write (an attention override serves it: give its "
+              "context to the override's take_context)", il);
+  TOPKV_CHECK(pos0 >= 0 && n >= 1 && pos0 + n <= opt_.n_ctx, "write_kv of positions {}..{} does not fit the "
+              "context size {}", pos0, pos0 + n - 1, opt_.n_ctx);
+  TOPKV_CHECK(n <= c.capacity, "layer {} keeps {} positions (a sliding-window ring) but {} were written at once; "
+              "write only its last {}", il, c.capacity, n, c.capacity);
+  const size_t hd = (size_t)c.head_dim, es = dtype_size(c.dtype);
+  const int64_t slot0 = pos0 % c.capacity, first = std::min(n, c.capacity - slot0);  // the ring may wrap once
+  std::vector<uint8_t> tmp((size_t)n * hd * es);
+  for (int h = 0; h < c.n_kv_heads; ++h)
+    for (auto [src, dst] : {std::pair{k, &c.k}, std::pair{v, &c.v}}) {
+      from_f32(c.dtype, src + (size_t)h * n * hd, tmp.data(), (size_t)n * hd);
+      const size_t head = (size_t)h * c.head_stride();
+      be_.from_host(tmp.data(), *dst, (head + (size_t)slot0 * hd) * es, (size_t)first * hd * es);
+      if (n > first) be_.from_host(tmp.data() + (size_t)first * hd * es, *dst, head * es, (size_t)(n - first) * hd * es);
+    }
+}
+
+void Model::set_n_past(int64_t n) {
+  TOPKV_CHECK(n >= 0 && n <= opt_.n_ctx, "cannot hold a context of {} positions: the context size is {}", n,
+              opt_.n_ctx);
+  n_past_ = n;
+}
+
 void Model::read_kv(int il, std::vector<float>& k, std::vector<float>& v) const {
   TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "layer {} is out of range (0..{})", il, cfg_.n_layer - 1);
   const KvLayerCache& c = cache_[(size_t)il];
-  TOPKV_CHECK(c.capacity > 0 || n_past_ == 0, "layer {}'s cache was released to an attention override", il);
+  TOPKV_CHECK(c.capacity > 0 || n_past_ == 0, "layer {} has no KV cache to read (an attention override holds "
+              "its keys)", il);
   TOPKV_CHECK(c.capacity >= n_past_, "layer {} keeps only its last {} positions (sliding window); its keys "
               "cannot be read back", il, c.capacity);
   const size_t hd = (size_t)c.head_dim, n = (size_t)n_past_, es = dtype_size(c.dtype);

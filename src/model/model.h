@@ -35,6 +35,11 @@ struct ModelOptions {
   // backend can record; false runs every step op by op. TOPKV_CUDA_GRAPHS=0
   // in the environment turns recording off for every CUDA backend.
   bool record_decode = true;
+  // Layers whose attention is always served by an attention override (the
+  // offloaded runtimes, filled by take_context): they get no cache at all
+  // (capacity 0), so a long context is not allocated twice. Running such a
+  // layer without an override that serves it is an Error.
+  std::vector<int> override_layers;
 };
 
 class Model {
@@ -95,6 +100,22 @@ class Model {
   // its keys live in the override from then on, so the backend memory is given
   // back. Attending that layer without the override afterwards is an Error.
   void release_kv(int layer);
+  // A context without a prefill (benchmarks at contexts a real prefill would
+  // take hours for): write_kv stores the keys (post-RoPE) and values of
+  // positions [pos0, pos0 + n) of one layer, fp32 [n_head_kv][n][head_dim] in
+  // host memory, into its cache (a sliding-window layer's ring holds at most
+  // its capacity: write its last positions); set_n_past then declares
+  // positions [0, n) present. Every layer with a cache must have been written
+  // where decode will read it; override layers take theirs via take_context.
+  void write_kv(int layer, const float* k, const float* v, int64_t pos0, int64_t n);
+  void set_n_past(int64_t n);
+  // Slots of a layer's cache: n_ctx, a sliding window's ring, or 0 (override layer / released).
+  int64_t kv_capacity(int layer) const;
+  // What a model with these options will allocate, known before it is built
+  // (benchmarks skip what cannot fit a memory budget): one layer's cache
+  // slots, and the bytes of the activation scratch.
+  static int64_t planned_kv_capacity(const ModelConfig& cfg, const ModelOptions& opt, int layer);
+  static size_t planned_scratch_bytes(const ModelConfig& cfg, const ModelOptions& opt);
 
   // Memory: the weights as held (mapped quantised rows, or f32 copies), what
   // the other weight mode would take, and the KV cache.
