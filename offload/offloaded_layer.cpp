@@ -147,7 +147,7 @@ void OffloadedLayer::retrieve(const float* queries, float scale, std::vector<Ret
     if (nf) {
       // In parallel over blocks of far clusters (this head's threads), the
       // blocks' partials merged exactly; values read in place from the summaries.
-      const int nt = (int)std::clamp<int64_t>((int64_t)nf / 2048, 1, p.n_threads);
+      const int nt = (int)std::clamp<int64_t>((int64_t)nf / 256, 1, p.n_threads);
       std::vector<float> logw(nf), fs((size_t)G * nf);
       for (size_t j = 0; j < nf; ++j) logw[j] = std::log((float)sr.summaries->counts[(size_t)sr.far_clusters[j]]);
       for (size_t i = 0; i < (size_t)G * nf; ++i) fs[i] = sr.far_scores[i] * scale;
