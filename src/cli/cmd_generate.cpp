@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "gpu/cuda_backend.h"
+#include "gpu/cuda_sampler.h"
 #include "gpu/device.h"
 #include "offload/make_runtime.h"
 #include "offload/memory_plan.h"
@@ -187,12 +188,18 @@ void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
   // Each step: sample from the current logits, print, then (unless done)
   // run the sampled token to get the next logits. decode tok/s counts those
   // runs, sampling included.
+  // On the GPU the decode logits stay on the device and are sampled there
+  // (gpu/cuda_sampler.h): 4 x n_vocab bytes less to copy per token. The first
+  // token comes from the prefill's host logits.
+  std::unique_ptr<CudaSampler> gpu_sampler;
+  if (cuda) gpu_sampler = std::make_unique<CudaSampler>(*backend, sp);
+  const float* device_logits = nullptr;
   StreamDecoder out(tok);
   int n_gen = 0, n_decode = 0;
   std::string stop = "length";
   Timer decode_timer;
   while (n_gen < a.n_predict) {
-    const int32_t id = sampler.sample(logits);
+    const int32_t id = device_logits ? gpu_sampler->sample(device_logits, cfg.n_vocab) : sampler.sample(logits);
     if (tok.is_eog(id)) {
       stop = "eog";
       break;
@@ -204,7 +211,10 @@ void run_generate(const GenerateArgs& a, const OffloadPolicy& policy) {
       stop = "context";
       break;
     }
-    logits = model.decode(id);
+    if (gpu_sampler)
+      device_logits = model.decode_on_backend(id);
+    else
+      logits = model.decode(id);
     ++n_decode;
   }
   const double decode_s = decode_timer.seconds();
