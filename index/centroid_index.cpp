@@ -190,23 +190,27 @@ void ClusterIndex::build_impl(int64_t n) {
   // single core) keeps BLAS's threads. Blocks are seeded by their number, so
   // the result does not depend on the thread count.
   const int block_threads = (int)std::min<int64_t>(n_threads(), n_blocks);
-  BlasThreadScope blas(block_threads > 1 ? 1 : 0);
   std::vector<std::string> errors((size_t)n_blocks);
+  {
+    // Only for the blocks: the coarse k-means below is one large problem that
+    // wants BLAS's threads (the H100 run lost 40 s per layer when it had one).
+    BlasThreadScope blas(block_threads > 1 ? 1 : 0);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(block_threads)
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    try {
-      auto [lo, hi] = block_range(b);
-      const int64_t len = hi - lo, kb = k_first[(size_t)b + 1] - k_first[(size_t)b];
-      auto rows = training_rows(len, std::min(len, std::max(max_train_, kb)), opt_.seed + (uint64_t)b);
-      std::vector<float> x(rows.size() * d);
-      for (int64_t i = 0; i < (int64_t)rows.size(); ++i) keys_->row_f32(lo + rows[(size_t)i], x.data() + (size_t)i * d);
-      normalise_rows(x.data(), (int64_t)rows.size(), d);
-      faiss::IndexFlatIP km_index(d);
-      spherical_kmeans(x.data(), (int64_t)rows.size(), d, kb, (int)iters_, opt_.seed + (uint64_t)b, nullptr, km_index);
-      assign_rows(*keys_, lo, hi, km_index, assign.data() + lo, block_threads > 1 ? 1 : n_threads(), bar);
-      for (int64_t i = lo; i < hi; ++i) assign[(size_t)i] += (int32_t)k_first[(size_t)b];
-    } catch (const std::exception& e) {
-      errors[(size_t)b] = e.what();
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      try {
+        auto [lo, hi] = block_range(b);
+        const int64_t len = hi - lo, kb = k_first[(size_t)b + 1] - k_first[(size_t)b];
+        auto rows = training_rows(len, std::min(len, std::max(max_train_, kb)), opt_.seed + (uint64_t)b);
+        std::vector<float> x(rows.size() * d);
+        for (int64_t i = 0; i < (int64_t)rows.size(); ++i) keys_->row_f32(lo + rows[(size_t)i], x.data() + (size_t)i * d);
+        normalise_rows(x.data(), (int64_t)rows.size(), d);
+        faiss::IndexFlatIP km_index(d);
+        spherical_kmeans(x.data(), (int64_t)rows.size(), d, kb, (int)iters_, opt_.seed + (uint64_t)b, nullptr, km_index);
+        assign_rows(*keys_, lo, hi, km_index, assign.data() + lo, block_threads > 1 ? 1 : n_threads(), bar);
+        for (int64_t i = lo; i < hi; ++i) assign[(size_t)i] += (int32_t)k_first[(size_t)b];
+      } catch (const std::exception& e) {
+        errors[(size_t)b] = e.what();
+      }
     }
   }
   for (auto& e : errors) TOPKV_CHECK(e.empty(), "{}", e);
