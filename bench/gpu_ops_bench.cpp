@@ -7,9 +7,14 @@
 //                TFLOP/s; weights rotate over copies larger than L2;
 //   attention    decode (split-KV) over 4k..128k-token f16 caches in GB/s of
 //                cache read, prefill chunks in TFLOP/s;
+//   prefill      prefill attention at 32k / 128k contexts, the fp32 kernel
+//                against the tensor-core one (--only prefill: this group alone);
 //   small ops    rms_norm, rope, glu, add, kv_write, embed, argmax, sampling
 //                at decode (T=1) and prefill (T=512) sizes;
-//   model        (--model FILE) prefill and decode tokens/s of a GGUF file.
+//   model        synthetic presets (--synth, default gemma3-270m and 4 layers
+//                of llama3-8b) and --model FILE: prefill, and the decode step
+//                op by op, as a CUDA graph, and as a graph with the greedy
+//                pick on the device (bench/gpu_model_bench.cpp).
 // Every time is the median of --reps runs between CUDA events after 3
 // warm-ups. One "BENCH" line per row on stdout (scripts/gpu-check.sh prints
 // them last) and one JSON object per row in --out.
@@ -29,6 +34,8 @@
 #ifdef TOPKV_HAVE_CUDA
 #include <nlohmann/json.hpp>
 
+#include "bench/gpu_bench_util.h"
+#include "bench/gpu_model_bench.h"
 #include "gpu/cuda_backend_impl.h"
 #include "gpu/cuda_check.h"
 #include "gpu/cuda_kernels.h"
@@ -46,101 +53,13 @@ struct GpuOpsArgs {
   std::string out;
   std::string model;
   int prompt = 512, decode = 64;
+  std::string synth = "gemma3-270m,llama3-8b@4";
   bool quick = false;
   bool model_only = false;
+  std::string only;
 };
 
 #ifdef TOPKV_HAVE_CUDA
-using cuda::CudaBackend;
-
-class EventTimer {
- public:
-  explicit EventTimer(cudaStream_t s) : s_(s) {
-    TOPKV_CUDA_CHECK(cudaEventCreate(&a_));
-    TOPKV_CUDA_CHECK(cudaEventCreate(&b_));
-  }
-  ~EventTimer() {
-    cudaEventDestroy(a_);
-    cudaEventDestroy(b_);
-  }
-  template <class F> double median_us(int reps, F&& f) {
-    for (int i = 0; i < 3; ++i) f();
-    std::vector<double> t;
-    for (int i = 0; i < reps; ++i) {
-      TOPKV_CUDA_CHECK(cudaEventRecord(a_, s_));
-      f();
-      TOPKV_CUDA_CHECK(cudaEventRecord(b_, s_));
-      TOPKV_CUDA_CHECK(cudaEventSynchronize(b_));
-      float ms = 0;
-      TOPKV_CUDA_CHECK(cudaEventElapsedTime(&ms, a_, b_));
-      t.push_back(ms * 1e3);
-    }
-    return percentile(t, 50);
-  }
-
- private:
-  cudaStream_t s_;
-  cudaEvent_t a_ = nullptr, b_ = nullptr;
-};
-
-class Report {
- public:
-  Report(const std::string& path, std::string device) : device_(std::move(device)) {
-    if (!path.empty()) {
-      out_.open(path);
-      TOPKV_CHECK(out_.good(), "cannot write {}", path);
-    }
-    fmt::print("BENCH {:<9} {:<46} {:>10} {:>10} {:>9} {:>8}\n", "group", "case", "time", "GB/s", "TFLOP/s",
-               "of copy");
-  }
-  // One measured row; bytes / flops are the fewest the op must move / do.
-  void add(const std::string& group, const std::string& name, double us, double bytes, double flops) {
-    const double gbps = bytes / (us * 1e3), tflops = flops / (us * 1e6);
-    if (group == "copy" && copy_gbps_ == 0) copy_gbps_ = gbps;
-    fmt::print("BENCH {:<9} {:<46} {:>8.2f}us {:>10.1f} {:>9.2f} {:>7.1f}%\n", group, name, us, gbps, tflops,
-               copy_gbps_ > 0 ? 100 * gbps / copy_gbps_ : 0.0);
-    std::fflush(stdout);
-    if (out_.is_open())
-      out_ << nlohmann::json{{"device", device_}, {"group", group}, {"case", name}, {"us", us}, {"bytes", bytes},
-                             {"flops", flops}, {"gbps", gbps}, {"tflops", tflops}}
-                  .dump()
-           << "\n";
-  }
-  void note(const std::string& group, const std::string& name, const std::string& text) {
-    fmt::print("BENCH {:<9} {:<46} {}\n", group, name, text);
-    if (out_.is_open())
-      out_ << nlohmann::json{{"device", device_}, {"group", group}, {"case", name}, {"note", text}}.dump() << "\n";
-  }
-
- private:
-  std::string device_;
-  std::ofstream out_;
-  double copy_gbps_ = 0;
-};
-
-// `elems` random values of type t in device memory (a random block, tiled).
-Buffer random_device(CudaBackend& be, DType t, size_t elems, uint32_t seed, float sd = 0.05f) {
-  const size_t es = dtype_size(t), block = std::min<size_t>(elems, size_t{4} << 20);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, sd);
-  std::vector<float> f(block);
-  for (auto& x : f) x = nd(rng);
-  std::vector<uint8_t> raw(block * es);
-  from_f32(t, f.data(), raw.data(), block);
-  Buffer b = be.alloc(elems * es);
-  be.from_host(raw.data(), b, 0, raw.size());
-  for (size_t done = block; done < elems; done += block)
-    TOPKV_CUDA_CHECK(cudaMemcpyAsync(b.as<uint8_t>() + done * es, b.as<uint8_t>(),
-                                     std::min(block, elems - done) * es, cudaMemcpyDeviceToDevice, be.stream()));
-  be.synchronize();
-  return b;
-}
-void fill_random(CudaBackend& be, const Buffer& dst, DType t, uint32_t seed) {
-  Buffer r = random_device(be, t, dst.bytes / dtype_size(t), seed, 1.f);
-  TOPKV_CUDA_CHECK(cudaMemcpyAsync(dst.mem.get(), r.mem.get(), dst.bytes, cudaMemcpyDeviceToDevice, be.stream()));
-  be.synchronize();
-}
-
 struct Shape {
   std::string name;
   int64_t rows, cols;
@@ -194,6 +113,7 @@ struct AttnGeom {
   int n_head, n_kv, hd;
   int64_t ctx;
   DType dt;
+  bool prefill = true;  // also time a 512-token chunk
 };
 
 void bench_attention(CudaBackend& be, EventTimer& tm, Report& rep, const GpuOpsArgs& a) {
@@ -201,7 +121,10 @@ void bench_attention(CudaBackend& be, EventTimer& tm, Report& rep, const GpuOpsA
                                  {"llama8b 32/8x128 f16 ctx 32k", 32, 8, 128, 32768, DType::F16},
                                  {"llama8b 32/8x128 f16 ctx 128k", 32, 8, 128, 131072, DType::F16},
                                  {"llama8b 32/8x128 f32 ctx 32k", 32, 8, 128, 32768, DType::F32},
+                                 {"llama8b 32/8x128 f32 ctx 128k", 32, 8, 128, 131072, DType::F32, false},
+                                 {"gemma270m 4/1x256 f16 ctx 4k", 4, 1, 256, 4096, DType::F16, false},
                                  {"gemma270m 4/1x256 f16 ctx 32k", 4, 1, 256, 32768, DType::F16},
+                                 {"gemma270m 4/1x256 f16 ctx 128k", 4, 1, 256, 131072, DType::F16, false},
                                  {"gemma270m 4/1x256 f16 window 512", 4, 1, 256, 512, DType::F16}};
   if (a.quick) geoms.resize(2);
   for (const AttnGeom& g : geoms) {
@@ -210,7 +133,7 @@ void bench_attention(CudaBackend& be, EventTimer& tm, Report& rep, const GpuOpsA
     fill_random(be, c.v, g.dt, 4);
     const float scale = 1.f / std::sqrt((float)g.hd);
     for (int T : {1, 512}) {
-      if (T > g.ctx) continue;
+      if (T > g.ctx || (T > 1 && !g.prefill)) continue;
       Buffer q = random_device(be, DType::F32, (size_t)T * g.n_head * g.hd, 5, 1.f);
       Buffer out = be.alloc((size_t)T * g.n_head * g.hd * sizeof(float));
       const int64_t pos0 = g.ctx - T;
@@ -266,33 +189,6 @@ void bench_small_ops(CudaBackend& be, EventTimer& tm, Report& rep, const GpuOpsA
   }
 }
 
-void bench_model(CudaBackend& be, Report& rep, const GpuOpsArgs& a) {
-  std::shared_ptr<const GgufFile> file = GgufFile::open(a.model);
-  ModelOptions opt;
-  opt.n_ctx = a.prompt + a.decode + 8, opt.max_chunk = std::min(512, a.prompt);
-  Timer load;
-  Model m(file, be, opt);
-  rep.note("model", "load", fmt::format("{:.1f} s; {}; device memory {}", load.seconds(), m.config().summary(),
-                                        be.memory_use().describe()));
-  std::mt19937 rng(9);
-  std::vector<int32_t> prompt((size_t)a.prompt);
-  for (auto& id : prompt) id = (int32_t)(rng() % (uint32_t)m.config().n_vocab);
-  Timer t;
-  auto logits = m.prefill(prompt, opt.max_chunk);
-  const double pre_s = t.seconds();
-  rep.add("model", fmt::format("prefill {} tokens (chunk {})", a.prompt, opt.max_chunk), pre_s * 1e6, 0, 0);
-  std::vector<double> step_ms;
-  for (int i = 0; i < a.decode; ++i) {
-    const int32_t next = (int32_t)(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    Timer s;
-    logits = m.decode(next);
-    step_ms.push_back(s.ms());
-  }
-  const double med = percentile(step_ms, 50);
-  rep.add("model", fmt::format("decode step (median of {})", a.decode), med * 1e3, 0, 0);
-  rep.note("model", "tokens/s", fmt::format("prefill {:.0f}, decode {:.1f}", a.prompt / pre_s, 1e3 / med));
-}
-
 void run_gpu_ops(const GpuOpsArgs& a) {
   TOPKV_CHECK(a.reps >= 1, "--reps must be at least 1, got {}", a.reps);
   CudaBackendOptions opt;
@@ -302,9 +198,19 @@ void run_gpu_ops(const GpuOpsArgs& a) {
   Report rep(a.out, be.device_name());
   EventTimer tm(be.stream());
   rep.note("device", be.device_name(), fmt::format("{} SMs", be.sm_count()));
+  bench::RowSink sink;
+  sink.add = [&](const std::string& g, const std::string& n, double us, double b, double f) { rep.add(g, n, us, b, f); };
+  sink.note = [&](const std::string& g, const std::string& n, const std::string& t) { rep.note(g, n, t); };
+  bench::ModelBenchOptions mo;
+  mo.prompt = a.prompt, mo.decode = a.decode;
   if (a.model_only) {
     TOPKV_CHECK(!a.model.empty(), "--model-only needs --model FILE");
-    bench_model(be, rep, a);
+    bench::bench_model_file(be, a.model, "model", mo, sink);
+    return;
+  }
+  TOPKV_CHECK(a.only.empty() || a.only == "prefill", "--only takes 'prefill', got '{}'", a.only);
+  if (a.only == "prefill") {
+    bench_prefill_attention(be, tm, rep, a.reps, a.quick);
     return;
   }
   {
@@ -317,8 +223,12 @@ void run_gpu_ops(const GpuOpsArgs& a) {
   }
   bench_matmul(be, tm, rep, a);
   bench_attention(be, tm, rep, a);
+  bench_prefill_attention(be, tm, rep, a.reps, a.quick);
   bench_small_ops(be, tm, rep, a);
-  if (!a.model.empty()) bench_model(be, rep, a);
+  // --quick: the small synthetic model only, unless --synth says otherwise.
+  const bool default_synth = a.synth == GpuOpsArgs{}.synth;
+  bench::bench_synth_models(be, a.quick && default_synth ? "gemma3-270m" : a.synth, mo, sink);
+  if (!a.model.empty()) bench::bench_model_file(be, a.model, "model", mo, sink);
 }
 #else
 void run_gpu_ops(const GpuOpsArgs&) {
@@ -338,10 +248,14 @@ void register_bench_gpu(CLI::App& app) {
   cmd->add_option("--reps", a->reps, "Timed runs per case; the median is reported (default 50)");
   cmd->add_option("--out", a->out, "Also write one JSON object per row to this file");
   cmd->add_option("--model", a->model, "A GGUF model to time end to end (prefill, then greedy decode)");
+  cmd->add_option("--synth", a->synth,
+                  "Synthetic presets to time end to end, comma-separated; PRESET@N keeps N layers; 'none' skips "
+                  "(default gemma3-270m,llama3-8b@4)");
   cmd->add_option("--prompt", a->prompt, "Model: prompt tokens, random ids (default 512)");
   cmd->add_option("--decode", a->decode, "Model: decode steps (default 64)");
   cmd->add_flag("--quick", a->quick, "Fewer shapes and smaller buffers (a smoke run)");
   cmd->add_flag("--model-only", a->model_only, "Time only the --model, none of the kernels");
+  cmd->add_option("--only", a->only, "Time one group only: 'prefill' (prefill attention, fp32 kernel vs tensor cores)");
   cmd->callback([a] { run_gpu_ops(*a); });
 }
 

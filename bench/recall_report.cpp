@@ -1,76 +1,17 @@
 #include "bench/recall_report.h"
 
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-
+#include "bench/report_io.h"
 #include "src/common/error.h"
-
-extern char** environ;
 
 namespace topkv {
 
 namespace {
-
-namespace fs = std::filesystem;
-
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    TOPKV_CHECK(f, "cannot create '{}': {}", tmp, std::strerror(errno));
-    f << text;
-    f.close();
-    if (!f) {
-      std::remove(tmp.c_str());
-      fail("writing '{}' failed", path);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    fail("cannot write '{}': {}", path, std::strerror(err));
-  }
-}
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
 
 nlohmann::ordered_json stat_json(const Stat& s) {
   return {{"mean", s.mean}, {"p5", s.p5}, {"p50", s.p50}, {"p99", s.p99}};
 }
 
 std::string layer_cell(const RecallRow& r, double v) { return r.layer_heads ? fmt::format("{:.1f}", v) : "-"; }
-
-// Where scripts/plot_recall.py is, or "" (see the header for the order).
-std::string find_plot_script() {
-  if (const char* env = std::getenv("TOPKV_PLOT_SCRIPT")) return env;
-  std::vector<fs::path> candidates;
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    fs::path build = exe.parent_path().parent_path();  // <build>/bin/topkv
-    candidates.push_back(build.parent_path() / "scripts" / "plot_recall.py");
-    std::ifstream cache(build / "CMakeCache.txt");  // a build tree knows its sources
-    for (std::string line; std::getline(cache, line);)
-      if (line.rfind("CMAKE_HOME_DIRECTORY:INTERNAL=", 0) == 0)
-        candidates.push_back(fs::path(line.substr(line.find('=') + 1)) / "scripts" / "plot_recall.py");
-  }
-  candidates.push_back(fs::current_path(ec) / "scripts" / "plot_recall.py");
-  for (auto& c : candidates)
-    if (fs::is_regular_file(c, ec)) return c.string();
-  return "";
-}
 
 }  // namespace
 
@@ -187,26 +128,8 @@ void write_recall_json(const RecallBenchResult& r, const std::string& path) {
 
 void plot_recall_png(const std::string& json_path, const std::string& png_path, const std::string& metric) {
   TOPKV_CHECK(metric == "recall" || metric == "mass", "--png-metric is recall or mass, not '{}'", metric);
-  const std::string script = find_plot_script();
-  TOPKV_CHECK(!script.empty(),
-              "cannot find scripts/plot_recall.py (looked beside the build tree and under the current "
-              "directory): set TOPKV_PLOT_SCRIPT to its path");
-  const char* py_env = std::getenv("TOPKV_PYTHON");
-  const std::string python = py_env ? py_env : "/usr/bin/python3";
-  std::vector<std::string> args = {python, script, "--json", json_path, "--out", png_path, "--metric", metric};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid;
-  int rc = posix_spawn(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ);
-  TOPKV_CHECK(rc == 0, "cannot run '{}' to plot: {} (set TOPKV_PYTHON to a python3 with matplotlib)", python,
-              std::strerror(rc));
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  TOPKV_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-              "plotting failed ({} {} exited with status {}); the JSON results are in '{}'", python, script,
-              WIFEXITED(status) ? WEXITSTATUS(status) : -1, json_path);
+  run_plot_script("plot_recall.py", "TOPKV_PLOT_SCRIPT", {"--json", json_path, "--out", png_path, "--metric", metric},
+                  json_path);
 }
 
 }  // namespace topkv

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <thread>
 
@@ -142,15 +143,23 @@ void compose_rows(const SyntheticConfig& c, const HeadModel& M, int head, int64_
   }
 }
 
-void generate_keys_values(const SyntheticConfig& c, const HeadModel& M, int head, AttentionHead& out,
-                          int threads, Progress& bar) {
+// Rows [t_begin, t_end) of one head, a super-block at a time:
+// emit(t0, rows, keys, values) with fp32 [rows][d] each. The topic enters
+// t_begin from its stationary distribution (topic_init), so a run from 0 is
+// the full generation and a run from later is distributed like its rows.
+void generate_rows(const SyntheticConfig& c, const HeadModel& M, int head, int64_t t_begin, int64_t t_end,
+                   int threads,
+                   const std::function<void(int64_t, int64_t, const float*, const float*)>& emit) {
   const int d = M.d;
   const float innov = (float)std::sqrt(1.0 - M.rho * M.rho), rho = (float)M.rho;
-  std::vector<float> x((size_t)kSuperBlock * d), kb((size_t)kSuperBlock * d), vb((size_t)kSuperBlock * d);
+  // Buffers for one super-block, or for fewer rows when fewer are asked for
+  // (a sliding window's ring: a few hundred rows, not 64K, many times over).
+  const size_t rows_max = (size_t)std::min(kSuperBlock, std::max<int64_t>(0, t_end - t_begin));
+  std::vector<float> x(rows_max * d), kb(rows_max * d), vb(rows_max * d);
   std::vector<float> carry = M.topic_init;  // x_{t0 - 1}
   std::vector<std::vector<float>> carry_in((size_t)(kSuperBlock / kSubBlock), std::vector<float>(d));
-  for (int64_t t0 = 0; t0 < c.n_keys; t0 += kSuperBlock) {
-    const int64_t rows = std::min(kSuperBlock, c.n_keys - t0);
+  for (int64_t t0 = t_begin; t0 < t_end; t0 += kSuperBlock) {
+    const int64_t rows = std::min(kSuperBlock, t_end - t0);
     const int64_t n_sub = (rows + kSubBlock - 1) / kSubBlock;
     // Pass 1: each sub-block's AR(1) path started from zero (parallel).
 #pragma omp parallel for num_threads(threads) schedule(dynamic)
@@ -179,10 +188,17 @@ void generate_keys_values(const SyntheticConfig& c, const HeadModel& M, int head
       }
       compose_rows(c, M, head, (t0 + lo) / kSubBlock, t0 + lo, hi - lo, &x[lo * d], &kb[lo * d], &vb[lo * d]);
     }
-    out.keys->append_f32(kb.data(), rows);
-    out.values->append_f32(vb.data(), rows);
-    bar.add(rows);
+    emit(t0, rows, kb.data(), vb.data());
   }
+}
+
+void generate_keys_values(const SyntheticConfig& c, const HeadModel& M, int head, AttentionHead& out,
+                          int threads, Progress& bar) {
+  generate_rows(c, M, head, 0, c.n_keys, threads, [&](int64_t, int64_t rows, const float* k, const float* v) {
+    out.keys->append_f32(k, rows);
+    out.values->append_f32(v, rows);
+    bar.add(rows);
+  });
 }
 
 // One query head of one decode step: base query, then planted sink/retrieval hits.
@@ -272,6 +288,22 @@ std::string SyntheticConfig::describe() const {
       n_keys, head_dim, n_queries, group, kv_heads, dtype_name(dtype), seed, key_offset, dim_spread, topic_len,
       topic_weight, rope_base, query_shift, query_noise, recency, n_sinks, sink_norm, sink_frac, sink_mass,
       retrieval_frac, retrieval_targets, retrieval_mass);
+}
+
+void synthetic_key_values(const SyntheticConfig& cfg, int head, int64_t t0, int64_t n, float* keys, float* values,
+                          int n_threads) {
+  cfg.validate();
+  TOPKV_CHECK(head >= 0 && head < cfg.kv_heads, "synthetic: head {} is not among the {} KV heads", head,
+              cfg.kv_heads);
+  TOPKV_CHECK(t0 >= 0 && n >= 0 && t0 + n <= cfg.n_keys, "synthetic: rows {}..{} are outside the {} keys", t0,
+              t0 + n - 1, cfg.n_keys);
+  const int threads = n_threads > 0 ? n_threads : std::max(1u, std::thread::hardware_concurrency());
+  const HeadModel M = make_head_model(cfg, head);
+  const size_t d = (size_t)cfg.head_dim;
+  generate_rows(cfg, M, head, t0, t0 + n, threads, [&](int64_t t, int64_t rows, const float* k, const float* v) {
+    std::copy_n(k, (size_t)rows * d, keys + (size_t)(t - t0) * d);
+    std::copy_n(v, (size_t)rows * d, values + (size_t)(t - t0) * d);
+  });
 }
 
 SyntheticData generate_synthetic(const SyntheticConfig& cfg, int n_threads, bool progress) {

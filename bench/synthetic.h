@@ -104,6 +104,16 @@ struct SyntheticData {
 // Generates cfg.kv_heads heads. n_threads 0 = all cores. `progress` draws a bar.
 SyntheticData generate_synthetic(const SyntheticConfig& cfg, int n_threads = 0, bool progress = false);
 
+// Keys (post-RoPE) and values of positions [t0, t0 + n) of KV head `head`
+// (< cfg.kv_heads) of the data cfg describes, without queries: fp32
+// token-major [n][head_dim] each, in keys / values. cfg.n_keys is the context
+// length (sinks are its first n_sinks positions). The topic enters t0 from its
+// stationary distribution, so rows from t0 > 0 are distributed like the same
+// rows of a full generation (and t0 = 0 gives exactly generate_synthetic's).
+// Used to fill a model's context without a prefill (bench/synthetic_fill.h).
+void synthetic_key_values(const SyntheticConfig& cfg, int head, int64_t t0, int64_t n, float* keys, float* values,
+                          int n_threads = 0);
+
 // NeoX RoPE of one vector in place: pair (p, p + d/2) rotated by pos * base^(-2p/d).
 // base <= 0 leaves x unchanged. inverse = true rotates by -pos.
 void apply_rope(float* x, int dim, double pos, double base, bool inverse = false);

@@ -5,6 +5,7 @@
 #ifdef TOPKV_HAVE_CUDA
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "gpu/cuda_backend_impl.h"
 #include "gpu/cuda_check.h"
@@ -51,7 +52,10 @@ CudaBackend::CudaBackend(const CudaBackendOptions& opt) : device_(opt.device), m
     scalars_mem_ = mem_.alloc(4 * sizeof(float), MemKind::Scratch, "cuBLAS scalars");
     scalars_ = static_cast<float*>(scalars_mem_.get());
     TOPKV_CUDA_CHECK(cudaMemsetAsync(scalars_, 0, 4 * sizeof(float), stream_));
+    init_step_state();
+    init_decode_attention();
   } catch (...) {
+    if (step_uploaded_) cudaEventDestroy(step_uploaded_);
     if (cublas_) cublasDestroy(cublas_);
     if (stream_) cudaStreamDestroy(stream_);
     throw;
@@ -59,14 +63,28 @@ CudaBackend::CudaBackend(const CudaBackendOptions& opt) : device_(opt.device), m
 }
 
 CudaBackend::~CudaBackend() {
+  cancel_recording();
   cudaStreamSynchronize(stream_);  // no throwing here; a fault would have surfaced at an earlier sync
+  cudaEventDestroy(step_uploaded_);
   cublasDestroy(cublas_);
   cudaStreamDestroy(stream_);
 }
 
-void CudaBackend::synchronize() { TOPKV_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronize() {
+  TOPKV_CHECK(!rec_, "synchronize while recording a decode step: a recorded step cannot wait for the device");
+  TOPKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 void* CudaBackend::scratch(Scratch which, size_t bytes) {
+  if (rec_) {  // the recording's own region: no synchronising, never freed while the graph lives
+    ScratchRegion& r = rec_->regions[(int)which];
+    if (bytes > r.bytes || !r.mem) {
+      r.mem = mem_.alloc(bytes, MemKind::Scratch, "recorded decode step work space");
+      r.bytes = bytes;
+      rec_->owned.push_back(r.mem);  // earlier recorded ops may still point into the smaller one
+    }
+    return r.mem.get();
+  }
   ScratchRegion& r = scratch_[(int)which];
   if (bytes > r.bytes || !r.mem) {
     synchronize();  // queued kernels may still use the old region
@@ -83,7 +101,29 @@ Buffer CudaBackend::alloc(size_t bytes) { return Buffer{mem_.alloc(bytes, MemKin
 void CudaBackend::to_host(const Buffer& src, size_t off, void* dst, size_t bytes) {
   TOPKV_CHECK(off <= src.bytes && bytes <= src.bytes - off,
               "to_host of {} bytes at offset {} reads past a {}-byte device buffer", bytes, off, src.bytes);
+  TOPKV_CHECK(!rec_, "to_host while recording a decode step: copies to the host cannot be recorded");
   if (bytes == 0) return;
+  // Mid-sized copies into pageable memory (a step's logits: 0.5-1 MB) go
+  // through a pinned buffer: one DMA at full PCIe rate and a host memcpy
+  // instead of the driver's chunked pageable path.
+  constexpr size_t kBounceMin = size_t{64} << 10, kBounceMax = size_t{8} << 20;
+  if (bytes >= kBounceMin && bytes <= kBounceMax) {
+    cudaPointerAttributes attr{};
+    const bool pinned = cudaPointerGetAttributes(&attr, dst) == cudaSuccess && attr.type == cudaMemoryTypeHost;
+    cudaGetLastError();  // an unregistered pointer may leave an error on older runtimes
+    if (!pinned) {
+      if (!bounce_) {
+        void* p = nullptr;
+        TOPKV_CUDA_CHECK(cudaMallocHost(&p, kBounceMax));
+        bounce_ = std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+      }
+      TOPKV_CUDA_CHECK(
+          cudaMemcpyAsync(bounce_.get(), src.as<uint8_t>() + off, bytes, cudaMemcpyDeviceToHost, stream_));
+      synchronize();
+      std::memcpy(dst, bounce_.get(), bytes);
+      return;
+    }
+  }
   TOPKV_CUDA_CHECK(cudaMemcpyAsync(dst, src.as<uint8_t>() + off, bytes, cudaMemcpyDeviceToHost, stream_));
   synchronize();
 }
@@ -91,12 +131,14 @@ void CudaBackend::to_host(const Buffer& src, size_t off, void* dst, size_t bytes
 void CudaBackend::from_host(const void* src, const Buffer& dst, size_t off, size_t bytes) {
   TOPKV_CHECK(off <= dst.bytes && bytes <= dst.bytes - off,
               "from_host of {} bytes at offset {} writes past a {}-byte device buffer", bytes, off, dst.bytes);
+  TOPKV_CHECK(!rec_, "from_host while recording a decode step: host copies cannot be recorded");
   if (bytes == 0) return;
   TOPKV_CUDA_CHECK(cudaMemcpyAsync(dst.as<uint8_t>() + off, src, bytes, cudaMemcpyHostToDevice, stream_));
   synchronize();  // src may be pinned: the caller may reuse it as soon as we return
 }
 
 KvLayerCache CudaBackend::alloc_kv(int n_kv_heads, int head_dim, int64_t capacity, DType dtype) {
+  TOPKV_CHECK(!rec_, "alloc_kv while recording a decode step: allocate caches before recording");
   TOPKV_CHECK(n_kv_heads > 0 && head_dim > 0 && capacity > 0,
               "a KV cache needs positive heads, head_dim and capacity, got {}, {}, {}", n_kv_heads, head_dim,
               capacity);
@@ -124,6 +166,12 @@ void CudaBackend::embed(const Weight& table, const int32_t* ids, int T, float sc
     TOPKV_CHECK(ids[t] >= 0 && ids[t] < table.rows, "token id {} is outside the vocabulary (0..{})", ids[t],
                 table.rows - 1);
   if (T <= 0) return;
+  if (rec_) {  // recorded: the id comes from the step state at replay
+    TOPKV_CHECK(T == 1 && ids[0] == rec_->token, "embed while recording a decode step must take the recorded token "
+                "{}, got {} tokens starting with {}", rec_->token, T, ids[0]);
+    embed_rows(device_dtype(table, "embed"), table.data, table.cols, step_token_dev(), 1, scale, out, stream_);
+    return;
+  }
   // Through a pageable copy: cudaMemcpyAsync from pageable memory has read it
   // when it returns, so the caller's ids (pinned or not) are free at once.
   ids_staging_.assign(ids, ids + T);
@@ -151,7 +199,7 @@ void CudaBackend::rope(float* x, int T, int n_heads, int head_dim, int64_t pos0,
   for (int i = 0; i < half; ++i)
     inv_freq[i] = p.freq_scale * std::pow((double)p.base, -2.0 * i / p.n_rot) /
                   (p.freq_factors ? p.freq_factors[i] : 1.f);
-  cuda::rope(x, T, n_heads, head_dim, pos0, p.style, p.n_rot, inv_freq, stream_);
+  cuda::rope(x, T, n_heads, head_dim, pos0, p.style, p.n_rot, inv_freq, stream_, step_pos("rope", T, pos0));
 }
 
 void CudaBackend::matmul(const float* x, const Weight& w, int T, float* y) {
@@ -177,7 +225,7 @@ void CudaBackend::kv_write(KvLayerCache& c, const float* k, const float* v, int 
               "kv_write: the cache is not in this CUDA backend's memory; allocate it with its alloc_kv");
   TOPKV_CHECK(pos0 >= 0, "kv_write at negative position {}", pos0);
   cuda::kv_write(c.dtype, c.k.mem.get(), c.v.mem.get(), c.n_kv_heads, c.head_dim, c.capacity, k, v, T, pos0,
-                 stream_);
+                 stream_, step_pos("kv_write", T, pos0));
 }
 
 void CudaBackend::attention(const float* q, int T, int n_head, int64_t pos0, const KvLayerCache& c, int64_t window,
@@ -194,13 +242,31 @@ void CudaBackend::attention(const float* q, int T, int n_head, int64_t pos0, con
               "the CUDA attention kernel has no head_dim {} (compiled: 32, 64, 96, 128, 256); use the CPU backend",
               c.head_dim);
   if (T <= 0) return;
+  if (T == 1) {  // decode: one plan per cache geometry, so eager and recorded steps run the same kernels
+    DecodeAttentionArgs d;
+    d.q = q, d.out = out, d.kv_type = c.dtype, d.k = c.k.mem.get(), d.v = c.v.mem.get();
+    d.n_head = n_head, d.n_kv = n_kv, d.head_dim = c.head_dim;
+    d.pos = pos0, d.capacity = c.capacity, d.window = window, d.scale = scale;
+    d.dev_pos = step_pos("attention", T, pos0);
+    const int64_t max_keys = window > 0 ? std::min(window, c.capacity) : c.capacity;
+    const DecodeAttentionPlan plan = plan_decode_attention(n_head, n_kv, c.head_dim, max_keys, sm_count_);
+    void* ws = plan.workspace_bytes ? scratch(Scratch::Attention, plan.workspace_bytes) : nullptr;
+    decode_attention(d, plan, ws, stream_);
+    return;
+  }
   AttentionArgs a;
   a.q = q, a.out = out, a.kv_type = c.dtype, a.k = c.k.mem.get(), a.v = c.v.mem.get();
   a.T = T, a.n_head = n_head, a.n_kv = n_kv, a.head_dim = c.head_dim;
   a.pos0 = pos0, a.capacity = c.capacity, a.window = window, a.scale = scale;
-  const AttentionPlan plan = plan_attention(a, sm_count_);
+  // Prefill chunks on the tensor cores (fp16/bf16 tiles, ~1e-3 from the CPU),
+  // decode and short chunks on the fp32 kernel.
+  const bool tc = attention_tc_supported(a);
+  const AttentionPlan plan = tc ? plan_attention_tc(a, sm_count_) : plan_attention(a, sm_count_);
   void* ws = plan.workspace_bytes ? scratch(Scratch::Attention, plan.workspace_bytes) : nullptr;
-  cuda::attention(a, plan, ws, stream_);
+  if (tc)
+    cuda::attention_tc(a, plan, ws, stream_);
+  else
+    cuda::attention(a, plan, ws, stream_);
 }
 
 }  // namespace cuda

@@ -22,6 +22,7 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
+  bool host_memory() const override { return false; }
   Buffer alloc(size_t bytes) override;
   void to_host(const Buffer& src, size_t offset_bytes, void* dst, size_t bytes) override;
   void from_host(const void* src, const Buffer& dst, size_t offset_bytes, size_t bytes) override;
@@ -37,6 +38,19 @@ class CudaBackend final : public Backend {
   void kv_write(KvLayerCache& cache, const float* k, const float* v, int T, int64_t pos0) override;
   void attention(const float* q, int T, int n_head, int64_t pos0, const KvLayerCache& cache, int64_t window,
                  float scale, float* out) override;
+
+  // ---- recorded decode steps: CUDA graphs (gpu/cuda_graphs.cpp) -------------
+  // Capture on the backend's stream (relaxed mode: the work space a recording
+  // owns is allocated while it captures); replay = one cudaGraphLaunch.
+  // TOPKV_CUDA_GRAPHS=0 in the environment makes can_record() false, so the
+  // model runs decode eagerly (for comparisons).
+  bool can_record() const override { return graphs_enabled_; }
+  void begin_recording(int64_t pos, int32_t token) override;
+  std::unique_ptr<Recording> end_recording() override;
+  void cancel_recording() noexcept override;
+  void set_step(int64_t pos, int32_t token) override;
+  void replay(const Recording& r) override;
+  bool recording() const { return rec_ != nullptr; }
 
   // ---- for the sampler, benchmarks and tests --------------------------------
   cudaStream_t stream() const { return stream_; }
@@ -55,6 +69,11 @@ class CudaBackend final : public Backend {
  private:
   // The device weight a matrix op may use: uploaded by prepare_weight.
   void check_device_weight(const Weight& w, const char* op) const;
+  // While recording: the op must be a T = 1 op at the recorded position, and
+  // gets the device position to read (null when not recording).
+  const int64_t* step_pos(const char* op, int T, int64_t pos);
+  const int32_t* step_token_dev() const;  // the step state's token id (device)
+  void init_step_state();  // gpu/cuda_graphs.cpp
 
   int device_ = 0, sm_count_ = 0;
   std::string device_name_;
@@ -69,6 +88,29 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> scalars_mem_;  // 4 floats for cuBLAS: absmax, alpha, beta = 0, spare
   float* scalars_ = nullptr;
   std::vector<int32_t> ids_staging_;  // pageable copy of embed's ids (see embed)
+  std::shared_ptr<void> bounce_;      // pinned staging of mid-sized to_host copies (logits)
+
+  // Step state of recorded decode steps: the device copy the recorded kernels
+  // read, its pinned host source, and an event that says the last upload has
+  // read the source (set_step waits for it before rewriting).
+  struct StepState {
+    int64_t pos;
+    int32_t token;
+    int32_t pad;
+  };
+  bool graphs_enabled_ = true;
+  std::shared_ptr<void> step_dev_mem_, step_host_mem_;
+  StepState *step_dev_ = nullptr, *step_host_ = nullptr;
+  cudaEvent_t step_uploaded_ = nullptr;
+  // The capture in progress: the step it was begun for, and the work space
+  // its ops were given (owned by the recording, never regrown under it).
+  struct RecordingState {
+    int64_t pos = 0;
+    int32_t token = 0;
+    ScratchRegion regions[(int)Scratch::Count];
+    std::vector<std::shared_ptr<void>> owned;
+  };
+  std::unique_ptr<RecordingState> rec_;
 };
 
 }  // namespace topkv::cuda

@@ -9,7 +9,8 @@
 //     input read once and each output written once;
 //   gemv: memory, rows*cols*2 bytes of weight (the activations stay in L1/L2);
 //   gemm (cuBLAS): tensor cores, 2*T*rows*cols flops;
-//   attention: fp32 FMA units, 4*head_dim flops per (query head, visible key);
+//   attention: fp32 FMA units (tensor cores for attention_tc), 4*head_dim
+//     flops per (query head, visible key);
 //     for decode (T=1) the cache read, 2*head_dim*elem bytes per visible key
 //     and KV head, once the split-KV path has filled the device;
 //   merge_partials: memory, parts*(dv+2)*4 bytes per row;
@@ -44,8 +45,11 @@ void embed_rows(DType table_type, const void* table, int64_t cols, const int32_t
 // [n_kv][capacity][head_dim] of `dtype`, slot = position % capacity. When
 // T > capacity only the last `capacity` tokens are written (the earlier ones
 // would be overwritten within the chunk anyway). Twin: CpuBackend::kv_write.
+// dev_pos (recorded decode steps): when set, the position pos0 is read from
+// this device address at run time instead.
 void kv_write(DType dtype, void* k_cache, void* v_cache, int n_kv, int head_dim, int64_t capacity,
-              const float* k, const float* v, int T, int64_t pos0, cudaStream_t stream);
+              const float* k, const float* v, int T, int64_t pos0, cudaStream_t stream,
+              const int64_t* dev_pos = nullptr);
 
 // ---- norms and RoPE (kernels_norm_rope.cu) -----------------------------------
 // out = x / sqrt(mean(x^2) + eps) * w over `rows` rows of `dim`; out may
@@ -56,8 +60,9 @@ void rms_norm(const float* x, const float* w, int64_t rows, int dim, float eps, 
 // per position, computed in double by the caller exactly as the CPU does.
 // Twin: CpuBackend::rope.
 inline constexpr int kMaxRopePairs = 256;
+// dev_pos as for kv_write.
 void rope(float* x, int T, int n_heads, int head_dim, int64_t pos0, RopeStyle style, int n_rot,
-          const double* inv_freq, cudaStream_t stream);
+          const double* inv_freq, cudaStream_t stream, const int64_t* dev_pos = nullptr);
 
 // ---- matmul (kernels_matmul.cu) ----------------------------------------------
 // Tokens up to which matmul runs the GEMV kernel instead of cuBLAS.
@@ -105,6 +110,66 @@ AttentionPlan plan_attention(const AttentionArgs& a, int sm_count);
 // Twin: CpuBackend::attention.
 void attention(const AttentionArgs& a, const AttentionPlan& plan, void* workspace, cudaStream_t stream);
 
+// ---- decode attention (kernels_attention_decode.cu) ---------------------------
+// One query token (T = 1) over the cache: every query head of a KV head in
+// one block (each K/V row read once), split-KV over the keys with a fixed
+// plan per cache geometry, so the position may live in device memory
+// (recorded decode steps) and each split finds its key range from it.
+struct DecodeAttentionArgs {
+  const float* q = nullptr;  // [n_head][head_dim]
+  float* out = nullptr;      // [n_head][head_dim], not aliasing q
+  DType kv_type = DType::F32;
+  const void* k = nullptr;   // cache [n_kv][capacity][head_dim], position p at slot p % capacity
+  const void* v = nullptr;
+  int n_head = 0, n_kv = 0, head_dim = 0;
+  int64_t pos = 0, capacity = 0, window = 0;  // the query's position; window 0 = no limit
+  const int64_t* dev_pos = nullptr;           // when set, the position is read here (device) instead of pos
+  float scale = 1.f;
+};
+struct DecodeAttentionPlan {
+  int n_splits = 1;        // blocks per (KV head, row tile) over the keys
+  int rows_per_block = 4;  // query heads a block holds (4 or 8)
+  int row_tiles = 1;       // blocks per KV head over its query heads
+  size_t workspace_bytes = 0;
+};
+// max_keys: the most keys a query can ever see in this cache (its capacity,
+// or the window when that is smaller). The plan depends on nothing else, so
+// one plan serves every position.
+DecodeAttentionPlan plan_decode_attention(int n_head, int n_kv, int head_dim, int64_t max_keys, int sm_count);
+// Twin: CpuBackend::attention with T = 1. The caller has checked that the
+// keys the query sees fit in the cache. With plan.n_splits > 1 the partials
+// go to `workspace` and a second kernel merges them exactly.
+void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionPlan& plan, void* workspace,
+                      cudaStream_t stream);
+// Raises the decode kernels' shared-memory limit (they take up to 192 KB);
+// called once per device before the first launch (and before any capture).
+void init_decode_attention();
+
+// ---- tensor-core prefill attention (kernels_attention_tc.cu) -----------------
+// The same attention for chunks of T >= kTcMinTokens (16) queries and head
+// dims 64, 128, 256 (FlashAttention-2 forward: mma.sync m16n8k16 with 16-bit
+// Q, K, V, P tiles and fp32 accumulators, online softmax in fp32). Twin:
+// CpuBackend::attention. CudaBackend::attention sends a call here when
+// attention_tc_supported says so, and to `attention` above otherwise (T < 16:
+// decode, short chunks; head dims 32 and 96).
+// Accuracy: Q * scale and P are rounded to fp16 (bf16 for a bf16 cache), K
+// and V to fp16 when the cache is fp32 (fp16 / bf16 caches are used as
+// stored), so the output is no longer the CPU's to ~1e-6. The worst row's
+// relative L2 difference, emulated (tests/test_attention_tc_tiles.cpp) with
+// scores of sd ~2: ~8e-4 for an fp16 cache, ~1.5e-3 for fp32 (tests allow
+// 3e-3), ~8e-3 for bf16 (tests allow 2e-2); it grows with the score
+// magnitude (the rounding of Q moves a score by ~|score| 2^-12): ~1e-2 at
+// sd ~40 (tests allow 3e-2). fp32 caches must hold |k|, |v| < 65504.
+// Bound: tensor cores, 4 * head_dim flops per (query head, visible key).
+bool attention_tc_supported(const AttentionArgs& a);
+// Splits of the key range (tile-aligned: split_keys is a multiple of the
+// kernel's key tile, splits counted from the tile of the first key any query
+// sees) so that the blocks fill the device; the work space holds the partials.
+AttentionPlan plan_attention_tc(const AttentionArgs& a, int sm_count);
+void attention_tc(const AttentionArgs& a, const AttentionPlan& plan, void* workspace, cudaStream_t stream);
+// Calls of attention_tc so far in this process (tests: proof of the dispatch).
+int64_t attention_tc_launches();
+
 // The exact log-sum-exp merge of `parts` partial attentions per row, then the
 // division by l: for row r,
 //   M = max_p m[r][p] over parts with l > 0, L = sum_p l[r][p] e^(m[r][p]-M),
@@ -113,6 +178,28 @@ void attention(const AttentionArgs& a, const AttentionPlan& plan, void* workspac
 // Twin: partial_merge + partial_finish (gpu/partial_attention.h).
 void merge_partials(const float* m, const float* l, const float* o, int64_t rows, int parts, int dv, float* out,
                     cudaStream_t stream);
+
+// ---- attention over row lists (kernels_rows_attention.cu) ---------------------
+// The offloaded decode's partials: for KV head h, the rows listed in
+// k_rows/v_rows[h][0 .. counts[h]) (one device-visible pointer per row: device
+// memory, or mapped pinned host memory read in place over PCIe), split into
+// n_splits ranges; split s of query head h*group+g writes the partial
+//   m = max_i s_i, l = sum_i e^(s_i - m), o = sum_i e^(s_i - m) v_i,  s_i = scale q.k_i
+// into slot part0 + s of row h*group+g of part_m/l [rows][parts] and
+// part_o [rows][parts][head_dim] (m = -inf, l = 0, o = 0 for an empty split),
+// ready for merge_partials. Twin: partial_add over the same rows.
+struct RowListArgs {
+  const float* q = nullptr;  // [n_kv * group][head_dim], device
+  DType row_type = DType::F16;
+  const void* const* k_rows = nullptr;  // [n_kv][max_rows], device array of pointers
+  const void* const* v_rows = nullptr;
+  const int32_t* counts = nullptr;      // [n_kv], device; clamped to max_rows
+  int n_kv = 0, group = 1, head_dim = 0, max_rows = 0;
+  float scale = 1.f;
+  int n_splits = 1, part0 = 0, parts = 1;
+  float *part_m = nullptr, *part_l = nullptr, *part_o = nullptr;
+};
+void row_list_attention(const RowListArgs& a, cudaStream_t stream);
 
 // ---- sampling (kernels_sampling.cu) ------------------------------------------
 // Work space (bytes) the two samplers need for n logits.

@@ -49,9 +49,9 @@ __global__ void embed_kernel(const E* __restrict__ table, int64_t cols, const in
 template <class E>
 __global__ void kv_write_kernel(E* __restrict__ k_cache, E* __restrict__ v_cache, int n_kv, int head_dim,
                                 int64_t capacity, const float* __restrict__ k, const float* __restrict__ v,
-                                int t_first, int64_t pos0) {
+                                int t_first, int64_t pos0, const int64_t* dev_pos) {
   const int t = t_first + blockIdx.x / n_kv, h = blockIdx.x % n_kv;
-  const int64_t slot = (pos0 + t) % capacity;
+  const int64_t slot = ((dev_pos ? *dev_pos : pos0) + t) % capacity;
   const int64_t src = ((int64_t)t * n_kv + h) * head_dim;
   const int64_t dst = ((int64_t)h * capacity + slot) * head_dim;
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
@@ -100,7 +100,7 @@ void embed_rows(DType table_type, const void* table, int64_t cols, const int32_t
 }
 
 void kv_write(DType dtype, void* k_cache, void* v_cache, int n_kv, int head_dim, int64_t capacity,
-              const float* k, const float* v, int T, int64_t pos0, cudaStream_t stream) {
+              const float* k, const float* v, int T, int64_t pos0, cudaStream_t stream, const int64_t* dev_pos) {
   if (T <= 0) return;
   // With T > capacity the ring would be written more than once in this chunk;
   // sequential writes leave the last `capacity` tokens, so write only those.
@@ -111,7 +111,8 @@ void kv_write(DType dtype, void* k_cache, void* v_cache, int n_kv, int head_dim,
   with_elem_type(dtype, [&](auto e) {
     using E = decltype(e);
     kv_write_kernel<E><<<(unsigned)blocks, threads, 0, stream>>>(static_cast<E*>(k_cache), static_cast<E*>(v_cache),
-                                                                 n_kv, head_dim, capacity, k, v, t_first, pos0);
+                                                                 n_kv, head_dim, capacity, k, v, t_first, pos0,
+                                                                 dev_pos);
   });
   TOPKV_CUDA_CHECK_LAUNCH();
 }

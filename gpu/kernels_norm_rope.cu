@@ -51,11 +51,11 @@ struct RopeFreqs {
 
 // Block per token. Pair i of a head is (2i, 2i+1) for Interleaved, (i, i+half)
 // for NeoX; dims past n_rot are left alone.
-__global__ void rope_kernel(float* x, int n_heads, int head_dim, int64_t pos0, int neox, int half,
-                            const RopeFreqs freqs) {
+__global__ void rope_kernel(float* x, int n_heads, int head_dim, int64_t pos0, const int64_t* dev_pos, int neox,
+                            int half, const RopeFreqs freqs) {
   __shared__ float cs[kMaxRopePairs], sn[kMaxRopePairs];
   const int t = blockIdx.x;
-  const double pos = (double)(pos0 + t);
+  const double pos = (double)((dev_pos ? *dev_pos : pos0) + t);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     double s, c;
     sincos(pos * freqs.inv_freq[i], &s, &c);
@@ -89,7 +89,7 @@ void rms_norm(const float* x, const float* w, int64_t rows, int dim, float eps, 
 }
 
 void rope(float* x, int T, int n_heads, int head_dim, int64_t pos0, RopeStyle style, int n_rot,
-          const double* inv_freq, cudaStream_t stream) {
+          const double* inv_freq, cudaStream_t stream, const int64_t* dev_pos) {
   const int half = n_rot / 2;
   if (T <= 0 || half <= 0) return;
   TOPKV_CHECK(half <= kMaxRopePairs && n_rot <= head_dim,
@@ -97,7 +97,8 @@ void rope(float* x, int T, int n_heads, int head_dim, int64_t pos0, RopeStyle st
               head_dim, 2 * kMaxRopePairs);
   RopeFreqs f{};
   for (int i = 0; i < half; ++i) f.inv_freq[i] = inv_freq[i];
-  rope_kernel<<<T, 256, 0, stream>>>(x, n_heads, head_dim, pos0, style == RopeStyle::NeoX ? 1 : 0, half, f);
+  rope_kernel<<<T, 256, 0, stream>>>(x, n_heads, head_dim, pos0, dev_pos, style == RopeStyle::NeoX ? 1 : 0, half,
+                                     f);
   TOPKV_CUDA_CHECK_LAUNCH();
 }
 

@@ -49,6 +49,20 @@ void partial_add_rows(AttnPartial& p, const float* s, const RowStore& values, co
   }
 }
 
+void partial_add_gather(AttnPartial& p, const float* s, const float* logw, const float* rows, const int32_t* idx,
+                        int64_t n) {
+  if (n <= 0) return;
+  const size_t dv = p.o.size();
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, s[i] + logw[i]);
+  float m = rescale_to(p, mx);
+  for (int64_t i = 0; i < n; ++i) {
+    float w = std::exp(s[i] + logw[i] - m);
+    p.l += w;
+    axpy_f32(w, rows + (size_t)idx[i] * dv, p.o.data(), dv);
+  }
+}
+
 void partial_merge(AttnPartial& a, const AttnPartial& b) {
   if (b.l == 0.f) return;
   if (a.l == 0.f) {

@@ -30,6 +30,10 @@ struct AttnPartial {
 void partial_add(AttnPartial& p, const float* s, const float* logw, const float* v, int64_t n);
 // Same, values read from the store rows `ids[i]`.
 void partial_add_rows(AttnPartial& p, const float* s, const RowStore& values, const int64_t* ids, int64_t n);
+// Same, values gathered: row i is rows + idx[i] * value_dim (fp32), weight
+// e^(s[i] + logw[i]) (Multipole's far clusters: V̄_j with score + ln N_j).
+void partial_add_gather(AttnPartial& p, const float* s, const float* logw, const float* rows, const int32_t* idx,
+                        int64_t n);
 // a <- merge(a, b). Either may be empty.
 void partial_merge(AttnPartial& a, const AttnPartial& b);
 // out[value_dim] = o / l (zeros if the partial is empty).

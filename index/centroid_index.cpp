@@ -3,6 +3,7 @@
 // algorithm and the papers it follows).
 #include <faiss/Clustering.h>
 #include <faiss/IndexFlat.h>
+#include <dlfcn.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -37,6 +38,31 @@ class OmpThreadScope {
 
  private:
   int prev_;
+};
+
+// OpenBLAS's own thread count, set for a scope (several threads each running
+// a small k-means must not each fan out into BLAS's pool). Looked up at run
+// time: with another BLAS (or none loaded) it does nothing. n = 0 keeps it.
+class BlasThreadScope {
+ public:
+  explicit BlasThreadScope(int n) {
+    using Set = void (*)(int);
+    using Get = int (*)();
+    set_ = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    if (n <= 0 || !set_ || !get) return;
+    prev_ = get();
+    set_(n);
+  }
+  ~BlasThreadScope() {
+    if (prev_ > 0) set_(prev_);
+  }
+  BlasThreadScope(const BlasThreadScope&) = delete;
+  BlasThreadScope& operator=(const BlasThreadScope&) = delete;
+
+ private:
+  void (*set_)(int) = nullptr;
+  int prev_ = 0;
 };
 
 void normalise_rows(float* x, int64_t n, int d) {
@@ -132,6 +158,7 @@ ClusterIndex::ClusterIndex(std::string name, const Params& p, const BuildOptions
 
 void ClusterIndex::build_impl(int64_t n) {
   sum_ = ClusterSummaries{};
+  inv_norm_.clear();
   members_.clear();
   parent_.clear();
   children_.clear();
@@ -145,23 +172,48 @@ void ClusterIndex::build_impl(int64_t n) {
   //    one k-means of a million keys into 50k centroids is ~10^14 flops.
   const int64_t block = block_ > 0 ? block_ : n;
   const int64_t n_blocks = std::max<int64_t>(1, std::llround((double)n / (double)block));  // last: 0.5..1.5 blocks
-  std::vector<int32_t> assign((size_t)n);
-  int64_t k = 0;  // clusters so far, over all blocks
-  Progress bar(name_ + ": cluster keys", n, "keys", opt_.progress);
+  auto block_range = [&](int64_t b) {
+    const int64_t lo = b * block, hi = b + 1 == n_blocks ? n : lo + block;
+    return std::pair{lo, hi};
+  };
+  std::vector<int64_t> k_first((size_t)n_blocks + 1, 0);  // clusters before block b
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const int64_t lo = b * block, hi = b + 1 == n_blocks ? n : lo + block, len = hi - lo;
-    const int64_t kb = std::clamp<int64_t>(std::llround((double)len / (double)ratio_), 1, len);
-    auto rows = training_rows(len, std::min(len, std::max(max_train_, kb)), opt_.seed + (uint64_t)b);
-    std::vector<float> x(rows.size() * d);
-#pragma omp parallel for schedule(static) num_threads(n_threads())
-    for (int64_t i = 0; i < (int64_t)rows.size(); ++i) keys_->row_f32(lo + rows[(size_t)i], x.data() + (size_t)i * d);
-    normalise_rows(x.data(), (int64_t)rows.size(), d);
-    faiss::IndexFlatIP km_index(d);
-    spherical_kmeans(x.data(), (int64_t)rows.size(), d, kb, (int)iters_, opt_.seed + (uint64_t)b, nullptr, km_index);
-    assign_rows(*keys_, lo, hi, km_index, assign.data() + lo, n_threads(), bar);
-    for (int64_t i = lo; i < hi; ++i) assign[(size_t)i] += (int32_t)k;
-    k += kb;
+    auto [lo, hi] = block_range(b);
+    k_first[(size_t)b + 1] = k_first[(size_t)b] + std::clamp<int64_t>(std::llround((double)(hi - lo) / (double)ratio_), 1, hi - lo);
   }
+  const int64_t k = k_first.back();
+  std::vector<int32_t> assign((size_t)n);
+  Progress bar(name_ + ": cluster keys", n, "keys", opt_.progress);
+  // One block's k-means is too small to spread over many cores (Faiss and
+  // BLAS threads cost more than they give at 8K x 512), so with several
+  // blocks each core takes whole blocks, single-threaded; one block (or a
+  // single core) keeps BLAS's threads. Blocks are seeded by their number, so
+  // the result does not depend on the thread count.
+  const int block_threads = (int)std::min<int64_t>(n_threads(), n_blocks);
+  std::vector<std::string> errors((size_t)n_blocks);
+  {
+    // Only for the blocks: the coarse k-means below is one large problem that
+    // wants BLAS's threads (the H100 run lost 40 s per layer when it had one).
+    BlasThreadScope blas(block_threads > 1 ? 1 : 0);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(block_threads)
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      try {
+        auto [lo, hi] = block_range(b);
+        const int64_t len = hi - lo, kb = k_first[(size_t)b + 1] - k_first[(size_t)b];
+        auto rows = training_rows(len, std::min(len, std::max(max_train_, kb)), opt_.seed + (uint64_t)b);
+        std::vector<float> x(rows.size() * d);
+        for (int64_t i = 0; i < (int64_t)rows.size(); ++i) keys_->row_f32(lo + rows[(size_t)i], x.data() + (size_t)i * d);
+        normalise_rows(x.data(), (int64_t)rows.size(), d);
+        faiss::IndexFlatIP km_index(d);
+        spherical_kmeans(x.data(), (int64_t)rows.size(), d, kb, (int)iters_, opt_.seed + (uint64_t)b, nullptr, km_index);
+        assign_rows(*keys_, lo, hi, km_index, assign.data() + lo, block_threads > 1 ? 1 : n_threads(), bar);
+        for (int64_t i = lo; i < hi; ++i) assign[(size_t)i] += (int32_t)k_first[(size_t)b];
+      } catch (const std::exception& e) {
+        errors[(size_t)b] = e.what();
+      }
+    }
+  }
+  for (auto& e : errors) TOPKV_CHECK(e.empty(), "{}", e);
   bar.finish();
 
   // 2. Member lists, dropping clusters that got no key.
@@ -263,8 +315,14 @@ void ClusterIndex::add_impl(int64_t from, int64_t to) {
     float nrm = std::sqrt(dot_f32(centroid(j), centroid(j), (size_t)d));
     return nrm > 0.f ? 1.f / nrm : 0.f;
   };
-  std::vector<float> inv_norm((size_t)nf);
-  for (int64_t j = 0; j < nf; ++j) inv_norm[(size_t)j] = inv_norm_of(j);
+  // 1/|C_j| persists between calls (decode folds a few keys at a time) and is
+  // kept up to date for the clusters that change; rebuilt when the table did.
+  std::vector<float>& inv_norm = inv_norm_;
+  if ((int64_t)inv_norm.size() != nf) {
+    inv_norm.resize((size_t)nf);
+#pragma omp parallel for schedule(static) num_threads(n_threads())
+    for (int64_t j = 0; j < nf; ++j) inv_norm[(size_t)j] = inv_norm_of(j);
+  }
   const int64_t batch = 64;
   std::vector<float> x((size_t)batch * d), s((size_t)nf * batch);
   std::vector<int32_t> assign((size_t)batch);
@@ -432,6 +490,7 @@ void ClusterIndex::load_impl(BinaryReader& r) {
   const std::string& path = r.path();
   auto bad = [&](const std::string& why) { fail("{} index '{}' is malformed: {}", name_, path, why); };
   const int d = keys_->dim();
+  inv_norm_.clear();
   const int64_t nf = r.pod<int64_t>(), nc = r.pod<int64_t>();
   if (nf < 0 || nc < 0 || nf > indexed_ || nc > nf) bad(fmt::format("{} fine / {} coarse clusters", nf, nc));
   if (nf > 0 && (levels_ == 2) != (nc > 0)) bad(fmt::format("{} coarse clusters with levels={}", nc, levels_));

@@ -100,6 +100,7 @@ class ClusterIndex : public KvIndex {
   std::vector<int32_t> parent_;                 // fine j -> coarse c (levels=2)
   std::vector<std::vector<int32_t>> children_;  // coarse c -> its fine clusters (levels=2)
 
+  std::vector<float> inv_norm_;                 // fine j -> 1/|C_j| for appends (add_impl), lazily built
   int64_t ratio_, iters_, max_train_, block_, levels_, coarse_ratio_;
   double expand_;
 

@@ -215,11 +215,11 @@ std::vector<float> ContextPack::restore(Model& model, OffloadRuntime* rt) const 
         for (int j = 0; j < 2; ++j)
           to_f32(kv_type, src[j] + (size_t)((h * m + b0) * hd) * es, (j ? v : k).data() + (size_t)(h * len * hd),
                  (size_t)(len * hd));
-      model.write_kv(il, from + b0, len, k.data(), v.data());
+      model.write_kv(il, k.data(), v.data(), from + b0, len);
     }
   }
   if (rt) rt->take_pack(*file_);
-  model.resume_at(n);
+  model.set_n_past(n);
   if (rt) {
     model.set_attention_override(rt);
     for (int il : rt->retrieval_layers()) model.release_kv(il);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "offload/memory_plan.h"
 #include "offload/pack_file.h"
 #include "src/common/error.h"
 #include "src/common/options.h"
@@ -27,9 +28,7 @@ OffloadRuntime::OffloadRuntime(const ModelConfig& cfg, const OffloadPolicy& poli
     pattern = std::make_unique<HeadPattern>(load_head_pattern(policy_.heads_file, cfg_.n_layer, cfg_.n_head_kv,
                                                               policy_.heads_threshold, policy_.heads_sparsity));
   slot_.assign((size_t)cfg_.n_layer, -1);
-  for (int il = 0; il < cfg_.n_layer; ++il) {
-    const LayerConfig& lc = cfg_.layers[(size_t)il];
-    if (lc.sliding || lc.window > 0 || il < policy_.dense_layers) continue;  // stays with the model
+  for (int il : offloaded_layers(cfg_, policy_.dense_layers)) {
     std::vector<char> streaming((size_t)cfg_.n_head_kv, 0);
     if (pattern)
       for (int h = 0; h < cfg_.n_head_kv; ++h) streaming[(size_t)h] = pattern->is_streaming(il, h);
@@ -64,13 +63,33 @@ OffloadedLayer::Config OffloadRuntime::layer_config(int i) const {
   c.index = policy_.index;
   c.store_dtype = policy_.store_dtype;
   c.streaming = streaming_[(size_t)i];
-  c.build.n_threads = retrieval_layers_.size() > 1 ? 1 : 0;
+  c.build.n_threads = 0;  // all cores; 1 in effect when layers build in parallel (take_context)
+  // A step's heads search in parallel; with fewer KV heads than cores (Gemma 3
+  // has one) each search may score its summaries on the spare cores.
+  c.search_threads = std::max(1, omp_get_max_threads() / std::max(1, cfg_.n_head_kv));
   c.extra_indexes = extra_indexes_;
   return c;
 }
 
 void OffloadRuntime::take_prefill(const Model& model) {
   take_context(model.n_past(), [&model](int il, std::vector<float>& k, std::vector<float>& v) { model.read_kv(il, k, v); });
+}
+
+// Each layer in flight holds its context as fp32 K and V (the reader's
+// output) while its store fills; at 1M tokens of Llama-3-8B geometry that is
+// 8 GiB per layer, so 16 layers at once would not fit a 128 GiB host. The
+// stores (policy.store_dtype) and indexes of every layer are what must stay;
+// what is left of the free memory bounds the layers staged at once (at least one).
+int OffloadRuntime::layers_in_flight(int64_t n) const {
+  const int nl = (int)retrieval_layers_.size();
+  const double staging = 2.0 * cfg_.n_head_kv * (double)n * cfg_.head_dim * sizeof(float);
+  const double keys = (double)nl * cfg_.n_head_kv * n;
+  const double stores = keys * 2.0 * cfg_.head_dim * dtype_size(policy_.store_dtype) +
+                        keys * KvIndex::create(policy_.index)->bytes_per_key_estimate(cfg_.head_dim);
+  const double avail = host_memory_available();
+  int cap = std::max(1, std::min(nl, omp_get_max_threads()));
+  if (avail > 0 && staging > 0) cap = (int)std::clamp((avail - stores) / staging, 1.0, (double)cap);
+  return cap;
 }
 
 void OffloadRuntime::start_context(int64_t n) {
@@ -86,7 +105,7 @@ void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
   start_context(n);
   const int64_t keys_total = (int64_t)layers_.size() * cfg_.n_head_kv * std::max<int64_t>(0, n - policy_.sinks - policy_.window);
   Progress bar("index build", keys_total, "keys", progress_ && keys_total >= 100000);
-  fill_layers([&](int i, OffloadedLayer& layer) {
+  fill_layers(layers_in_flight(n), [&](int i, OffloadedLayer& layer) {
     std::vector<float> k, v;
     read(retrieval_layers_[(size_t)i], k, v);  // [kv][n][d]
     TOPKV_CHECK(k.size() == (size_t)cfg_.n_head_kv * n * cfg_.head_dim && v.size() == k.size(),
@@ -100,18 +119,22 @@ void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
   bar.finish();
 }
 
-void OffloadRuntime::fill_layers(const std::function<void(int, OffloadedLayer&)>& fill) {
+void OffloadRuntime::fill_layers(int in_flight, const std::function<void(int, OffloadedLayer&)>& fill) {
   Timer t;
   const int nl = (int)layers_.size();
-  // Layers in parallel (each builds its heads; nested parallelism is off by default).
+  // Layers in parallel when the model has more KV heads than there are cores
+  // to spread over a layer's heads, at most in_flight at once; otherwise one
+  // layer at a time, its index builds using every core (Gemma 3: one KV
+  // head, three layers). Nested parallelism is off by default, so an inner
+  // build inside a parallel layer loop runs on one thread.
+  const bool layers_parallel = nl > 1 && cfg_.n_head_kv * 2 > omp_get_max_threads();
   std::vector<std::string> errors((size_t)nl);
-#pragma omp parallel for schedule(dynamic, 1) if (nl > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(in_flight) if (layers_parallel && in_flight > 1)
   for (int i = 0; i < nl; ++i) {
     try {
       auto layer = std::make_unique<OffloadedLayer>(layer_config(i));
       fill(i, *layer);
       layers_[(size_t)i] = std::move(layer);
-      on_layer_ready(i);
     } catch (const std::exception& e) {
       errors[(size_t)i] = e.what();
     }
@@ -121,6 +144,7 @@ void OffloadRuntime::fill_layers(const std::function<void(int, OffloadedLayer&)>
       layers_.clear();  // no half-filled runtime: a later take_* starts afresh
       fail("{}", e);
     }
+  for (int i = 0; i < nl; ++i) on_layer_ready(i);
   stats_.build_s = t.seconds();
   count_keys();
 }
@@ -185,7 +209,8 @@ void OffloadRuntime::take_pack(const PackReader& r) {
                 "{} heads, the model has {}", r.path(), layers[i], streaming[i].size(), cfg_.n_head_kv);
   start_context(n);
   for (size_t i = 0; i < streaming.size(); ++i) streaming_[i].assign(streaming[i].begin(), streaming[i].end());
-  fill_layers([&](int i, OffloadedLayer& layer) {
+  // Restoring stages nothing: the stores are mapped, only tails and indexes are copied.
+  fill_layers(std::max(1, std::min((int)layers_.size(), omp_get_max_threads())), [&](int i, OffloadedLayer& layer) {
     layer.restore(r, fmt::format("offload.L{}.", retrieval_layers_[(size_t)i]), n, slot);
   });
 }

@@ -41,10 +41,10 @@ class OffloadRuntime : public AttentionOverride {
 
   bool overrides(int layer) const override;
   void take_prefill(const Model& model) override;
-  // The same from any source of a context's keys and values: read(model_layer,
-  // k, v) fills k and v with fp32 [n_head_kv][n][head_dim] (post-RoPE keys) of
-  // positions [0, n). take_prefill is take_context(model.n_past(), Model::read_kv).
-  using KvReader = std::function<void(int layer, std::vector<float>& k, std::vector<float>& v)>;
+  // The same from any source of a context's keys and values (KvReader,
+  // src/model/attention_override.h). take_prefill is
+  // take_context(model.n_past(), Model::read_kv).
+  using KvReader = topkv::KvReader;
   virtual void take_context(int64_t n, const KvReader& read);
   // Context packs (offload/context_pack.h). build_extra_indexes(), before
   // take_context, makes each head also build these index specs (saved in
@@ -79,14 +79,18 @@ class OffloadRuntime : public AttentionOverride {
 
  protected:
   // The configuration of retrieval layer i (a subclass may change where its
-  // store lives) and a hook run once layer i holds the context.
+  // store lives) and a hook run for each layer, in order, once every layer
+  // holds the context (the GPU runtime uploads sinks + window there).
   virtual OffloadedLayer::Config layer_config(int i) const;
   virtual void on_layer_ready(int i) { (void)i; }
   void start_context(int64_t n);  // k per layer for a context of n tokens; layers_ sized
-  // Builds every layer (layer_config, then fill(i, layer), then
-  // on_layer_ready), layers in parallel; times it into stats_.build_s.
-  void fill_layers(const std::function<void(int, OffloadedLayer&)>& fill);
+  // Builds every layer (layer_config, then fill(i, layer)), layers in
+  // parallel (at most in_flight at once) where the model has many KV heads,
+  // then runs on_layer_ready for each in order; times it into stats_.build_s.
+  void fill_layers(int in_flight, const std::function<void(int, OffloadedLayer&)>& fill);
   void count_keys();  // stats_.keys_indexed from the layers
+  // How many layers take_context stages at once for a context of n tokens.
+  int layers_in_flight(int64_t n) const;
 
   ModelConfig cfg_;
   OffloadPolicy policy_;

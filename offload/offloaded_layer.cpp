@@ -27,8 +27,8 @@ OffloadedLayer::OffloadedLayer(Config cfg) : cfg_(std::move(cfg)) {
     hd.win_k.assign((size_t)cfg_.window * d, 0.f);
     hd.win_v.assign((size_t)cfg_.window * d, 0.f);
     if (!hd.streaming) {
-      hd.keys = std::make_shared<RowStore>(cfg_.head_dim, cfg_.store_dtype);
-      hd.values = std::make_shared<RowStore>(cfg_.head_dim, cfg_.store_dtype);
+      hd.keys = std::make_shared<RowStore>(cfg_.head_dim, cfg_.store_dtype, cfg_.store_alloc);
+      hd.values = std::make_shared<RowStore>(cfg_.head_dim, cfg_.store_dtype, cfg_.store_alloc);
       hd.index = KvIndex::create(cfg_.index, cfg_.build);
       for (const std::string& spec : cfg_.extra_indexes) hd.extra_indexes.push_back(KvIndex::create(spec, cfg_.build));
     }
@@ -201,61 +201,83 @@ void OffloadedLayer::append(const float* key, const float* value) {
   ++n_tokens_;
 }
 
-void OffloadedLayer::attend(const float* queries, float scale, float* out, AttendStats* stats) const {
+void OffloadedLayer::retrieve(const float* queries, float scale, std::vector<Retrieved>& out) const {
   const int G = cfg_.n_heads / cfg_.kv_heads;
   const size_t d = (size_t)cfg_.head_dim;
-  std::vector<AttendStats> per_head((size_t)cfg_.kv_heads);
+  out.assign((size_t)cfg_.kv_heads, Retrieved{});
 #pragma omp parallel for schedule(dynamic, 1) if (cfg_.kv_heads > 1)
   for (int h = 0; h < cfg_.kv_heads; ++h) {
     const Head& hd = heads_[(size_t)h];
-    AttendStats& st = per_head[(size_t)h];
+    Retrieved& r = out[(size_t)h];
+    if (!hd.index || hd.keys->size() == 0) continue;
     const float* q = queries + (size_t)h * G * d;
-    std::vector<AttnPartial> parts((size_t)G, AttnPartial((int)d));
-    // Sinks + window: exact.
-    for (int g = 0; g < G; ++g) add_exact_parts(hd, q + (size_t)g * d, scale, parts[(size_t)g]);
-    st.exact = n_sinks_ + win_len_;
-    // Store: search, then exact scores of the returned rows.
-    if (hd.index && hd.keys->size() > 0) {
-      SearchParams p = cfg_.search;
-      p.k = cfg_.k;
-      p.n_threads = 1;
-      if (p.scale == 0) p.scale = scale;
-      Timer t;
-      SearchResult r = hd.index->search(q, G, p);
-      st.search_s = t.seconds();
-      st.retrieved = (int64_t)r.ids.size();
-      st.far_clusters = (int64_t)r.far_clusters.size();
-      const size_t m = r.ids.size(), nf = r.far_clusters.size();
-      std::vector<float> logw(nf), fs(std::max(m, nf));
-      for (size_t j = 0; j < nf; ++j)
-        logw[j] = std::log((float)r.summaries->counts[(size_t)r.far_clusters[j]]);
-      std::vector<float> vbar;
-      if (nf) {
-        vbar.resize(nf * d);
-        for (size_t j = 0; j < nf; ++j)
-          std::copy_n(r.summaries->value_means.data() + (size_t)r.far_clusters[j] * d, d, vbar.data() + j * d);
+    SearchParams p = cfg_.search;
+    p.k = cfg_.k;
+    p.n_threads = std::max(1, cfg_.search_threads);
+    if (p.scale == 0) p.scale = scale;
+    Timer t;
+    SearchResult sr = hd.index->search(q, G, p);
+    r.ids = std::move(sr.ids);
+    r.scores = std::move(sr.scores);
+    // Multipole: each far cluster enters as one weighted row, score
+    // s_j + ln N_j and value V̄_j (DESIGN.md, "Multipole").
+    const size_t nf = sr.far_clusters.size();
+    r.far_clusters = (int64_t)nf;
+    r.far.assign((size_t)G, AttnPartial((int)d));
+    if (nf) {
+      // In parallel over blocks of far clusters (this head's threads), the
+      // blocks' partials merged exactly; values read in place from the summaries.
+      const int nt = (int)std::clamp<int64_t>((int64_t)nf / 256, 1, p.n_threads);
+      std::vector<float> logw(nf), fs((size_t)G * nf);
+      for (size_t j = 0; j < nf; ++j) logw[j] = std::log((float)sr.summaries->counts[(size_t)sr.far_clusters[j]]);
+      for (size_t i = 0; i < (size_t)G * nf; ++i) fs[i] = sr.far_scores[i] * scale;
+      std::vector<AttnPartial> part((size_t)nt * G, AttnPartial((int)d));
+#pragma omp parallel for num_threads(nt) schedule(static)
+      for (int b = 0; b < nt; ++b) {
+        const size_t lo = nf * (size_t)b / (size_t)nt, hi = nf * (size_t)(b + 1) / (size_t)nt;
+        for (int g = 0; g < G; ++g)
+          partial_add_gather(part[(size_t)b * G + g], fs.data() + (size_t)g * nf + lo, logw.data() + lo,
+                             sr.summaries->value_means.data(), sr.far_clusters.data() + lo, (int64_t)(hi - lo));
       }
-      for (int g = 0; g < G; ++g) {
+      for (int b = 0; b < nt; ++b)
+        for (int g = 0; g < G; ++g) partial_merge(r.far[(size_t)g], part[(size_t)b * G + g]);
+    }
+    r.search_s = t.seconds();
+  }
+}
+
+void OffloadedLayer::attend(const float* queries, float scale, float* out, AttendStats* stats) const {
+  const int G = cfg_.n_heads / cfg_.kv_heads;
+  const size_t d = (size_t)cfg_.head_dim;
+  std::vector<Retrieved> found;
+  retrieve(queries, scale, found);
+#pragma omp parallel for schedule(dynamic, 1) if (cfg_.kv_heads > 1)
+  for (int h = 0; h < cfg_.kv_heads; ++h) {
+    const Head& hd = heads_[(size_t)h];
+    const Retrieved& r = found[(size_t)h];
+    const size_t m = r.ids.size();
+    std::vector<float> fs(m);
+    for (int g = 0; g < G; ++g) {
+      AttnPartial p((int)d);
+      add_exact_parts(hd, queries + ((size_t)h * G + g) * d, scale, p);  // sinks + window
+      if (m) {
         AttnPartial retrieved((int)d);
         for (size_t j = 0; j < m; ++j) fs[j] = r.scores[(size_t)g * m + j] * scale;
         partial_add_rows(retrieved, fs.data(), *hd.values, r.ids.data(), (int64_t)m);
-        if (nf) {  // Multipole: far clusters as weighted rows (score + ln N_j, mean value)
-          for (size_t j = 0; j < nf; ++j) fs[j] = r.far_scores[(size_t)g * nf + j] * scale;
-          partial_add(retrieved, fs.data(), logw.data(), vbar.data(), (int64_t)nf);
-        }
-        partial_merge(parts[(size_t)g], retrieved);
+        partial_merge(p, retrieved);
       }
+      if (!r.far.empty()) partial_merge(p, r.far[(size_t)g]);
+      partial_finish(p, out + ((size_t)h * G + g) * d);
     }
-    for (int g = 0; g < G; ++g) partial_finish(parts[(size_t)g], out + ((size_t)h * G + g) * d);
   }
   if (stats) {
     *stats = {};
-    for (auto& st : per_head) {
-      stats->retrieved += st.retrieved;
-      stats->far_clusters += st.far_clusters;
-      stats->exact += st.exact;
-      stats->search_s = std::max(stats->search_s, st.search_s);
+    for (auto& r : found) {
+      stats->retrieved += (int64_t)r.ids.size();
+      stats->far_clusters += r.far_clusters;
+      stats->search_s = std::max(stats->search_s, r.search_s);
     }
+    stats->exact = (int64_t)cfg_.kv_heads * (n_sinks_ + win_len_);
   }
 }
 

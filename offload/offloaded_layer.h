@@ -47,10 +47,22 @@ class OffloadedLayer {
     DType store_dtype = DType::F16; // host store element type
     std::vector<char> streaming;    // [kv_heads], 1 = streaming head (empty = none)
     int fold_every = 16;            // fold store rows into the index once this many are pending
+    int search_threads = 1;         // threads each head's search may use (heads already run in parallel)
     BuildOptions build;
+    RowStore::ChunkAllocator store_alloc;  // where store chunks live (empty: heap; GPU runtime: pinned)
     // More index specs built beside `index` at prefill, for a context pack
     // (`topkv index build --index A --index B`): saved, never searched.
     std::vector<std::string> extra_indexes;
+  };
+
+  // One KV head's retrieval at one step: what decode attends besides sinks
+  // and window. A streaming head's entry is empty.
+  struct Retrieved {
+    std::vector<int64_t> ids;      // store rows, distinct
+    std::vector<float> scores;     // [group][ids.size()]: exact raw q_g . key(id) (not scaled)
+    std::vector<AttnPartial> far;  // [group]: Multipole far-field part (empty partials when none)
+    int64_t far_clusters = 0;
+    double search_s = 0;
   };
 
   explicit OffloadedLayer(Config cfg);
@@ -68,6 +80,10 @@ class OffloadedLayer {
   void append(const float* key, const float* value);
   // Attention output of each query head over sinks + window + retrieved (+ far).
   void attend(const float* queries, float scale, float* out, AttendStats* stats = nullptr) const;
+  // The search half of attend: every retrieval head's index is searched with
+  // its query heads (heads in parallel), far clusters folded into `far`.
+  // out gets one entry per KV head.
+  void retrieve(const float* queries, float scale, std::vector<Retrieved>& out) const;
 
   // Exact attention over every token the layer holds (sinks + all store rows +
   // window): the reference the retrieved attention is measured against.
@@ -91,6 +107,18 @@ class OffloadedLayer {
   void restore(const PackReader& r, const std::string& prefix, int64_t n_tokens, int index_slot = 0);
 
   int64_t n_tokens() const { return n_tokens_; }
+  // Where sinks and window are, for a device mirror (gpu/gpu_offload_runtime.h):
+  // sink i is position i; window positions [window_start, window_start +
+  // window_len) sit in ring slot position % window.
+  int n_sinks() const { return n_sinks_; }
+  int64_t window_start() const { return win_start_; }
+  int64_t window_len() const { return win_len_; }
+  const float* sink_keys(int kv_head) const { return heads_[(size_t)kv_head].sink_k.data(); }    // [n_sinks][d]
+  const float* sink_values(int kv_head) const { return heads_[(size_t)kv_head].sink_v.data(); }
+  const float* window_keys(int kv_head) const { return heads_[(size_t)kv_head].win_k.data(); }  // ring [window][d]
+  const float* window_values(int kv_head) const { return heads_[(size_t)kv_head].win_v.data(); }
+  const RowStore* key_store(int kv_head) const { return heads_[(size_t)kv_head].keys.get(); }
+  const RowStore* value_store(int kv_head) const { return heads_[(size_t)kv_head].values.get(); }
   int64_t stored_rows(int kv_head) const;
   const KvIndex* index(int kv_head) const { return heads_[(size_t)kv_head].index.get(); }
   const Config& config() const { return cfg_; }

@@ -26,6 +26,15 @@ KSchedule parse_k_schedule(const std::string& s) {
   fail("unknown k schedule '{}': use uniform or linear", s);
 }
 
+std::vector<int> offloaded_layers(const ModelConfig& cfg, int dense_layers) {
+  std::vector<int> out;
+  for (int il = 0; il < cfg.n_layer; ++il) {
+    const LayerConfig& lc = cfg.layers[(size_t)il];
+    if (!lc.sliding && lc.window == 0 && il >= dense_layers) out.push_back(il);
+  }
+  return out;
+}
+
 std::vector<int64_t> k_per_layer(int64_t k_mean, int n_layers, KSchedule schedule) {
   TOPKV_CHECK(k_mean >= 1, "k must be at least 1 (got {})", k_mean);
   std::vector<int64_t> k((size_t)std::max(n_layers, 0), k_mean);
@@ -87,6 +96,7 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
       else if (key == "sinks") sinks = v.get<int>();
       else if (key == "window") window = v.get<int>();
       else if (key == "store_type") store_dtype = parse_dtype(v.get<std::string>());
+      else if (key == "stage_rows") stage_rows = v.get<bool>();
       else if (key == "heads_file") heads_file = v.get<std::string>();
       else if (key == "heads_threshold") heads_threshold = v.get<double>();
       else if (key == "heads_sparsity") heads_sparsity = v.get<double>();
@@ -121,6 +131,7 @@ std::string OffloadPolicy::to_json() const {
                       {"sinks", sinks},
                       {"window", window},
                       {"store_type", dtype_name(store_dtype)},
+                      {"stage_rows", stage_rows},
                       {"heads_file", heads_file},
                       {"heads_threshold", heads_threshold},
                       {"heads_sparsity", heads_sparsity}};

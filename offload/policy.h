@@ -8,6 +8,7 @@
 
 #include "index/kv_index.h"
 #include "offload/head_pattern.h"
+#include "src/model/model_config.h"
 
 namespace topkv {
 
@@ -28,6 +29,11 @@ struct OffloadPolicy {
   int sinks = 4;                // attention sinks kept with the window (StreamingLLM / DuoAttention)
   int window = 256;             // recent tokens kept exactly (GPU-resident in the CUDA runtime)
   DType store_dtype = DType::F16;  // host store element type: f16 or bf16
+  // CUDA runtime: false = kernels read retrieved rows in place from the pinned
+  // host store over PCIe; true = the host copies them into a pinned staging
+  // buffer sent in one copy (needed when the store is not pinned, e.g. a
+  // memory-mapped context pack).
+  bool stage_rows = false;
   std::string heads_file;       // DuoAttention pattern; empty = every head retrieves
   double heads_threshold = 0.5; // gate < threshold -> streaming head
   double heads_sparsity = -1.0; // in [0,1]: this fraction of heads stream (overrides threshold)
@@ -43,6 +49,13 @@ struct OffloadPolicy {
 const char* attn_mode_name(AttnMode m);
 AttnMode parse_attn_mode(const std::string& s);
 KSchedule parse_k_schedule(const std::string& s);
+
+// The layers whose KV leaves the model for host memory (the top-k runtime's
+// retrieval layers, the host-dense baseline's layers): those that attend to the
+// whole context (gemma3's sliding-window layers already keep a bounded ring
+// and stay with the model), from layer index `dense_layers` on (earlier ones
+// stay dense, as Quest does). Ascending model layer ids; may be empty.
+std::vector<int> offloaded_layers(const ModelConfig& cfg, int dense_layers);
 
 // Per-layer k for `n_layers` retrieval layers with the same total as
 // k_mean x n_layers: uniform, or rising linearly from the first to the last

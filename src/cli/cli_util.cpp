@@ -8,12 +8,38 @@
 #include <iostream>
 #include <iterator>
 
+#include "gpu/cuda_backend.h"
+#include "gpu/device.h"
 #include "offload/memory_plan.h"
 #include "src/common/error.h"
+#include "src/common/options.h"
 
 namespace topkv::cli {
 
 namespace fs = std::filesystem;
+
+void add_backend_options(CLI::App* cmd, BackendArgs& a, const std::string& cuda_note) {
+  cmd->add_option("--backend", a.backend, "Where the model runs: cpu, cuda, or auto (cuda when a GPU is visible)" +
+                  cuda_note)
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--gpu-mem-budget", a.gpu_mem_budget,
+                  "Most GPU memory the run may hold, e.g. 16G or 1500M (weights, KV cache and window, buffers, "
+                  "prefill scratch); the run stops with a breakdown rather than exceed it");
+  cmd->add_option("--threads", a.threads, "CPU threads (default: OpenMP's, i.e. all cores or OMP_NUM_THREADS)");
+}
+
+std::unique_ptr<Backend> make_backend(const BackendArgs& a, bool& cuda) {
+  cuda = a.backend == "cuda" || (a.backend == "auto" && cuda_device_count() > 0);
+  if (cuda) {
+    CudaBackendOptions co;
+    if (!a.gpu_mem_budget.empty()) co.mem_budget = parse_size(a.gpu_mem_budget);
+    return make_cuda_backend(co);
+  }
+  TOPKV_CHECK(a.gpu_mem_budget.empty(), "--gpu-mem-budget applies to the CUDA backend; this run uses the CPU "
+              "(--backend {})", a.backend);
+  return make_cpu_backend({a.threads});
+}
 
 std::string default_model_path() {
   std::vector<fs::path> roots{fs::current_path()};

@@ -1,7 +1,9 @@
 // Pieces the commands that run a model share (generate, index build): the
 // default model, the input text, the memory plan check, the statistics file.
 #pragma once
+#include <CLI/CLI.hpp>
 #include <cstddef>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -11,6 +13,17 @@
 #include "src/model/model.h"
 
 namespace topkv::cli {
+
+// Where the model runs (generate, index build): --backend, --gpu-mem-budget, --threads.
+struct BackendArgs {
+  std::string backend = "auto", gpu_mem_budget;
+  int threads = 0;
+};
+// Adds the three options; `cuda_note` ends --backend's help (what cuda means for this command).
+void add_backend_options(CLI::App* cmd, BackendArgs& a, const std::string& cuda_note);
+// The CUDA backend for "cuda", or "auto" with a GPU visible (cuda = true);
+// else the CPU backend. Throws Error on a budget for the CPU or a bad size.
+std::unique_ptr<Backend> make_backend(const BackendArgs& a, bool& cuda);
 
 inline constexpr const char* kDefaultModel = ".models/gemma-3-270m-q4_k_m.gguf";  // scripts/fetch-model.sh
 

@@ -29,7 +29,8 @@ namespace {
 struct BuildArgs {
   std::string model, prompt, out, json_path, weights = "quant", kv_type = "f32";
   std::vector<std::string> files;
-  int threads = 0, chunk = 256;
+  BackendArgs where;
+  int chunk = 256;
   bool quiet = false;
 };
 
@@ -51,9 +52,9 @@ void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
   base.attn = AttnMode::TopK;  // a pack is for top-k decoding unless --attn dense says otherwise
   const OffloadPolicy policy = pol.resolve(cmd, base, /*many_indexes=*/true);
   const bool topk = policy.attn == AttnMode::TopK;
-  const std::vector<std::string> extra(pol.indexes.size() > 1 ? pol.indexes.begin() + 1 : pol.indexes.end(),
-                                       pol.indexes.end());
-  TOPKV_CHECK(topk || pol.indexes.empty(), "--attn dense builds no index: drop --index, or use --attn topk");
+  const std::vector<std::string> specs = pol.index_specs();
+  const std::vector<std::string> extra(specs.size() > 1 ? specs.begin() + 1 : specs.end(), specs.end());
+  TOPKV_CHECK(topk || specs.empty(), "--attn dense builds no index: drop --index, or use --attn topk");
   check_writable(a.out);
   const std::string path = a.model.empty() ? default_model_path() : a.model;
   std::shared_ptr<const GgufFile> file = GgufFile::open(path);
@@ -69,12 +70,15 @@ void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
     fmt::print(stderr, "topkv: warning: the document's {} tokens exceed the {} the model was trained on; quality may "
                "degrade past it\n", n, cfg.n_ctx_train);
 
-  auto backend = make_cpu_backend({a.threads});
+  bool cuda = false;
+  std::unique_ptr<Backend> backend = make_backend(a.where, cuda);
   ModelOptions mo;
   mo.n_ctx = n;
   mo.max_chunk = (int)std::min<int64_t>(a.chunk, n);
   mo.kv_dtype = parse_dtype(a.kv_type);
   mo.weights = parse_weight_mode(a.weights);
+  // The host-side runtime whatever the backend: a pack holds host stores and
+  // indexes; the model's KV comes to the host through Model::read_kv.
   std::unique_ptr<OffloadRuntime> rt;
   if (topk) {  // checks the policy, the head pattern and every index spec before any work
     rt = std::make_unique<OffloadRuntime>(cfg, policy, !a.quiet);
@@ -99,8 +103,8 @@ void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
   }
   Timer write_timer;
   save_context_pack(a.out, *file, model, rt.get(), ids, logits,
-                    {{"source", source}, {"prefill_s", prefill_s}, {"index_build_s", build_s},
-                     {"created", (int64_t)std::time(nullptr)}});
+                    {{"source", source}, {"backend", backend->name()}, {"prefill_s", prefill_s},
+                     {"index_build_s", build_s}, {"created", (int64_t)std::time(nullptr)}});
   const double write_s = write_timer.seconds();
   const size_t pack_bytes = std::filesystem::file_size(a.out);
   note(fmt::format("topkv: wrote context pack {} ({}, {:.2f} s): {} tokens; prefill {:.2f} s ({:.1f} tok/s), index "
@@ -112,7 +116,7 @@ void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
                                     {"model", path},
                                     {"tokens", n},
                                     {"policy", nlohmann::json::parse(policy.to_json())},
-                                    {"indexes", pol.indexes},
+                                    {"indexes", specs},
                                     {"retrieval_layers", rt ? rt->retrieval_layers() : std::vector<int>{}},
                                     {"keys_indexed", rt ? rt->stats().keys_indexed : 0},
                                     {"host_bytes", rt ? rt->host_bytes() : 0},
@@ -223,7 +227,8 @@ void register_index(CLI::App& app) {
                     "order are one document; stdin when neither -p nor -f)");
   build->add_option("-p,--prompt", a->prompt, "The document as text");
   build->add_option("-o,--out", a->out, "Context pack to write (written whole or not at all)")->required();
-  build->add_option("--threads", a->threads, "CPU threads (default: OpenMP's, i.e. all cores or OMP_NUM_THREADS)");
+  add_backend_options(build, a->where, ". With cuda the prefill runs on the GPU and the pack is written from "
+                      "host copies of its KV");
   build->add_option("--weights", a->weights, "quant: the file's quantised rows; f32: dequantised once at load")
       ->check(CLI::IsMember({"quant", "f32"}))
       ->capture_default_str();

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "src/common/error.h"
+#include "src/common/options.h"
 
 namespace topkv::cli {
 
@@ -14,7 +15,8 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
       ->group(g)->check(CLI::IsMember({"dense", "topk"}));
   cmd->add_option("--index", a->indexes, fmt::format("Index backend with build parameters, e.g. flat, hnswlib:M=32, "
                   "faiss-ivf:nlist=1024, quest:page=16, centroid, multipole (topkv info lists them; default {}). "
-                  "With a context pack: one of the indexes built into it (index build takes several)", p.index))
+                  "With a context pack: one of the indexes built into it (index build and bench decode take several: "
+                  "repeat --index, or list them, \"multipole,hnswlib:M=32,efc=200\")", p.index))
       ->group(g);
   cmd->add_option("--k", p.search.k, "Keys retrieved per KV head and layer (mean over layers; token budget for "
                   "quest/centroid/multipole)")->group(g)->capture_default_str();
@@ -35,6 +37,9 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
   cmd->add_option("--window", p.window, "Recent tokens kept exactly")->group(g)->capture_default_str();
   cmd->add_option("--store-type", a->store_type, "Element type of the host KV store: f16 or bf16")
       ->group(g)->check(CLI::IsMember({"f16", "bf16"}));
+  cmd->add_flag("--stage-rows", p.stage_rows, "CUDA: copy retrieved rows into a staging buffer on the host and "
+                "send them in one copy, instead of the GPU reading them in place from pinned host memory")
+      ->group(g);
   cmd->add_option("--heads", p.heads_file, "DuoAttention head pattern (TSV of gate values, one row per layer, one "
                   "column per KV head); heads below --heads-threshold keep only sinks + window")
       ->group(g)->check(CLI::ExistingFile);
@@ -46,14 +51,33 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
       ->group(g)->check(CLI::ExistingFile);
 }
 
+std::vector<std::string> split_index_specs(const std::string& list) {
+  std::vector<std::string> specs;
+  for (const std::string& piece : split_list(list)) {
+    TOPKV_CHECK(!piece.empty(), "--index '{}' has an empty spec (two commas in a row, or one at an end)", list);
+    const bool param = piece.find('=') != std::string::npos && piece.find(':') == std::string::npos;
+    if (param && !specs.empty()) specs.back() += "," + piece;
+    else specs.push_back(piece);
+  }
+  return specs;
+}
+
+std::vector<std::string> PolicyArgs::index_specs() const {
+  std::vector<std::string> out;
+  for (const std::string& value : indexes)
+    for (std::string& spec : split_index_specs(value)) out.push_back(std::move(spec));
+  return out;
+}
+
 OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd, const OffloadPolicy& base, bool many_indexes) const {
   OffloadPolicy out = base;
   if (!config.empty()) out.apply_json_file(config);
   auto given = [&](const char* name) { return cmd.count(name) > 0; };
   if (given("--attn")) out.attn = parse_attn_mode(attn);
-  TOPKV_CHECK(many_indexes || indexes.size() <= 1, "--index is given {} times: a run searches one index (only "
-              "`topkv index build` builds several into a pack)", indexes.size());
-  if (!indexes.empty()) out.index = indexes.front();
+  const std::vector<std::string> specs = index_specs();
+  TOPKV_CHECK(many_indexes || specs.size() <= 1, "--index names {} indexes: a run searches one (`topkv index "
+              "build` builds several into a pack, `bench decode` times each)", specs.size());
+  if (!specs.empty()) out.index = specs.front();
   if (given("--k")) out.search.k = policy.search.k;
   if (given("--k-fraction")) out.k_fraction = policy.k_fraction;
   if (given("--k-schedule")) out.k_schedule = parse_k_schedule(k_schedule);
@@ -65,6 +89,7 @@ OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd, const OffloadPolicy& base
   if (given("--sinks")) out.sinks = policy.sinks;
   if (given("--window")) out.window = policy.window;
   if (given("--store-type")) out.store_dtype = parse_dtype(store_type);
+  if (given("--stage-rows")) out.stage_rows = policy.stage_rows;
   if (given("--heads")) out.heads_file = policy.heads_file;
   if (given("--heads-threshold")) out.heads_threshold = policy.heads_threshold;
   if (given("--heads-sparsity")) out.heads_sparsity = policy.heads_sparsity;

@@ -158,6 +158,31 @@ uint64_t parse_size(std::string_view s0) {
   return (uint64_t)(x * mult);
 }
 
+int64_t parse_count(std::string_view s0) {
+  std::string s = trim(s0);
+  char* end = nullptr;
+  const double x = std::strtod(s.c_str(), &end);
+  TOPKV_CHECK(end != s.c_str() && std::isfinite(x), "bad token count '{}': use e.g. 8K, 128K, 1M or 4096", s0);
+  std::string unit(end);
+  for (auto& c : unit) c = (char)std::toupper((unsigned char)c);
+  double mult = 1;
+  if (unit == "K") mult = 1024.0;
+  else if (unit == "M") mult = 1024.0 * 1024;
+  else TOPKV_CHECK(unit.empty(), "bad token count unit in '{}': use K (1024) or M (1024^2)", s0);
+  const double v = x * mult;
+  TOPKV_CHECK(v >= 1 && v == std::floor(v) && v < 9e15, "bad token count '{}': it must be a positive whole number "
+              "of tokens", s0);
+  return (int64_t)v;
+}
+
+std::vector<int64_t> parse_count_list(std::string_view s) {
+  std::vector<int64_t> out;
+  for (const std::string& f : split(s, ',')) out.push_back(parse_count(f));
+  return out;
+}
+
+std::vector<std::string> split_list(std::string_view s, char sep) { return split(s, sep); }
+
 std::string format_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;

@@ -2,6 +2,7 @@
 //   backend specs   "hnswlib:M=32,efc=200"  -> name + key/value map
 //   sweeps          "16,32,64" or "16:256:x2" (16 to 256, doubling)
 //   sizes           "16G", "512M", "3.5GiB", "1024"
+//   token counts    "8K", "128K", "1M", "1000" (K = 1024, M = 1024^2)
 #pragma once
 #include <cstdint>
 #include <map>
@@ -43,9 +44,13 @@ Spec parse_spec(std::string_view spec);  // "name" or "name:k=v,..."
 // "quest: page=7" and "quest:page=7" compare equal.
 std::string canonical_spec(std::string_view spec);
 
+// "a, b,c" -> {"a", "b", "c"}: fields trimmed, empty ones kept (callers reject them by name).
+std::vector<std::string> split_list(std::string_view s, char sep = ',');
 std::vector<int64_t> parse_sweep(std::string_view s);
 std::vector<double> parse_double_list(std::string_view s);
 uint64_t parse_size(std::string_view s);       // bytes
+int64_t parse_count(std::string_view s);       // tokens: a positive whole number, "8K" = 8192, "1M" = 1048576
+std::vector<int64_t> parse_count_list(std::string_view s);  // "8K,32K,1M"
 std::string format_bytes(double bytes);        // "1.50 GiB"
 
 }  // namespace topkv

@@ -5,10 +5,20 @@
 // prompt is in, the override takes the layers' keys and values from it.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 namespace topkv {
 
 class Model;
+
+// Any source of a context's keys and values: read(model_layer, k, v) fills k
+// and v with fp32 [n_head_kv][n][head_dim] (post-RoPE keys) of positions
+// [0, n) of that layer — Model::read_kv after a prefill, or synthetic data
+// (bench/synthetic_fill.h). Overrides take their context through it
+// (take_context), so every fill path works for each of them. It may be called
+// for several layers at once from different threads.
+using KvReader = std::function<void(int layer, std::vector<float>& k, std::vector<float>& v)>;
 
 class AttentionOverride {
  public:

@@ -85,6 +85,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // Whether alloc() and prepared weights are host memory the CPU may read.
+  virtual bool host_memory() const { return true; }
 
   // ---- memory ---------------------------------------------------------------
   virtual Buffer alloc(size_t bytes) = 0;  // uninitialised
@@ -119,6 +121,27 @@ class Backend {
   // out[T][n_head][head_dim]; must not alias q.
   virtual void attention(const float* q, int T, int n_head, int64_t pos0, const KvLayerCache& cache,
                          int64_t window, float scale, float* out) = 0;
+
+  // ---- recorded decode steps (optional) -------------------------------------
+  // A device backend may record the ops of one decode token and replay them
+  // for every later token: one CUDA graph launch instead of ~300 kernel
+  // launches. Between begin_recording and end_recording ops are recorded, not
+  // run; embed, rope, kv_write and attention must then be called for T = 1 at
+  // position `pos` (embed with the id `token`), and what they record reads the
+  // position and the id from the backend's step state, which set_step writes
+  // before each replay. Every pointer an op was given must stay valid while
+  // the recording lives. The CPU backend records nothing: can_record() is
+  // false and the others throw.
+  class Recording {
+   public:
+    virtual ~Recording() = default;
+  };
+  virtual bool can_record() const { return false; }
+  virtual void begin_recording(int64_t pos, int32_t token);
+  virtual std::unique_ptr<Recording> end_recording();
+  virtual void cancel_recording() noexcept {}  // drops a recording begun (after an error); no-op otherwise
+  virtual void set_step(int64_t pos, int32_t token);
+  virtual void replay(const Recording& r);
 };
 
 struct CpuBackendOptions {

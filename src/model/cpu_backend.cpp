@@ -22,6 +22,21 @@ WeightMode parse_weight_mode(const std::string& s) {
   fail("unknown weight mode '{}': use 'quant' (keep the file's quantised rows) or 'f32' (dequantise at load)", s);
 }
 
+// Backends that cannot record (the CPU one) run every op as it is called;
+// the model asks can_record() first, so reaching these is a caller's bug.
+void Backend::begin_recording(int64_t, int32_t) {
+  fail("backend '{}' cannot record decode steps (can_record() is false); run the ops directly", name());
+}
+std::unique_ptr<Backend::Recording> Backend::end_recording() {
+  fail("backend '{}' cannot record decode steps (can_record() is false)", name());
+}
+void Backend::set_step(int64_t, int32_t) {
+  fail("backend '{}' cannot record decode steps (can_record() is false)", name());
+}
+void Backend::replay(const Recording&) {
+  fail("backend '{}' cannot record decode steps (can_record() is false)", name());
+}
+
 namespace {
 
 constexpr size_t kAlign = 64;

@@ -7,9 +7,6 @@
 
 namespace topkv {
 
-namespace {
-constexpr int kLogitRows = 16;  // all_logits: rows projected to the vocabulary at a time
-}
 
 Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const ModelOptions& opt)
     : file_(std::move(file)), be_(backend), opt_(opt), cfg_(read_model_config(*file_)) {
@@ -41,10 +38,16 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
                             &L.ffn_norm, &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.post_ffw_norm})
       if (w->data) all_weights_.push_back(w);
 
+  for (int il : opt_.override_layers)
+    TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "override layer {} is out of range (the model has layers 0..{})", il,
+                cfg_.n_layer - 1);
   cache_.resize(cfg_.n_layer);
   for (int il = 0; il < cfg_.n_layer; ++il) {
-    const LayerConfig& lc = cfg_.layers[il];
-    const int64_t cap = lc.window > 0 ? std::min<int64_t>(opt_.n_ctx, lc.window + opt_.max_chunk - 1) : opt_.n_ctx;
+    const int64_t cap = planned_kv_capacity(cfg_, opt_, il);
+    if (cap == 0) {  // described but not allocated: an override holds this layer's KV
+      cache_[il].dtype = opt_.kv_dtype, cache_[il].n_kv_heads = cfg_.n_head_kv, cache_[il].head_dim = cfg_.head_dim;
+      continue;
+    }
     cache_[il] = be_.alloc_kv(cfg_.n_head_kv, cfg_.head_dim, cap, opt_.kv_dtype);
   }
 
@@ -57,9 +60,24 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
   logits_ = be_.alloc((size_t)kLogitRows * cfg_.n_vocab * f);
 }
 
+int64_t Model::planned_kv_capacity(const ModelConfig& cfg, const ModelOptions& opt, int il) {
+  if (std::find(opt.override_layers.begin(), opt.override_layers.end(), il) != opt.override_layers.end()) return 0;
+  const LayerConfig& lc = cfg.layers[(size_t)il];
+  return lc.window > 0 ? std::min<int64_t>(opt.n_ctx, lc.window + opt.max_chunk - 1) : opt.n_ctx;
+}
+
+// The buffers the constructor allocates after the caches (keep the two in step).
+size_t Model::planned_scratch_bytes(const ModelConfig& cfg, const ModelOptions& opt) {
+  const size_t C = (size_t)opt.max_chunk, f = sizeof(float);
+  const size_t qd = (size_t)cfg.n_head * cfg.head_dim, kvd = (size_t)cfg.n_head_kv * cfg.head_dim;
+  return C * f * (2 * (size_t)cfg.n_embd + 2 * qd + 2 * kvd + 2 * (size_t)cfg.n_ff) +
+         (size_t)kLogitRows * cfg.n_vocab * f;
+}
+
 Model::~Model() = default;
 
 size_t Model::touch_weights() const {
+  if (!be_.host_memory()) return 0;  // uploaded at load: already resident where the ops read them
   constexpr size_t kPage = 4096;
   size_t bytes = 0;
   unsigned sum = 0;
@@ -118,12 +136,9 @@ std::vector<float> Model::prefill(std::span<const int32_t> tokens, int chunk, bo
   return logits;
 }
 
-std::vector<float> Model::decode(int32_t token) { return prefill(std::span<const int32_t>(&token, 1), 1); }
-
 // Runs T tokens at positions n_past_..; writes logits of every row (all) or of
 // the last row (when out is not null) to host memory `out`.
 void Model::forward_chunk(const int32_t* ids, int T, bool all, float* out) {
-  const int d = cfg_.n_embd;
   be_.embed(token_embd_, ids, T, cfg_.embed_scale, x_.f32());
   for (int il = 0; il < cfg_.n_layer; ++il) layer(il, T);
   n_past_ += T;
@@ -131,24 +146,40 @@ void Model::forward_chunk(const int32_t* ids, int T, bool all, float* out) {
   const int first = all ? 0 : T - 1;
   for (int r0 = first; r0 < T; r0 += kLogitRows) {
     const int nr = std::min(kLogitRows, T - r0);
-    be_.rms_norm(x_.f32() + (size_t)r0 * d, output_norm_, nr, d, cfg_.rms_eps, xb_.f32());
-    be_.matmul(xb_.f32(), output_, nr, logits_.f32());
+    project_logits(r0, nr);
     be_.to_host(logits_, 0, out + (size_t)(r0 - first) * cfg_.n_vocab, (size_t)nr * cfg_.n_vocab * sizeof(float));
   }
+}
+
+// logits_[0..nr) = output(norm(x_ rows r0..r0+nr-1)), nr <= kLogitRows.
+void Model::project_logits(int r0, int nr) {
+  const int d = cfg_.n_embd;
+  be_.rms_norm(x_.f32() + (size_t)r0 * d, output_norm_, nr, d, cfg_.rms_eps, xb_.f32());
+  be_.matmul(xb_.f32(), output_, nr, logits_.f32());
 }
 
 // One transformer block on the chunk in x_ (positions n_past_..n_past_+T-1).
 //   llama:  x += o(attn(rope(q(n(x))), rope(k(n(x))), v(n(x))));  x += down(silu(gate(n(x))) * up(n(x)))
 //   gemma3: the same with QK-norm before RoPE, gelu-tanh gate, and an RMSNorm
 //           on each branch output before it joins the residual.
+// Split in three so that a recorded decode step can end a segment before an
+// overridden layer's attention (src/model/model_decode.cpp).
 void Model::layer(int il, int T) {
+  attention_input(il, T);
+  if (override_ && override_->overrides(il))
+    overridden_attention(il, T);  // reads q_, k_, v_, writes att_
+  else
+    dense_attention(il, T);
+  attention_output_ffn(il, T);
+}
+
+// x_ -> q_, k_, v_ (normed, projected, QK-normed, rotated).
+void Model::attention_input(int il, int T) {
   const LayerWeights& L = layers_[il];
   const LayerConfig& lc = cfg_.layers[il];
   const int d = cfg_.n_embd, hd = cfg_.head_dim, nh = cfg_.n_head, nkv = cfg_.n_head_kv;
   const float eps = cfg_.rms_eps;
-  float *x = x_.f32(), *xb = xb_.f32(), *q = q_.f32(), *k = k_.f32(), *v = v_.f32(), *att = att_.f32();
-  float *gate = gate_.f32(), *up = up_.f32();
-
+  float *x = x_.f32(), *xb = xb_.f32(), *q = q_.f32(), *k = k_.f32(), *v = v_.f32();
   be_.rms_norm(x, L.attn_norm, T, d, eps, xb);
   be_.matmul(xb, L.wq, T, q);
   be_.matmul(xb, L.wk, T, k);
@@ -159,14 +190,23 @@ void Model::layer(int il, int T) {
   }
   be_.rope(q, T, nh, hd, n_past_, lc.rope);
   be_.rope(k, T, nkv, hd, n_past_, lc.rope);
-  if (override_ && override_->overrides(il)) {
-    overridden_attention(il, T);  // reads q_, k_, v_, writes att_
-  } else {
-    TOPKV_CHECK(cache_[il].capacity > 0, "layer {}'s cache was handed to an attention override (release_kv); "
-                "it cannot attend without it", il);
-    be_.kv_write(cache_[il], k, v, T, n_past_);
-    be_.attention(q, T, nh, n_past_, cache_[il], lc.window, cfg_.attn_scale, att);
-  }
+}
+
+// q_, k_, v_ -> att_ over the layer's own cache.
+void Model::dense_attention(int il, int T) {
+  TOPKV_CHECK(cache_[il].capacity > 0, "layer {} has no KV cache (it is among ModelOptions::override_layers, "
+              "or release_kv handed it to an override): its attention needs an attention override that serves "
+              "it (set_attention_override)", il);
+  be_.kv_write(cache_[il], k_.f32(), v_.f32(), T, n_past_);
+  be_.attention(q_.f32(), T, cfg_.n_head, n_past_, cache_[il], cfg_.layers[il].window, cfg_.attn_scale, att_.f32());
+}
+
+// att_ -> output projection -> residual, then the FFN block -> residual.
+void Model::attention_output_ffn(int il, int T) {
+  const LayerWeights& L = layers_[il];
+  const int d = cfg_.n_embd;
+  const float eps = cfg_.rms_eps;
+  float *x = x_.f32(), *xb = xb_.f32(), *att = att_.f32(), *gate = gate_.f32(), *up = up_.f32();
   be_.matmul(att, L.wo, T, xb);
   if (cfg_.post_norms) be_.rms_norm(xb, L.post_attn_norm, T, d, eps, xb);
   be_.add(xb, (int64_t)T * d, x);
@@ -206,14 +246,49 @@ void Model::overridden_attention(int il, int T) {
 
 void Model::release_kv(int il) {
   TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "layer {} is out of range (0..{})", il, cfg_.n_layer - 1);
+  recorded_.reset();  // a recorded step may point into this cache
+  ++kv_epoch_;
   KvLayerCache& c = cache_[(size_t)il];
   c.k = {}, c.v = {}, c.capacity = 0;
+}
+
+int64_t Model::kv_capacity(int il) const {
+  TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "layer {} is out of range (0..{})", il, cfg_.n_layer - 1);
+  return cache_[(size_t)il].capacity;
+}
+
+void Model::write_kv(int il, const float* k, const float* v, int64_t pos0, int64_t n) {
+  TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "layer {} is out of range (0..{})", il, cfg_.n_layer - 1);
+  KvLayerCache& c = cache_[(size_t)il];
+  TOPKV_CHECK(c.capacity > 0, "layer {} has no KV cache to write (an attention override serves it: give its "
+              "context to the override's take_context)", il);
+  TOPKV_CHECK(pos0 >= 0 && n >= 1 && pos0 + n <= opt_.n_ctx, "write_kv of positions {}..{} does not fit the "
+              "context size {}", pos0, pos0 + n - 1, opt_.n_ctx);
+  TOPKV_CHECK(n <= c.capacity, "layer {} keeps {} positions (a sliding-window ring) but {} were written at once; "
+              "write only its last {}", il, c.capacity, n, c.capacity);
+  const size_t hd = (size_t)c.head_dim, es = dtype_size(c.dtype);
+  const int64_t slot0 = pos0 % c.capacity, first = std::min(n, c.capacity - slot0);  // the ring may wrap once
+  std::vector<uint8_t> tmp((size_t)n * hd * es);
+  for (int h = 0; h < c.n_kv_heads; ++h)
+    for (auto [src, dst] : {std::pair{k, &c.k}, std::pair{v, &c.v}}) {
+      from_f32(c.dtype, src + (size_t)h * n * hd, tmp.data(), (size_t)n * hd);
+      const size_t head = (size_t)h * c.head_stride();
+      be_.from_host(tmp.data(), *dst, (head + (size_t)slot0 * hd) * es, (size_t)first * hd * es);
+      if (n > first) be_.from_host(tmp.data() + (size_t)first * hd * es, *dst, head * es, (size_t)(n - first) * hd * es);
+    }
+}
+
+void Model::set_n_past(int64_t n) {
+  TOPKV_CHECK(n >= 0 && n <= opt_.n_ctx, "cannot hold a context of {} positions: the context size is {}", n,
+              opt_.n_ctx);
+  n_past_ = n;
 }
 
 void Model::read_kv(int il, std::vector<float>& k, std::vector<float>& v, int64_t from) const {
   TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "layer {} is out of range (0..{})", il, cfg_.n_layer - 1);
   const KvLayerCache& c = cache_[(size_t)il];
-  TOPKV_CHECK(c.capacity > 0 || n_past_ == from, "layer {}'s cache was released to an attention override", il);
+  TOPKV_CHECK(c.capacity > 0 || n_past_ == from, "layer {} has no KV cache to read (an attention override holds "
+              "its keys)", il);
   TOPKV_CHECK(from >= 0 && from <= n_past_, "cannot read positions from {}: the cache holds {}", from, n_past_);
   TOPKV_CHECK(n_past_ - from <= c.capacity, "layer {} keeps only its last {} positions (sliding window); "
               "positions from {} cannot be read back", il, c.capacity, from);
@@ -231,37 +306,6 @@ void Model::read_kv(int il, std::vector<float>& k, std::vector<float>& v, int64_
         be_.to_host(*src, ((size_t)h * c.head_stride() + slot * hd) * es, tmp.data(), len * hd * es);
         to_f32(c.dtype, tmp.data(), dst->data() + ((size_t)h * n + at) * hd, len * hd);
       }
-}
-
-void Model::write_kv(int il, int64_t from, int64_t n, const float* k, const float* v) {
-  TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "layer {} is out of range (0..{})", il, cfg_.n_layer - 1);
-  KvLayerCache& c = cache_[(size_t)il];
-  TOPKV_CHECK(c.capacity > 0, "layer {}'s cache was released to an attention override", il);
-  TOPKV_CHECK(from >= 0 && n >= 0 && from + n <= opt_.n_ctx, "positions [{}, {}) do not fit the context size {}; "
-              "raise it (-c)", from, from + n, opt_.n_ctx);
-  TOPKV_CHECK(n <= c.capacity, "layer {} keeps {} positions; {} cannot be written", il, c.capacity, n);
-  // kv_write takes token-major rows in backend memory: go through the
-  // chunk-sized k_/v_ scratch (max_chunk tokens).
-  const size_t hd = (size_t)c.head_dim, nkv = (size_t)c.n_kv_heads, C = (size_t)opt_.max_chunk;
-  std::vector<float> tk(C * nkv * hd), tv(tk.size());
-  for (int64_t t0 = 0; t0 < n; t0 += (int64_t)C) {
-    const size_t T = (size_t)std::min<int64_t>((int64_t)C, n - t0);
-    for (size_t t = 0; t < T; ++t)
-      for (size_t h = 0; h < nkv; ++h) {
-        const size_t src = (h * (size_t)n + (size_t)t0 + t) * hd, dst = (t * nkv + h) * hd;
-        std::copy_n(k + src, hd, tk.data() + dst);
-        std::copy_n(v + src, hd, tv.data() + dst);
-      }
-    be_.from_host(tk.data(), k_, 0, T * nkv * hd * sizeof(float));
-    be_.from_host(tv.data(), v_, 0, T * nkv * hd * sizeof(float));
-    be_.kv_write(c, k_.f32(), v_.f32(), (int)T, from + t0);
-  }
-}
-
-void Model::resume_at(int64_t n) {
-  TOPKV_CHECK(n >= 0 && n <= opt_.n_ctx, "cannot resume at position {}: the context size is {}; raise it (-c)", n,
-              opt_.n_ctx);
-  n_past_ = n;
 }
 
 }  // namespace topkv

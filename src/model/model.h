@@ -31,6 +31,15 @@ struct ModelOptions {
   int max_chunk = 512;        // largest prefill chunk (sizes scratch and rings)
   DType kv_dtype = DType::F32;
   WeightMode weights = WeightMode::Quant;
+  // Decode steps are recorded once and replayed (CUDA graphs) when the
+  // backend can record; false runs every step op by op. TOPKV_CUDA_GRAPHS=0
+  // in the environment turns recording off for every CUDA backend.
+  bool record_decode = true;
+  // Layers whose attention is always served by an attention override (the
+  // offloaded runtimes, filled by take_context): they get no cache at all
+  // (capacity 0), so a long context is not allocated twice. Running such a
+  // layer without an override that serves it is an Error.
+  std::vector<int> override_layers;
 };
 
 class Model {
@@ -58,8 +67,22 @@ class Model {
   // called after each chunk with the number of tokens processed so far.
   std::vector<float> prefill(std::span<const int32_t> tokens, int chunk, bool all_logits = false,
                              const std::function<void(int64_t)>& on_chunk = {});
-  // One token at position n_past(); its logits [n_vocab].
+  // One token at position n_past(); its logits [n_vocab]. On a backend that
+  // can record (CUDA), the step is recorded once (after one step run op by
+  // op) and replayed from then on; a step with an attention override is
+  // recorded as segments that end before each overridden layer's attention,
+  // which runs between the replays. A change of the overridden layers, or
+  // release_kv, makes it record again.
   std::vector<float> decode(int32_t token);
+  // The same step, leaving the logits [n_vocab] in backend memory (valid until
+  // the next prefill or decode): sample them there (gpu/cuda_sampler.h)
+  // instead of copying 4 * n_vocab bytes to the host.
+  const float* decode_on_backend(int32_t token);
+  // How many decode steps were recorded so far, and whether the last decode
+  // replayed a recording (tests and benchmarks).
+  int steps_recorded() const { return steps_recorded_; }
+  void set_record_decode(bool on) { opt_.record_decode = on; }  // for comparisons; see ModelOptions
+  bool last_decode_replayed() const { return last_replayed_; }
 
   // Reads every page of the weights once, so that a mapped file is resident
   // before timing starts (the first prefill would otherwise pay the page
@@ -74,16 +97,26 @@ class Model {
   // [n_head_kv][n_past - from][head_dim] in host memory. A sliding-window
   // layer's ring keeps only its last positions: `from` must be among them.
   void read_kv(int layer, std::vector<float>& k, std::vector<float>& v, int64_t from = 0) const;
-  // The inverse, for a context restored from a pack (offload/context_pack.h):
-  // writes positions [from, from + n) of `layer` from fp32
-  // [n_head_kv][n][head_dim]; then resume_at(end) makes the next token run at
-  // position `end`. A ring takes at most its capacity of positions.
-  void write_kv(int layer, int64_t from, int64_t n, const float* k, const float* v);
-  void resume_at(int64_t n_past);
   // Frees the cache of a layer the override now serves (after take_prefill):
   // its keys live in the override from then on, so the backend memory is given
   // back. Attending that layer without the override afterwards is an Error.
   void release_kv(int layer);
+  // A context without a prefill (benchmarks at contexts a real prefill would
+  // take hours for; a context pack, offload/context_pack.h): write_kv stores the keys (post-RoPE) and values of
+  // positions [pos0, pos0 + n) of one layer, fp32 [n_head_kv][n][head_dim] in
+  // host memory, into its cache (a sliding-window layer's ring holds at most
+  // its capacity: write its last positions); set_n_past then declares
+  // positions [0, n) present. Every layer with a cache must have been written
+  // where decode will read it; override layers take theirs via take_context.
+  void write_kv(int layer, const float* k, const float* v, int64_t pos0, int64_t n);
+  void set_n_past(int64_t n);
+  // Slots of a layer's cache: n_ctx, a sliding window's ring, or 0 (override layer / released).
+  int64_t kv_capacity(int layer) const;
+  // What a model with these options will allocate, known before it is built
+  // (benchmarks skip what cannot fit a memory budget): one layer's cache
+  // slots, and the bytes of the activation scratch.
+  static int64_t planned_kv_capacity(const ModelConfig& cfg, const ModelOptions& opt, int layer);
+  static size_t planned_scratch_bytes(const ModelConfig& cfg, const ModelOptions& opt);
 
   // Memory: the weights as held (mapped quantised rows, or f32 copies), what
   // the other weight mode would take, and the KV cache.
@@ -96,9 +129,23 @@ class Model {
     Weight attn_norm, wq, wk, wv, wo, q_norm, k_norm, post_attn_norm;
     Weight ffn_norm, ffn_gate, ffn_up, ffn_down, post_ffw_norm;
   };
+  static constexpr int kLogitRows = 16;  // all_logits: rows projected to the vocabulary at a time
   void forward_chunk(const int32_t* ids, int T, bool all_logits, float* logits_out);
+  void project_logits(int r0, int nr);
   void layer(int il, int T);
+  void attention_input(int il, int T);
+  void dense_attention(int il, int T);
+  void attention_output_ffn(int il, int T);
   void overridden_attention(int il, int T);
+  // Decode (src/model/model_decode.cpp): one token, logits into logits_.
+  struct StepRecording {
+    std::vector<int> overridden;  // the layers whose attention runs between segments
+    uint64_t kv_epoch = 0;
+    std::vector<std::unique_ptr<Backend::Recording>> segments;  // overridden.size() + 1
+  };
+  void decode_step(int32_t token);
+  void record_step(const std::vector<int>& overridden, int32_t token);
+  std::vector<int> overridden_layers() const;
 
   std::shared_ptr<const GgufFile> file_;
   Backend& be_;
@@ -115,6 +162,14 @@ class Model {
   // Scratch, rows for max_chunk tokens: x residual stream [C][d], xb [C][d],
   // q/att [C][n_head*hd], k/v [C][n_kv*hd], gate/up [C][n_ff], logits [kLogitRows][vocab].
   Buffer x_, xb_, q_, k_, v_, att_, gate_, up_, logits_;
+  // Recorded decode step (declared last: destroyed before the buffers it uses).
+  uint64_t kv_epoch_ = 0;                  // bumped by release_kv
+  bool warm_ = false;                      // a step of warm_layers_ / warm_epoch_ ran op by op
+  std::vector<int> warm_layers_;
+  uint64_t warm_epoch_ = 0;
+  int steps_recorded_ = 0;
+  bool last_replayed_ = false;
+  std::unique_ptr<StepRecording> recorded_;
 };
 
 }  // namespace topkv
