@@ -146,10 +146,6 @@ void OffloadRuntime::fill_layers(int in_flight, const std::function<void(int, Of
     }
   for (int i = 0; i < nl; ++i) on_layer_ready(i);
   stats_.build_s = t.seconds();
-  count_keys();
-}
-
-void OffloadRuntime::count_keys() {
   stats_.keys_indexed = 0;
   for (auto& l : layers_)
     for (int h = 0; h < cfg_.n_head_kv; ++h) stats_.keys_indexed += l->stored_rows(h);

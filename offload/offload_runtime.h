@@ -86,9 +86,8 @@ class OffloadRuntime : public AttentionOverride {
   void start_context(int64_t n);  // k per layer for a context of n tokens; layers_ sized
   // Builds every layer (layer_config, then fill(i, layer)), layers in
   // parallel (at most in_flight at once) where the model has many KV heads,
-  // then runs on_layer_ready for each in order; times it into stats_.build_s.
+  // then runs on_layer_ready for each in order; sets stats_.build_s and keys_indexed.
   void fill_layers(int in_flight, const std::function<void(int, OffloadedLayer&)>& fill);
-  void count_keys();  // stats_.keys_indexed from the layers
   // How many layers take_context stages at once for a context of n tokens.
   int layers_in_flight(int64_t n) const;
 

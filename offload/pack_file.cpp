@@ -52,13 +52,6 @@ void PackWriter::add_owned(const std::string& name, StDType dtype, std::vector<i
   add_owned(name, dtype, std::move(shape), std::move(bytes));
 }
 
-uint64_t PackWriter::bytes() const {
-  uint64_t b = 0;
-  for (auto& e : entries_)
-    for (auto& p : e.parts) b += p.bytes;
-  return b;
-}
-
 void PackWriter::write(const std::string& path) const {
   // Largest elements first: every tensor starts aligned to its element size
   // (the safetensors header is padded to 8 bytes).

@@ -41,7 +41,6 @@ class PackWriter {
   nlohmann::json& meta() { return meta_; }  // the "topkv.context_pack" document
   // Checksums every tensor, then writes `path` atomically (path.tmp, rename).
   void write(const std::string& path) const;
-  uint64_t bytes() const;  // of the tensors added so far
 
  private:
   struct Entry {

@@ -179,6 +179,8 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
     return make_offload_runtime(*backend, cfg, policy, !a.quiet);
   };
   std::unique_ptr<OffloadRuntime> offload = new_runtime();
+  // From a pack the top-k layers never attend densely: they get no cache at all.
+  if (pack && offload) mo.override_layers = offload->retrieval_layers();
   check_memory_plan(*file, cfg, policy, mo, /*from_pack=*/pack != nullptr, a.quiet);
   Timer load_timer;
   Model model(file, *backend, mo);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <charconv>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -130,7 +131,8 @@ void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
 std::pair<std::string, int> kind_of(const std::string& s) {
   const std::string last = s.substr(s.rfind('.') + 1);
   const bool model = s.rfind("model.L", 0) == 0, offload = s.rfind("offload.L", 0) == 0;
-  const int layer = model || offload ? std::stoi(s.substr(s.find('L') + 1)) : -1;
+  int layer = -1;
+  if (model || offload) std::from_chars(s.data() + s.find('L') + 1, s.data() + s.size(), layer);
   if (model) return {"model KV", layer};
   if (!offload) return {"tokens, logits", layer};
   if (last == "keys" || last == "values") return {"host stores", layer};
