@@ -25,12 +25,6 @@ uint64_t checksum(const std::vector<PackWriter::Span>& parts) {
 
 std::string hex(uint64_t h) { return fmt::format("{:016x}", h); }
 
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 }  // namespace
 
 void PackWriter::add(const std::string& name, StDType dtype, std::vector<int64_t> shape, std::vector<Span> parts) {
@@ -101,9 +95,11 @@ const uint8_t* PackReader::tensor(const std::string& name, StDType dtype, const 
   const TensorInfo* t = st_->find(name);
   TOPKV_CHECK(t, "context pack '{}' has no tensor '{}': the file is incomplete or from another topkv version",
               path_, name);
-  TOPKV_CHECK(t->dtype == dtype && t->shape == shape, "context pack '{}': tensor '{}' is {} {}, expected {} {}",
-              path_, name, st_dtype_name(t->dtype), t->shape_str(), st_dtype_name(dtype), shape_str(shape));
-  return st_->data(*t);
+  if (t->dtype == dtype && t->shape == shape) return st_->data(*t);
+  TensorInfo want;
+  want.shape = shape;
+  fail("context pack '{}': tensor '{}' is {} {}, expected {} {}", path_, name, st_dtype_name(t->dtype),
+       t->shape_str(), st_dtype_name(dtype), want.shape_str());
 }
 
 std::pair<const uint8_t*, size_t> PackReader::blob(const std::string& name) const {
