@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "offload/offload_runtime.h"
+#include "src/cli/cli_util.h"
 #include "src/cli/commands.h"
 #include "src/cli/policy_options.h"
 #include "src/common/error.h"
@@ -28,7 +29,7 @@ namespace topkv::cli {
 namespace {
 
 struct EvalArgs {
-  std::string model = ".models/gemma-3-270m-q4_k_m.gguf", task = "passkey", lengths = "2048,4096,8192",
+  std::string model, task = "passkey", lengths = "2048,4096,8192",
               depths = "0,0.25,0.5,0.75,1", csv, json, png;
   std::vector<std::string> indexes{"flat"}, ks{"64"};
   int trials = 1, answer_tokens = 8, threads = 0, chunk = 256;
@@ -96,7 +97,8 @@ void run_eval(const EvalArgs& a, const OffloadPolicy& base) {
   const auto lengths = parse_sweep(a.lengths);
   const auto depths = parse_double_list(a.depths);
   const auto methods = make_methods(a, base);
-  std::shared_ptr<const GgufFile> file = GgufFile::open(a.model);
+  const std::string model_path = a.model.empty() ? default_model_path() : a.model;
+  std::shared_ptr<const GgufFile> file = GgufFile::open(model_path);
   const Tokenizer tok = Tokenizer::from_gguf(*file);
   const ModelConfig cfg = read_model_config(*file);
   const int64_t max_len = *std::max_element(lengths.begin(), lengths.end());
@@ -213,7 +215,7 @@ void run_eval(const EvalArgs& a, const OffloadPolicy& base) {
     }
   }
   if (!a.json.empty()) {
-    nlohmann::json j = {{"task", a.task}, {"model", a.model}, {"model_summary", cfg.summary()},
+    nlohmann::json j = {{"task", a.task}, {"model", model_path}, {"model_summary", cfg.summary()},
                         {"lengths", lengths}, {"depths", depths}, {"trials", a.trials},
                         {"answer_tokens", a.answer_tokens}, {"policy", nlohmann::json::parse(base.to_json())},
                         {"summary", summary}};
@@ -239,7 +241,8 @@ void register_eval(CLI::App& app) {
   auto pol = std::make_shared<PolicyArgs>();
   auto* cmd = eval->add_subcommand("passkey", "Passkey / needle-in-a-haystack retrieval: pass rate per length and "
                                    "depth, greedy-token agreement and next-token KL against dense, attention error");
-  cmd->add_option("-m,--model", a->model, "GGUF model")->capture_default_str();
+  cmd->add_option("-m,--model", a->model,
+                  fmt::format("GGUF model file (default: {}, installed by scripts/fetch-model.sh)", kDefaultModel));
   cmd->add_option("--task", a->task, "passkey or needle")->check(CLI::IsMember({"passkey", "needle"}))
       ->capture_default_str();
   cmd->add_option("--lengths", a->lengths, "Prompt lengths in tokens (list or lo:hi:x2)")->capture_default_str();

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "bench/kv_dump.h"
+#include "src/cli/cli_util.h"
 #include "src/cli/commands.h"
 #include "src/common/error.h"
 #include "src/common/options.h"
@@ -19,7 +20,7 @@ namespace topkv::cli {
 namespace {
 
 struct KvDumpArgs {
-  std::string model = ".models/gemma-3-270m-q4_k_m.gguf", text_file, prompt, out, layers, dtype = "f16";
+  std::string model, text_file, prompt, out, layers, dtype = "f16";
   int queries = 16, chunk = 256, threads = 0;
   int64_t max_tokens = 0;
 };
@@ -36,7 +37,8 @@ void run_kv_dump(const KvDumpArgs& a) {
     ss << in.rdbuf();
     text = ss.str();
   }
-  std::shared_ptr<const GgufFile> file = GgufFile::open(a.model);
+  const std::string model_path = a.model.empty() ? default_model_path() : a.model;
+  std::shared_ptr<const GgufFile> file = GgufFile::open(model_path);
   const Tokenizer tok = Tokenizer::from_gguf(*file);
   const ModelConfig cfg = read_model_config(*file);
   std::vector<int32_t> ids = tok.encode(text, tok.add_bos_default(), false);
@@ -64,7 +66,7 @@ void run_kv_dump(const KvDumpArgs& a) {
     const int32_t next = (int32_t)(std::max_element(logits.begin(), logits.end()) - logits.begin());
     logits = model.decode(next);
   }
-  KvDumpWriter w(fmt::format("{} ({})", file->get_str_or("general.name", a.model), a.model));
+  KvDumpWriter w(fmt::format("{} ({})", file->get_str_or("general.name", model_path), model_path));
   for (size_t i = 0; i < rec.layers().size(); ++i) w.add_layer(rec.layers()[i], rec.data(i));
   w.write(a.out);
   fmt::print(stderr, "wrote {}: layers {}, {} keys x {} KV heads x {} dims, {} decode queries x {} heads ({})\n",
@@ -80,7 +82,8 @@ void register_kv(CLI::App& app) {
   auto a = std::make_shared<KvDumpArgs>();
   auto* cmd = kv->add_subcommand("dump", "Prefill a text and write keys, values and the next decode steps' queries "
                                  "of chosen layers to safetensors (for bench recall --dump, numpy, PyTorch)");
-  cmd->add_option("-m,--model", a->model, "GGUF model")->capture_default_str();
+  cmd->add_option("-m,--model", a->model,
+                  fmt::format("GGUF model file (default: {}, installed by scripts/fetch-model.sh)", kDefaultModel));
   cmd->add_option("-f,--file", a->text_file, "Text to prefill");
   cmd->add_option("-p,--prompt", a->prompt, "Text to prefill, given inline");
   cmd->add_option("-o,--out", a->out, "Output .safetensors file")->required();
