@@ -2,6 +2,7 @@
 // copying keys out of the store as fp32, scoping OpenMP's thread count to one
 // call, and embedding a Faiss index in a topkv file.
 #pragma once
+#include <dlfcn.h>
 #include <omp.h>
 
 #include <cstdint>
@@ -56,6 +57,29 @@ class ScopedOmpThreads {
   int saved_;
 };
 
+// OpenBLAS's own thread count, set for a scope (several threads each running
+// a small k-means must not each fan out into BLAS's pool). Looked up at run
+// time: with another BLAS (or none loaded) it does nothing. n = 0 keeps it.
+class ScopedBlasThreads {
+ public:
+  explicit ScopedBlasThreads(int n) {
+    set_ = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    auto get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    if (n <= 0 || !set_ || !get) return;
+    saved_ = get();
+    set_(n);
+  }
+  ~ScopedBlasThreads() {
+    if (saved_ > 0) set_(saved_);
+  }
+  ScopedBlasThreads(const ScopedBlasThreads&) = delete;
+  ScopedBlasThreads& operator=(const ScopedBlasThreads&) = delete;
+
+ private:
+  void (*set_)(int) = nullptr;
+  int saved_ = 0;
+};
+
 // OpenMP threads worth using for a Faiss build step over `rows` keys: a team
 // costs a fork/join per parallel region, and k-means or a small add opens many
 // short ones (on a loaded host each waits for a descheduled thread: measured
@@ -72,6 +96,30 @@ std::unique_ptr<faiss::Index> read_faiss_index(BinaryReader& r);
 // dimension `dim` holding `rows` vectors (what the topkv header promised).
 void check_loaded_faiss_index(const faiss::Index& index, int dim, int64_t rows, const std::string& path,
                               const char* label);
+
+// The save/load body of a Faiss-backed KvIndex: a flag (is there an index:
+// there is exactly when rows are indexed), then the Faiss index. load reads it
+// back as a T that also passes `type_ok` (what the backend's parameters
+// require), checked against dim and rows; null when no rows were indexed.
+inline void save_faiss_or_none(BinaryWriter& w, const faiss::Index* index) {
+  w.pod<uint8_t>(index ? 1 : 0);
+  if (index) write_faiss_index(w, *index);
+}
+template <class T, class TypeOk>
+std::unique_ptr<T> load_faiss_or_none(BinaryReader& r, int dim, int64_t rows, const char* label,
+                                      const std::string& expected, TypeOk&& type_ok) {
+  const uint8_t has = r.pod<uint8_t>();
+  TOPKV_CHECK(has == (rows > 0 ? 1 : 0), "{} index '{}': index flag {} does not match {} rows", label, r.path(),
+              has, rows);
+  if (!has) return nullptr;
+  std::unique_ptr<faiss::Index> any = read_faiss_index(r);
+  auto* t = dynamic_cast<T*>(any.get());
+  TOPKV_CHECK(t && type_ok(*t), "{} index '{}' holds a Faiss index of another type than {}", label, r.path(),
+              expected);
+  check_loaded_faiss_index(*t, dim, rows, r.path(), label);
+  any.release();
+  return std::unique_ptr<T>(t);
+}
 
 // faiss::Index::add over store rows [from, to) in fp32 blocks (the staging
 // buffer stays one chunk), with `threads` OpenMP threads for large adds and a

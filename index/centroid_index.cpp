@@ -3,7 +3,6 @@
 // algorithm and the papers it follows).
 #include <faiss/Clustering.h>
 #include <faiss/IndexFlat.h>
-#include <dlfcn.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include <cmath>
 #include <random>
 
+#include "index/ann_util.h"
 #include "index/backends.h"
 #include "index/cluster_index.h"
 #include "index/summary_select.h"
@@ -28,42 +28,8 @@ namespace {
 // scripts/setup.sh installs it) has its own thread pool. OpenMP workers
 // spinning between Faiss's parallel loops then fight the BLAS threads for the
 // cores: a 1200-key build took seconds on two cores. So Faiss runs with one
-// OpenMP thread (its loops are O(n·k), the products O(n·k·dim) stay parallel
-// in BLAS) and our own loops take n_threads explicitly. The setting is per
-// calling thread; others keep theirs.
-class OmpThreadScope {
- public:
-  explicit OmpThreadScope(int n) : prev_(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~OmpThreadScope() { omp_set_num_threads(prev_); }
-
- private:
-  int prev_;
-};
-
-// OpenBLAS's own thread count, set for a scope (several threads each running
-// a small k-means must not each fan out into BLAS's pool). Looked up at run
-// time: with another BLAS (or none loaded) it does nothing. n = 0 keeps it.
-class BlasThreadScope {
- public:
-  explicit BlasThreadScope(int n) {
-    using Set = void (*)(int);
-    using Get = int (*)();
-    set_ = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-    auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-    if (n <= 0 || !set_ || !get) return;
-    prev_ = get();
-    set_(n);
-  }
-  ~BlasThreadScope() {
-    if (prev_ > 0) set_(prev_);
-  }
-  BlasThreadScope(const BlasThreadScope&) = delete;
-  BlasThreadScope& operator=(const BlasThreadScope&) = delete;
-
- private:
-  void (*set_)(int) = nullptr;
-  int prev_ = 0;
-};
+// OpenMP thread (ScopedOmpThreads(1): its loops are O(n·k), the products
+// O(n·k·dim) stay parallel in BLAS) and our own loops take n_threads explicitly.
 
 void normalise_rows(float* x, int64_t n, int d) {
   for (int64_t i = 0; i < n; ++i) {
@@ -86,7 +52,7 @@ void spherical_kmeans(const float* x, int64_t n, int d, int64_t k, int iters, ui
   cp.max_points_per_centroid = INT_MAX;   // the sample cap is ours (max_train)
   cp.seed = (int)(seed % 2147483647u);
   faiss::Clustering km(d, (int)k, cp);
-  OmpThreadScope one(1);
+  ScopedOmpThreads one(1);
   km.train((faiss::Index::idx_t)n, x, index, weights);
 }
 
@@ -106,7 +72,7 @@ void assign_rows(const RowStore& keys, int64_t from, int64_t to, const faiss::In
     dist.resize((size_t)m);
     label.resize((size_t)m);
     {
-      OmpThreadScope one(1);
+      ScopedOmpThreads one(1);
       index.search(m, x.data(), 1, dist.data(), label.data());
     }
     for (int64_t i = 0; i < m; ++i) out[lo - from + i] = (int32_t)std::max<faiss::Index::idx_t>(label[(size_t)i], 0);
@@ -194,7 +160,7 @@ void ClusterIndex::build_impl(int64_t n) {
   {
     // Only for the blocks: the coarse k-means below is one large problem that
     // wants BLAS's threads (the H100 run lost 40 s per layer when it had one).
-    BlasThreadScope blas(block_threads > 1 ? 1 : 0);
+    ScopedBlasThreads blas(block_threads > 1 ? 1 : 0);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(block_threads)
     for (int64_t b = 0; b < n_blocks; ++b) {
       try {
@@ -250,7 +216,7 @@ void ClusterIndex::build_coarse() {
   std::vector<float> dist((size_t)nf);
   std::vector<faiss::Index::idx_t> label((size_t)nf);
   {
-    OmpThreadScope one(1);
+    ScopedOmpThreads one(1);
     km_index.search(nf, y.data(), 1, dist.data(), label.data());
   }
 

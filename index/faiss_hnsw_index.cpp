@@ -73,23 +73,12 @@ class FaissHnswIndex final : public KvIndex {
     return m;
   }
 
-  void save_impl(BinaryWriter& w) const override {
-    w.pod<uint8_t>(index_ ? 1 : 0);
-    if (index_) write_faiss_index(w, *index_);
-  }
+  void save_impl(BinaryWriter& w) const override { save_faiss_or_none(w, index_.get()); }
 
   void load_impl(BinaryReader& r) override {
-    index_.reset();
-    uint8_t has = r.pod<uint8_t>();
-    TOPKV_CHECK(has == (indexed_ > 0 ? 1 : 0), "faiss-hnsw index '{}': graph flag {} does not match {} rows",
-                r.path(), has, indexed_);
-    if (!has) return;
-    std::unique_ptr<faiss::Index> any = read_faiss_index(r);
-    auto* h = dynamic_cast<faiss::IndexHNSWFlat*>(any.get());
-    TOPKV_CHECK(h, "faiss-hnsw index '{}' holds a Faiss index of another type", r.path());
-    check_loaded_faiss_index(*h, dim(), indexed_, r.path(), "faiss-hnsw");
-    any.release();
-    index_.reset(h);
+    index_.reset();  // a throw below leaves no stale index behind
+    index_ = load_faiss_or_none<faiss::IndexHNSWFlat>(r, dim(), indexed_, "faiss-hnsw", "IndexHNSWFlat",
+                                                      [](const faiss::IndexHNSWFlat&) { return true; });
   }
 
  private:

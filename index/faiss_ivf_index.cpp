@@ -129,27 +129,17 @@ class FaissIvfIndex final : public KvIndex {
     return m;
   }
 
-  void save_impl(BinaryWriter& w) const override {
-    w.pod<uint8_t>(index_ ? 1 : 0);
-    if (index_) write_faiss_index(w, *index_);
-  }
+  void save_impl(BinaryWriter& w) const override { save_faiss_or_none(w, index_.get()); }
 
   void load_impl(BinaryReader& r) override {
-    index_.reset();
-    uint8_t has = r.pod<uint8_t>();
-    TOPKV_CHECK(has == (indexed_ > 0 ? 1 : 0), "faiss-ivf index '{}': flag {} does not match {} rows", r.path(),
-                has, indexed_);
-    if (!has) return;
-    std::unique_ptr<faiss::Index> any = read_faiss_index(r);
-    auto* ivf = dynamic_cast<faiss::IndexIVF*>(any.get());
-    const bool codec_ok = codec_ == "flat" ? dynamic_cast<faiss::IndexIVFFlat*>(ivf) != nullptr
-                                           : dynamic_cast<faiss::IndexIVFScalarQuantizer*>(ivf) != nullptr;
-    TOPKV_CHECK(ivf && codec_ok && dynamic_cast<const faiss::IndexFlat*>(ivf->quantizer) &&
-                    dynamic_cast<faiss::ArrayInvertedLists*>(ivf->invlists),
-                "faiss-ivf index '{}' holds a Faiss index of another type than codec={}", r.path(), codec_);
-    check_loaded_faiss_index(*ivf, dim(), indexed_, r.path(), "faiss-ivf");
-    any.release();
-    index_.reset(ivf);
+    index_.reset();  // a throw below leaves no stale index behind
+    index_ = load_faiss_or_none<faiss::IndexIVF>(
+        r, dim(), indexed_, "faiss-ivf", "IndexIVF with codec=" + codec_, [&](const faiss::IndexIVF& ivf) {
+          const bool codec_ok = codec_ == "flat" ? dynamic_cast<const faiss::IndexIVFFlat*>(&ivf) != nullptr
+                                                 : dynamic_cast<const faiss::IndexIVFScalarQuantizer*>(&ivf) != nullptr;
+          return codec_ok && dynamic_cast<const faiss::IndexFlat*>(ivf.quantizer) &&
+                 dynamic_cast<const faiss::ArrayInvertedLists*>(ivf.invlists);
+        });
   }
 
  private:
