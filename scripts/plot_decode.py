@@ -14,9 +14,10 @@ was a real prefill or synthetic keys/values. Run by `topkv bench decode`, or:
 Needs matplotlib (Debian: python3-matplotlib), Agg backend (no display).
 """
 import argparse
-import json
 import os
 import sys
+
+from plot_util import load_results, pyplot
 
 PARTS = [("model", "model (outside attention)"), ("host_attn", "override host work (host-dense: all of it)"), ("search", "index search"),
          ("gpu", "GPU kernels"), ("transfer", "host<->GPU copies"), ("wait", "waiting on GPU")]
@@ -34,18 +35,9 @@ def main():
     ap.add_argument("--json", required=True, help="decode.json of topkv bench decode")
     ap.add_argument("--out", required=True, help="PNG file to write")
     args = ap.parse_args()
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        sys.exit(f"plot_decode.py: matplotlib is missing ({e}); install python3-matplotlib")
-    try:
-        with open(args.json) as f:
-            res = json.load(f)
-        rows, model, cfg = res["results"], res["model"], res["config"]
-    except (OSError, ValueError, KeyError) as e:
-        sys.exit(f"plot_decode.py: cannot read results from {args.json}: {e}")
+    plt = pyplot("plot_decode.py")
+    rows, model, cfg, fill, machine = load_results("plot_decode.py", args.json, "results", "model", "config",
+                                                    "fill", "machine")
     ran = [r for r in rows if r["skipped"] is None]
     if not ran:
         sys.exit("plot_decode.py: no row ran (all skipped); nothing to plot")
@@ -87,10 +79,9 @@ def main():
     bx.legend(fontsize=8, loc="upper left")
     bx.grid(True, axis="y", alpha=0.3)
 
-    fill = res["fill"]
     fill_text = "synthetic context (generated KV, no prefill)" if fill == "synthetic" else "prefilled passkey prompt"
     fig.suptitle(f"{cfg['model']} ({model['arch']}, {model['n_layer']} layers, {model['n_head_kv']} KV heads x "
-                 f"{model['head_dim']}), {res['machine']['backend']} backend, {res['machine']['threads']} threads; "
+                 f"{model['head_dim']}), {machine['backend']} backend, {machine['threads']} threads; "
                  f"{fill_text}", fontsize=10)
     fig.tight_layout()
     tmp = args.out + ".tmp"

@@ -12,9 +12,10 @@ Needs matplotlib (Debian: python3-matplotlib) and uses its Agg backend,
 so no display is required.
 """
 import argparse
-import json
 import os
 import sys
+
+from plot_util import load_results, pyplot
 
 
 def pareto_front(points):
@@ -35,18 +36,9 @@ def main():
                     help="x axis: recall@k (default) or attention-mass recall")
     args = ap.parse_args()
 
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        sys.exit(f"plot_recall.py: matplotlib is missing ({e}); install python3-matplotlib")
-    try:
-        with open(args.json) as f:
-            res = json.load(f)
-        rows, data, k = res["results"], res["data"], res["config"]["k"]
-    except (OSError, ValueError, KeyError) as e:
-        sys.exit(f"plot_recall.py: cannot read results from {args.json}: {e}")
+    plt = pyplot("plot_recall.py")
+    rows, data, cfg = load_results("plot_recall.py", args.json, "results", "data", "config")
+    k = cfg["k"]
     if not rows:
         sys.exit("plot_recall.py: the results hold no rows to plot")
 

@@ -12,17 +12,7 @@ using test::run_topkv;
 
 namespace {
 
-// One tiny model for the whole file (written once per process).
-const std::string& model() {
-  static test::TempDir dir("topkv_test_cli_decode");
-  static const std::string path = [] {
-    std::string p = dir.file("tiny-gemma3.gguf");
-    auto r = run_topkv("model synth --preset tiny-gemma3 -q -o " + p);
-    REQUIRE(r.rc == 0);
-    return p;
-  }();
-  return path;
-}
+const std::string& model() { return test::tiny_gemma3_model(); }
 
 const std::string kPrompt = "'the quick brown fox jumps over the lazy dog and the cat sat on the mat'";
 

@@ -14,18 +14,14 @@
 #include "offload/offloaded_layer.h"
 #include "src/common/error.h"
 #include "src/model/synth.h"
+#include "tests/model_test_util.h"
 #include "tests/test_util.h"
 
 using namespace topkv;
 
 namespace {
 
-// Model options of a test: context size, prefill chunk, cache type.
-ModelOptions opts(int64_t n_ctx, int max_chunk, DType kv = DType::F32) {
-  ModelOptions o;
-  o.n_ctx = n_ctx, o.max_chunk = max_chunk, o.kv_dtype = kv;
-  return o;
-}
+using test::model_options;
 
 std::vector<float> randn(size_t n, std::mt19937& rng, float shift = 0.f) {
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -219,7 +215,7 @@ TEST_CASE("a model and runtime restored from a context pack decode exactly as th
       const int steps = 10;
       std::vector<int32_t> prompt((size_t)P);
       for (int64_t i = 0; i < P; ++i) prompt[(size_t)i] = (int32_t)((i * 7919 + 13) % cfg.n_vocab);
-      Model a(file, *be, opts(P + steps + 4, 32, kv));
+      Model a(file, *be, model_options(P + steps + 4, 32, kv));
       std::vector<float> la = a.prefill(prompt, 32);
       const bool topk = mc.policy.attn == AttnMode::TopK;
       std::unique_ptr<OffloadRuntime> ra, rb;
@@ -236,7 +232,7 @@ TEST_CASE("a model and runtime restored from a context pack decode exactly as th
       CHECK(pack.topk() == topk);
       pack.check_model(*file);
       if (topk) rb = std::make_unique<OffloadRuntime>(cfg, pack.policy_for_run(pack.policy()), false);
-      Model b(file, *be, opts(P + steps + 40, 7, kv));
+      Model b(file, *be, model_options(P + steps + 40, 7, kv));
       std::vector<float> lb = pack.restore(b, rb.get());
       const std::vector<float> first = lb;
       CHECK(lb == la);
@@ -281,7 +277,7 @@ struct SmallPack {
     cfg = read_model_config(*file);
     std::vector<int32_t> prompt((size_t)P);
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = (int32_t)(i * 37 % 1000);
-    Model a(file, *be, opts(64, 16));
+    Model a(file, *be, model_options(64, 16));
     logits = a.prefill(prompt, 16);
     OffloadRuntime ra(cfg, mc.policy, false);
     ra.build_extra_indexes({"flat"});
@@ -294,7 +290,7 @@ struct SmallPack {
     OffloadPolicy p = pack.policy();
     if (!index.empty()) p.index = index;
     OffloadRuntime rt(cfg, pack.policy_for_run(p), false);
-    Model m(file, *be, opts(64, 16));
+    Model m(file, *be, model_options(64, 16));
     pack.restore(m, &rt);
   }
 };
@@ -331,19 +327,19 @@ TEST_CASE("a context pack refuses another model, a changed build-time policy and
   OffloadPolicy query = pack.policy();
   query.search.k = 3, query.k_schedule = KSchedule::Linear, query.search.threshold = 0.01;  // query-time: fine
   OffloadRuntime rq(sp.cfg, pack.policy_for_run(query), false);
-  Model small(sp.file, *sp.be, opts(39, 8));
+  Model small(sp.file, *sp.be, model_options(39, 8));
   CHECK_THROWS_WITH(pack.restore(small, &rq), Catch::Contains("more than the context size 39"));
-  Model fits(sp.file, *sp.be, opts(41, 8));
+  Model fits(sp.file, *sp.be, model_options(41, 8));
   pack.restore(fits, &rq);
   CHECK(rq.k_per_layer() == std::vector<int64_t>{2, 4});  // k 3, linear over two layers
   // A runtime serving other layers (more dense layers) cannot take the pack.
   OffloadPolicy dense1 = pack.policy();
   dense1.dense_layers = 3;
   OffloadRuntime rd(sp.cfg, dense1, false);
-  Model md(sp.file, *sp.be, opts(64, 8));
+  Model md(sp.file, *sp.be, model_options(64, 8));
   CHECK_THROWS_WITH(pack.restore(md, &rd), Catch::Contains("KV of 4 model layers, this run needs 5"));
   // A dense pack is decoded dense.
-  Model a(sp.file, *sp.be, opts(64, 16));
+  Model a(sp.file, *sp.be, model_options(64, 16));
   std::vector<int32_t> prompt(30, 11);
   const std::vector<float> la = a.prefill(prompt, 16);
   save_context_pack(sp.tmp.file("dense.pack"), *sp.file, a, nullptr, prompt, la, {});

@@ -18,16 +18,7 @@ using json = nlohmann::json;
 
 namespace {
 
-const std::string& model() {
-  static test::TempDir dir("topkv_test_decode_bench");
-  static const std::string path = [] {
-    std::string p = dir.file("tiny-gemma3.gguf");
-    auto r = run_topkv("model synth --preset tiny-gemma3 -q -o " + p);
-    REQUIRE(r.rc == 0);
-    return p;
-  }();
-  return path;
-}
+const std::string& model() { return test::tiny_gemma3_model(); }
 
 const std::string kBase = "bench decode --backend cpu --steps 3 --warmup 1 --k 16 --window 8 --sinks 2 --no-plot -q ";
 

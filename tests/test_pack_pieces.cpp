@@ -18,18 +18,14 @@
 #include "src/common/error.h"
 #include "src/model/model.h"
 #include "src/model/synth.h"
+#include "tests/model_test_util.h"
 #include "tests/test_util.h"
 
 using namespace topkv;
 
 namespace {
 
-// Model options of a test: context size, prefill chunk, cache type.
-ModelOptions opts(int64_t n_ctx, int max_chunk, DType kv = DType::F32) {
-  ModelOptions o;
-  o.n_ctx = n_ctx, o.max_chunk = max_chunk, o.kv_dtype = kv;
-  return o;
-}
+using test::model_options;
 
 std::vector<float> random_rows(int64_t n, int d, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -208,8 +204,8 @@ TEST_CASE("a model whose cache is read from a position and written back decodes 
       const int64_t P = 72;
       std::vector<int32_t> prompt((size_t)P);
       for (int64_t i = 0; i < P; ++i) prompt[(size_t)i] = (int32_t)((i * 131 + 7) % cfg.n_vocab);
-      const ModelOptions a_opt = opts(P + 20, 16, kv);
-      const ModelOptions b_opt = opts(P + 33, 5, kv);  // other ring sizes
+      const ModelOptions a_opt = model_options(P + 20, 16, kv);
+      const ModelOptions b_opt = model_options(P + 33, 5, kv);  // other ring sizes
       Model a(file, *be, a_opt), b(file, *be, b_opt);
       std::vector<float> la = a.prefill(prompt, 16), k, v;
       for (int il = 0; il < cfg.n_layer; ++il) {
@@ -230,7 +226,7 @@ TEST_CASE("a model whose cache is read from a position and written back decodes 
   }
   std::shared_ptr<const GgufFile> file = GgufFile::open(tmp.file("tiny-llama.gguf"));
   auto be = make_cpu_backend();
-  Model m(file, *be, opts(10, 4));
+  Model m(file, *be, model_options(10, 4));
   std::vector<float> k(64 * 1024, 0.5f);
   CHECK_THROWS_WITH(m.read_kv(0, k, k, 1), Catch::Contains("cannot read positions from 1"));
 }

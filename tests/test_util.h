@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 
 namespace topkv::test {
@@ -54,6 +55,19 @@ inline CliRun run_topkv(const std::string& args) {
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+
+// A tiny synthetic gemma3 model (`topkv model synth --preset tiny-gemma3`),
+// written once per test process and shared by its test cases.
+inline const std::string& tiny_gemma3_model() {
+  static TempDir dir("topkv_tiny_gemma3");
+  static const std::string path = [] {
+    std::string p = dir.file("tiny-gemma3.gguf");
+    CliRun r = run_topkv("model synth --preset tiny-gemma3 -q -o " + p);
+    if (r.rc != 0) throw std::runtime_error("topkv model synth failed: " + r.err);
+    return p;
+  }();
+  return path;
 }
 
 }  // namespace topkv::test
