@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "gpu/device.h"
 #include "tests/test_util.h"
 
 using namespace topkv;
@@ -43,7 +44,7 @@ TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
   { std::ofstream(heads) << "0.5 0.5\n"; }  // 1 row of 2 heads; the model has 6 layers of 1
   { std::ofstream(cfg) << "{\"window\": -3}"; }
   struct Bad { std::string args, says; };
-  const std::vector<Bad> cases = {
+  std::vector<Bad> cases = {
       {"-m /nonexistent.gguf -p hi", "nonexistent.gguf"},
       {"-m " + model() + " -p hi -n -1", "-n must be >= 0"},
       {"-m " + model() + " -p hi --attn sparse", "sparse"},
@@ -54,7 +55,12 @@ TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
       {"-m " + model() + " -p " + kPrompt + " -c 4", "raise it with -c"},
       {"-m " + model() + " -p hi -f /etc/hostname", "not both"},
       {"-m " + model() + " -p hi --top-p 2", "top-p"},
+      {"-m " + model() + " -p hi --backend cpu --gpu-mem-budget 1G", "--gpu-mem-budget applies to the CUDA backend"},
+      {"-m " + model() + " -p hi --backend cpu --gpu-mem-budget 12Q", "12Q"},
+      {"-m " + model() + " -p hi --backend tpu", "tpu"},
   };
+  if (cuda_device_count() == 0)  // without a device, asking for one is refused with the reason
+    cases.push_back({"-m " + model() + " -p hi --backend cuda", "CUDA"});
   for (const Bad& b : cases) {
     INFO(b.args);
     auto r = run_topkv("generate " + b.args);

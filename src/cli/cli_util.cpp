@@ -30,12 +30,10 @@ void add_backend_options(CLI::App* cmd, BackendArgs& a, const std::string& cuda_
 }
 
 std::unique_ptr<Backend> make_backend(const BackendArgs& a, bool& cuda) {
+  CudaBackendOptions co;  // a malformed budget is an error whichever backend runs
+  if (!a.gpu_mem_budget.empty()) co.mem_budget = parse_size(a.gpu_mem_budget);
   cuda = a.backend == "cuda" || (a.backend == "auto" && cuda_device_count() > 0);
-  if (cuda) {
-    CudaBackendOptions co;
-    if (!a.gpu_mem_budget.empty()) co.mem_budget = parse_size(a.gpu_mem_budget);
-    return make_cuda_backend(co);
-  }
+  if (cuda) return make_cuda_backend(co);
   TOPKV_CHECK(a.gpu_mem_budget.empty(), "--gpu-mem-budget applies to the CUDA backend; this run uses the CPU "
               "(--backend {})", a.backend);
   return make_cpu_backend({a.threads});
