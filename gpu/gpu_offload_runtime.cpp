@@ -55,6 +55,14 @@ struct PinnedBuffer {
   }
 };
 
+// Splits of a head's row list over blocks: enough blocks to keep reads over
+// PCIe in flight for the retrieved rows, fewer for the device-resident window.
+constexpr int kIdsRowsPerSplit = 32, kMaxIdsSplits = 64, kExactRowsPerSplit = 64, kMaxExactSplits = 8;
+constexpr int kMaxParts = kMaxExactSplits + kMaxIdsSplits + 1;  // + the far-field part
+int splits_for(int rows, int per_split, int max_splits) {
+  return std::clamp((rows + per_split - 1) / per_split, 1, max_splits);
+}
+
 class GpuOffloadRuntime final : public OffloadRuntime {
  public:
   GpuOffloadRuntime(cuda::CudaBackend& be, const ModelConfig& cfg, const OffloadPolicy& policy, bool progress)
@@ -87,17 +95,25 @@ class GpuOffloadRuntime final : public OffloadRuntime {
  private:
   struct Mirror {
     KvLayerCache sinks, window;  // fp32 [n_kv][capacity][head_dim] on the device
+    // Row pointers of sinks + window: [2][n_kv][sinks + window] (k, then v),
+    // then [n_kv] int32 counts. They change only while sinks and window fill
+    // (a full window's ring is every slot), so they are uploaded only when
+    // `exact_key` (what they were built for) changes.
+    Buffer exact_lists;
+    int64_t exact_key = -1;
   };
   void collect_timing();
-  void ensure_capacity(int exact_rows, int max_ids);
+  void ensure_capacity(int max_ids);
+  void update_exact_lists(int slot, const OffloadedLayer& L);
 
   cuda::CudaBackend& be_;
   std::vector<Mirror> mirrors_;  // per retrieval layer
-  // Device work space, sized by ensure_capacity: row pointer lists [2][n_kv][cap]
-  // (0 = sinks + window, 1 = retrieved), counts [2][n_kv], partials, staged rows.
+  // Device work space, sized by ensure_capacity: the retrieved rows' pointer
+  // lists [2][n_kv][ids_cap_] (k, then v) and counts [n_kv]; partials
+  // [n_head][kMaxParts] (m, l, then o x head_dim); staged rows.
   Buffer lists_, parts_, staged_;
-  int exact_cap_ = 0, ids_cap_ = 0, parts_cap_ = 0;
-  PinnedBuffer host_lists_, host_qkv_, host_far_, host_rows_;
+  int ids_cap_ = 0;
+  PinnedBuffer host_lists_, host_exact_, host_qkv_, host_far_, host_rows_;
   std::vector<OffloadedLayer::Retrieved> found_;
   cudaEvent_t ev_[5] = {};
   bool timing_pending_ = false;
@@ -110,6 +126,9 @@ void GpuOffloadRuntime::on_layer_ready(int i) {
   Mirror& m = mirrors_[(size_t)i];
   m.sinks = be_.alloc_kv(nkv, d, std::max(1, policy_.sinks), DType::F32);
   m.window = be_.alloc_kv(nkv, d, policy_.window, DType::F32);
+  const size_t cap = (size_t)policy_.sinks + policy_.window;
+  m.exact_lists = be_.alloc(2 * nkv * cap * sizeof(void*) + nkv * sizeof(int32_t));
+  m.exact_key = -1;
   const size_t row = (size_t)d * sizeof(float);
   for (int h = 0; h < nkv; ++h) {
     if (L.n_sinks() > 0) {
@@ -121,21 +140,48 @@ void GpuOffloadRuntime::on_layer_ready(int i) {
   }
 }
 
-// Grows the device lists / partials for `exact_rows` sinks + window rows and
-// `max_ids` retrieved rows per KV head. Waits for queued work first: the old
-// buffers may still be read.
-void GpuOffloadRuntime::ensure_capacity(int exact_rows, int max_ids) {
-  const int nkv = cfg_.n_head_kv, d = cfg_.head_dim, rows = cfg_.n_head;
-  if (exact_rows <= exact_cap_ && max_ids <= ids_cap_ && parts_cap_ > 0) return;
+// Grows the retrieved rows' device lists for `max_ids` rows per KV head (and
+// allocates the partials once). Waits for queued work first: the old buffers
+// may still be read.
+void GpuOffloadRuntime::ensure_capacity(int max_ids) {
+  if (parts_.bytes > 0 && max_ids <= ids_cap_) return;
   be_.synchronize();
-  exact_cap_ = std::max(exact_cap_, exact_rows);
-  if (max_ids > ids_cap_) ids_cap_ = std::max(64, max_ids + max_ids / 2);  // room to grow without a wait
-  parts_cap_ = 64 + 8 + 1;  // the most splits ensure_capacity's callers use, plus the far part
-  const size_t ptrs = (size_t)nkv * (exact_cap_ + ids_cap_) * 2;  // k and v pointers
-  lists_ = be_.alloc(ptrs * sizeof(void*) + 2 * (size_t)nkv * sizeof(int32_t));
-  parts_ = be_.alloc((size_t)rows * parts_cap_ * (2 + d) * sizeof(float));
-  if (policy_.stage_rows)
-    staged_ = be_.alloc((size_t)nkv * ids_cap_ * 2 * d * dtype_size(policy_.store_dtype));
+  const int nkv = cfg_.n_head_kv, d = cfg_.head_dim;
+  if (parts_.bytes == 0) parts_ = be_.alloc((size_t)cfg_.n_head * kMaxParts * (2 + d) * sizeof(float));
+  ids_cap_ = std::max({ids_cap_, 64, max_ids + max_ids / 2});  // room to grow without a wait
+  lists_ = be_.alloc(2 * (size_t)nkv * ids_cap_ * sizeof(void*) + (size_t)nkv * sizeof(int32_t));
+  if (policy_.stage_rows) staged_ = be_.alloc((size_t)nkv * ids_cap_ * 2 * d * dtype_size(policy_.store_dtype));
+}
+
+// Rebuilds layer `slot`'s sinks + window pointer lists when what they cover
+// changed since the last upload (only while sinks and window fill).
+void GpuOffloadRuntime::update_exact_lists(int slot, const OffloadedLayer& L) {
+  Mirror& mir = mirrors_[(size_t)slot];
+  const int nkv = cfg_.n_head_kv, d = cfg_.head_dim, W = policy_.window, n_sinks = L.n_sinks();
+  const int64_t wlen = L.window_len(), first = wlen < W ? L.window_start() % W : 0;
+  const int64_t key = ((int64_t)n_sinks * (W + 1) + wlen) * W + first;
+  if (key == mir.exact_key) return;
+  const size_t cap = (size_t)policy_.sinks + W, n_ptr = (size_t)nkv * cap;
+  auto* hl = reinterpret_cast<const void**>(host_exact_.get(2 * n_ptr * sizeof(void*) + nkv * sizeof(int32_t)));
+  auto* counts = reinterpret_cast<int32_t*>(hl + 2 * n_ptr);
+  for (int h = 0; h < nkv; ++h) {
+    const void** kp = hl + h * cap;
+    const void** vp = hl + n_ptr + h * cap;
+    int e = 0;
+    for (const KvLayerCache* c : {&mir.sinks, &mir.window}) {
+      const int64_t n = c == &mir.sinks ? n_sinks : wlen, start = c == &mir.sinks ? 0 : first;
+      const float* kb = c->k.as<float>() + h * c->head_stride();
+      const float* vb = c->v.as<float>() + h * c->head_stride();
+      for (int64_t i = 0; i < n; ++i, ++e) {
+        const size_t row = (size_t)((start + i) % c->capacity) * d;  // ring slot
+        kp[e] = kb + row, vp[e] = vb + row;
+      }
+    }
+    counts[h] = e;
+  }
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(mir.exact_lists.mem.get(), hl, 2 * n_ptr * sizeof(void*) + nkv * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, be_.stream()));
+  mir.exact_key = key;
 }
 
 void GpuOffloadRuntime::collect_timing() {
@@ -190,10 +236,11 @@ void GpuOffloadRuntime::decode_attention_device(int layer, const float* q, const
   }
   stats_.search_s += search_max;
   const int n_sinks = L.n_sinks();
-  const int64_t wlen = L.window_len(), wstart = L.window_start();
+  const int64_t wlen = L.window_len();
   stats_.exact += (int64_t)nkv * (n_sinks + wlen);
   const int exact_rows = n_sinks + (int)wlen;
-  ensure_capacity(exact_rows, max_ids);
+  ensure_capacity(max_ids);
+  update_exact_lists(slot, L);
 
   // 3. The new token's k, v into the device mirror (where the host put it).
   const bool to_sink = n_sinks > sinks_before;
@@ -203,50 +250,35 @@ void GpuOffloadRuntime::decode_attention_device(int layer, const float* q, const
     TOPKV_CUDA_CHECK(cudaMemcpy2DAsync(buf->as<float>() + dslot * d, dst.head_stride() * 4, src, (size_t)d * 4,
                                        (size_t)d * 4, (size_t)nkv, cudaMemcpyDeviceToDevice, st));
 
-  // 4. Row lists (and far partials, staged rows) in pinned memory, then one copy each.
-  const int ec = exact_cap_, ic = ids_cap_;
-  const size_t n_ptr = (size_t)nkv * (ec + ic);
-  auto* hl = reinterpret_cast<const void**>(host_lists_.get(2 * n_ptr * sizeof(void*) + 2 * nkv * sizeof(int32_t)));
-  const void** hk_exact = hl;                 // [nkv][ec]
-  const void** hk_ids = hl + (size_t)nkv * ec;  // [nkv][ic]
-  const void** hv_exact = hl + n_ptr;
-  const void** hv_ids = hv_exact + (size_t)nkv * ec;
-  auto* hcount = reinterpret_cast<int32_t*>(hl + 2 * n_ptr);  // [2][nkv]: exact, retrieved
+  // 4. Retrieved rows' pointer lists (and far partials, staged rows) in
+  // pinned memory, then one copy each.
+  const int ic = ids_cap_;
+  const size_t n_ptr = (size_t)nkv * ic;
+  auto* hl = reinterpret_cast<const void**>(host_lists_.get(2 * n_ptr * sizeof(void*) + nkv * sizeof(int32_t)));
+  auto* hcount = reinterpret_cast<int32_t*>(hl + 2 * n_ptr);
   auto* dl = lists_.as<const void*>();
   const size_t row_bytes = (size_t)d * dtype_size(policy_.store_dtype);
   uint8_t* hrows = policy_.stage_rows ? host_rows_.get((size_t)nkv * ic * 2 * row_bytes) : nullptr;
   for (int h = 0; h < nkv; ++h) {
-    int e = 0;
-    const float* sk = mir.sinks.k.as<float>() + h * mir.sinks.head_stride();
-    const float* sv = mir.sinks.v.as<float>() + h * mir.sinks.head_stride();
-    for (int s = 0; s < n_sinks; ++s, ++e) hk_exact[(size_t)h * ec + e] = sk + (size_t)s * d, hv_exact[(size_t)h * ec + e] = sv + (size_t)s * d;
-    const float* wk = mir.window.k.as<float>() + h * mir.window.head_stride();
-    const float* wv = mir.window.v.as<float>() + h * mir.window.head_stride();
-    for (int64_t p = wstart; p < wstart + wlen; ++p, ++e) {
-      const size_t ws = (size_t)(p % policy_.window) * d;
-      hk_exact[(size_t)h * ec + e] = wk + ws, hv_exact[(size_t)h * ec + e] = wv + ws;
-    }
-    hcount[h] = e;
     const auto& r = found_[(size_t)h];
     const int m = (int)r.ids.size();
-    hcount[nkv + h] = m;
-    if (m == 0) continue;
-    const RowStore &ks = *L.key_store(h), &vs = *L.value_store(h);
+    hcount[h] = m;
+    const void** kp = hl + (size_t)h * ic;
+    const void** vp = hl + n_ptr + (size_t)h * ic;
     for (int j = 0; j < m; ++j) {
+      const void* kr = L.key_store(h)->row(r.ids[(size_t)j]);
+      const void* vr = L.value_store(h)->row(r.ids[(size_t)j]);
       if (hrows) {  // staged: rows into pinned staging, pointers into its device copy
         const size_t off = ((size_t)h * ic + j) * 2 * row_bytes;
-        std::memcpy(hrows + off, ks.row(r.ids[(size_t)j]), row_bytes);
-        std::memcpy(hrows + off + row_bytes, vs.row(r.ids[(size_t)j]), row_bytes);
-        hk_ids[(size_t)h * ic + j] = staged_.as<uint8_t>() + off;
-        hv_ids[(size_t)h * ic + j] = staged_.as<uint8_t>() + off + row_bytes;
-      } else {
-        hk_ids[(size_t)h * ic + j] = ks.row(r.ids[(size_t)j]);
-        hv_ids[(size_t)h * ic + j] = vs.row(r.ids[(size_t)j]);
+        std::memcpy(hrows + off, kr, row_bytes);
+        std::memcpy(hrows + off + row_bytes, vr, row_bytes);
+        kr = staged_.as<uint8_t>() + off, vr = staged_.as<uint8_t>() + off + row_bytes;
       }
+      kp[j] = kr, vp[j] = vr;
     }
   }
-  const int exact_splits = std::clamp((exact_rows + 63) / 64, 1, 8);
-  const int ids_splits = std::clamp((max_ids + 31) / 32, 1, 64);
+  const int exact_splits = splits_for(exact_rows, kExactRowsPerSplit, kMaxExactSplits);
+  const int ids_splits = splits_for(max_ids, kIdsRowsPerSplit, kMaxIdsSplits);
   const int parts = exact_splits + ids_splits + 1;
   float* pm = parts_.as<float>();
   float* pl = pm + (size_t)nh * parts;
@@ -265,7 +297,7 @@ void GpuOffloadRuntime::decode_attention_device(int layer, const float* q, const
       else std::fill(fo, fo + d, 0.f);
     }
   TOPKV_CUDA_CHECK(cudaEventRecord(ev_[2], st));
-  TOPKV_CUDA_CHECK(cudaMemcpyAsync(dl, hl, 2 * n_ptr * sizeof(void*) + 2 * nkv * sizeof(int32_t),
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(dl, hl, 2 * n_ptr * sizeof(void*) + nkv * sizeof(int32_t),
                                    cudaMemcpyHostToDevice, st));
   if (hrows && max_ids > 0)
     TOPKV_CUDA_CHECK(cudaMemcpyAsync(staged_.mem.get(), hrows, (size_t)nkv * ic * 2 * row_bytes,
@@ -278,15 +310,18 @@ void GpuOffloadRuntime::decode_attention_device(int layer, const float* q, const
   TOPKV_CUDA_CHECK(cudaEventRecord(ev_[3], st));
 
   // 5. Partials over sinks + window and over the retrieved rows, then the merge.
-  const auto* dcount = reinterpret_cast<const int32_t*>(dl + 2 * n_ptr);
+  const size_t exact_cap = (size_t)policy_.sinks + policy_.window, exact_ptr = (size_t)nkv * exact_cap;
+  const auto* de = mir.exact_lists.as<const void*>();
   cuda::RowListArgs a;
   a.q = q, a.n_kv = nkv, a.group = G, a.head_dim = d, a.scale = scale;
   a.parts = parts, a.part_m = pm, a.part_l = pl, a.part_o = po;
-  a.row_type = DType::F32, a.k_rows = dl, a.v_rows = dl + n_ptr, a.counts = dcount, a.max_rows = ec;
+  a.row_type = DType::F32, a.k_rows = de, a.v_rows = de + exact_ptr;
+  a.counts = reinterpret_cast<const int32_t*>(de + 2 * exact_ptr), a.max_rows = (int)exact_cap;
   a.n_splits = exact_splits, a.part0 = 0;
   cuda::row_list_attention(a, st);
-  a.row_type = policy_.store_dtype, a.k_rows = dl + (size_t)nkv * ec, a.v_rows = dl + n_ptr + (size_t)nkv * ec;
-  a.counts = dcount + nkv, a.max_rows = ic, a.n_splits = ids_splits, a.part0 = exact_splits;
+  a.row_type = policy_.store_dtype, a.k_rows = dl, a.v_rows = dl + n_ptr;
+  a.counts = reinterpret_cast<const int32_t*>(dl + 2 * n_ptr), a.max_rows = ic;
+  a.n_splits = ids_splits, a.part0 = exact_splits;
   cuda::row_list_attention(a, st);
   cuda::merge_partials(pm, pl, po, nh, parts, d, out, st);
   TOPKV_CUDA_CHECK(cudaEventRecord(ev_[4], st));
