@@ -28,8 +28,9 @@ std::string hex(uint64_t h) { return fmt::format("{:016x}", h); }
 }  // namespace
 
 void PackWriter::add(const std::string& name, StDType dtype, std::vector<int64_t> shape, std::vector<Span> parts) {
-  for (auto& e : entries_) TOPKV_CHECK(e.name != name, "internal: pack tensor '{}' added twice", name);
-  entries_.push_back({name, dtype, std::move(shape), std::move(parts)});
+  const std::string sum = hex(checksum(parts));  // in parallel over its blocks
+  tensors_.add(name, dtype, std::move(shape), std::move(parts));  // refuses a name added twice
+  checksums_[name] = sum;
 }
 
 void PackWriter::add_owned(const std::string& name, StDType dtype, std::vector<int64_t> shape,
@@ -47,22 +48,12 @@ void PackWriter::add_owned(const std::string& name, StDType dtype, std::vector<i
 }
 
 void PackWriter::write(const std::string& path) const {
-  // Largest elements first: every tensor starts aligned to its element size
-  // (the safetensors header is padded to 8 bytes).
-  std::vector<const Entry*> order;
-  for (auto& e : entries_) order.push_back(&e);
-  std::stable_sort(order.begin(), order.end(),
-                   [](const Entry* a, const Entry* b) { return st_dtype_size(a->dtype) > st_dtype_size(b->dtype); });
-  nlohmann::json sum_json = nlohmann::json::object();
-  SafetensorsWriter w;
-  for (const Entry* e : order) {
-    sum_json[e->name] = hex(checksum(e->parts));  // each in parallel over its blocks
-    w.add(e->name, e->dtype, e->shape, e->parts);
-  }
+  SafetensorsWriter w = tensors_;  // spans only: a cheap copy, so write() stays const
+  nlohmann::json sums = checksums_;
   const std::string meta = meta_.dump();
-  sum_json[kMetaKey] = hex(checksum64(meta.data(), meta.size()));  // the manifest is checked like a tensor
+  sums[kMetaKey] = hex(checksum64(meta.data(), meta.size()));  // the manifest is checked like a tensor
   w.set_metadata(kMetaKey, meta);
-  w.set_metadata(kChecksumKey, sum_json.dump());
+  w.set_metadata(kChecksumKey, sums.dump());
   w.write(path);
 }
 

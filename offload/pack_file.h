@@ -10,8 +10,8 @@
 //                         truncated or bit-rotten pack is found (the manifest
 //                         is checked on open, the tensors by verify_all)
 //
-// Tensors are written in decreasing element size (I32/F32, then F16/BF16,
-// then U8 blobs), so each starts aligned to its element size. The file is
+// SafetensorsWriter lays tensors out in decreasing element size, so each
+// starts aligned to its element size. The file is
 // written to a temporary name beside the pack, synced and renamed
 // (SafetensorsWriter), so a crash or a full disk never leaves a pack that
 // looks valid.
@@ -39,17 +39,13 @@ class PackWriter {
   void add_owned(const std::string& name, StDType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes);
   void add_owned(const std::string& name, StDType dtype, std::vector<int64_t> shape, const std::vector<float>& v);
   nlohmann::json& meta() { return meta_; }  // the "topkv.context_pack" document
-  // Checksums every tensor, then writes `path` atomically (path.tmp, rename).
+  // Writes `path` atomically (path.tmp, rename) with every tensor's checksum
+  // (taken when it was added) and the manifest's.
   void write(const std::string& path) const;
 
  private:
-  struct Entry {
-    std::string name;
-    StDType dtype;
-    std::vector<int64_t> shape;
-    std::vector<Span> parts;
-  };
-  std::vector<Entry> entries_;
+  SafetensorsWriter tensors_;
+  nlohmann::json checksums_ = nlohmann::json::object();  // tensor name -> hex checksum64
   std::deque<std::vector<uint8_t>> owned_;  // deque: adding never moves what spans point at
   nlohmann::json meta_ = nlohmann::json::object();
 };

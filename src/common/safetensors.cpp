@@ -245,10 +245,14 @@ void SafetensorsWriter::add(const std::string& name, StDType dtype, std::vector<
 void SafetensorsWriter::write(const std::string& path) const {
   nlohmann::ordered_json h = nlohmann::ordered_json::object();
   if (!metadata_.empty()) h["__metadata__"] = metadata_;
+  std::vector<const Entry*> order;
+  for (auto& e : entries_) order.push_back(&e);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Entry* a, const Entry* b) { return st_dtype_size(a->dtype) > st_dtype_size(b->dtype); });
   uint64_t at = 0;
-  for (auto& e : entries_) {
-    h[e.name] = {{"dtype", st_dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {at, at + e.bytes}}};
-    at += e.bytes;
+  for (const Entry* e : order) {
+    h[e->name] = {{"dtype", st_dtype_name(e->dtype)}, {"shape", e->shape}, {"data_offsets", {at, at + e->bytes}}};
+    at += e->bytes;
   }
   std::string header = h.dump();
   header.append((8 - header.size() % 8) % 8, ' ');  // align the data to 8 bytes
@@ -261,8 +265,8 @@ void SafetensorsWriter::write(const std::string& path) const {
   for (int i = 0; i < 8; ++i) len[i] = (uint8_t)((uint64_t)header.size() >> (8 * i));
   ok = ok && std::fwrite(len, 1, 8, f) == 8;
   ok = ok && std::fwrite(header.data(), 1, header.size(), f) == header.size();
-  for (auto& e : entries_)
-    for (auto& p : e.parts) ok = ok && (p.bytes == 0 || std::fwrite(p.data, 1, p.bytes, f) == p.bytes);
+  for (const Entry* e : order)
+    for (auto& p : e->parts) ok = ok && (p.bytes == 0 || std::fwrite(p.data, 1, p.bytes, f) == p.bytes);
   // On disk before the rename: a crash never leaves a complete-looking name
   // over incomplete bytes.
   ok = ok && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;

@@ -88,7 +88,9 @@ class SafetensorsWriter {
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
   // Writes path + ".tmp", syncs it to disk and renames it to path (then
   // syncs the directory). Throws Error on I/O failure (the temporary file is
-  // removed).
+  // removed). Tensor data is laid out by decreasing element size (stable), so
+  // every tensor starts aligned to its element size and can be used in place
+  // from a memory mapping.
   void write(const std::string& path) const;
 
  private:
