@@ -178,6 +178,13 @@ int64_t attention_tc_launches();
 // Twin: partial_merge + partial_finish (gpu/partial_attention.h).
 void merge_partials(const float* m, const float* l, const float* o, int64_t rows, int parts, int dv, float* out,
                     cudaStream_t stream);
+// The three arrays merge_partials reads, carved from one work space of
+// n = rows x parts partials: m [n], l [n], then o [n][dv].
+inline void carve_partials(void* workspace, size_t n, float*& m, float*& l, float*& o) {
+  m = static_cast<float*>(workspace);
+  l = m + n;
+  o = l + n;
+}
 
 // ---- attention over row lists (kernels_rows_attention.cu) ---------------------
 // The offloaded decode's partials: for KV head h, the rows listed in

@@ -280,9 +280,8 @@ void GpuOffloadRuntime::decode_attention_device(int layer, const float* q, const
   const int exact_splits = splits_for(exact_rows, kExactRowsPerSplit, kMaxExactSplits);
   const int ids_splits = splits_for(max_ids, kIdsRowsPerSplit, kMaxIdsSplits);
   const int parts = exact_splits + ids_splits + 1;
-  float* pm = parts_.as<float>();
-  float* pl = pm + (size_t)nh * parts;
-  float* po = pl + (size_t)nh * parts;
+  float *pm, *pl, *po;
+  cuda::carve_partials(parts_.mem.get(), (size_t)nh * parts, pm, pl, po);
   // The far part (slot parts-1): multipole's far clusters, or empty.
   auto* hfar = reinterpret_cast<float*>(host_far_.get((size_t)nh * (2 + d) * sizeof(float)));
   for (int h = 0; h < nkv; ++h)

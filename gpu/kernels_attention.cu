@@ -327,9 +327,7 @@ void attention(const AttentionArgs& a, const AttentionPlan& plan, void* workspac
   const size_t n_part = (size_t)a.T * a.n_head * plan.n_splits;
   if (plan.n_splits > 1) {
     TOPKV_CHECK(workspace, "split attention needs {} bytes of work space", plan.workspace_bytes);
-    ka.part_m = static_cast<float*>(workspace);
-    ka.part_l = ka.part_m + n_part;
-    ka.part_o = ka.part_l + n_part;
+    carve_partials(workspace, n_part, ka.part_m, ka.part_l, ka.part_o);
   }
   const int64_t row_tiles = ((int64_t)a.T * group + nq - 1) / nq;
   TOPKV_CHECK(row_tiles < INT32_MAX && a.n_kv <= 65535 && plan.n_splits <= 65535,

@@ -125,9 +125,7 @@ void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionPlan& p
   if (p.n_splits > 1) {
     TOPKV_CHECK(workspace, "split decode attention needs {} bytes of work space", p.workspace_bytes);
     const size_t n_part = (size_t)a.n_head * p.n_splits;
-    ka.part_m = static_cast<float*>(workspace);
-    ka.part_l = ka.part_m + n_part;
-    ka.part_o = ka.part_l + n_part;
+    carve_partials(workspace, n_part, ka.part_m, ka.part_l, ka.part_o);
   }
   const int64_t blocks_y = (int64_t)a.n_kv * p.row_tiles;
   TOPKV_CHECK(blocks_y <= 65535, "decode attention over {} KV heads x {} row tiles is too large", a.n_kv,
