@@ -6,11 +6,12 @@
 
 namespace topkv::test {
 
-// Model options of a test: context size, prefill chunk, cache type (the rest
-// at their defaults, without naming every field).
-inline ModelOptions model_options(int64_t n_ctx, int max_chunk, DType kv = DType::F32) {
+// Model options of a test: context size, prefill chunk, cache type, weight
+// mode (the rest at their defaults, without naming every field).
+inline ModelOptions model_options(int64_t n_ctx, int max_chunk, DType kv = DType::F32,
+                                  WeightMode weights = WeightMode::Quant) {
   ModelOptions o;
-  o.n_ctx = n_ctx, o.max_chunk = max_chunk, o.kv_dtype = kv;
+  o.n_ctx = n_ctx, o.max_chunk = max_chunk, o.kv_dtype = kv, o.weights = weights;
   return o;
 }
 

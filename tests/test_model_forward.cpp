@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+
+#include "tests/model_test_util.h"
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -217,7 +219,7 @@ TEST_CASE("gemma3: sliding-window ring wraps, global layers see everything") {
     // Memory accounting: the weights touched are the weights counted, in
     // both modes, and the two modes report each other's size.
     REQUIRE(m.touch_weights() == m.weight_bytes());
-    Model f(file, *be, {.n_ctx = 64, .max_chunk = 7, .weights = WeightMode::F32});
+    Model f(file, *be, test::model_options(64, 7, DType::F32, WeightMode::F32));
     REQUIRE(f.touch_weights() == f.weight_bytes());
     REQUIRE(f.weight_bytes() == m.weight_bytes_other_mode());
     REQUIRE(m.weight_bytes() == f.weight_bytes_other_mode());
@@ -241,7 +243,7 @@ TEST_CASE("bad calls: full context, chunk too large, token outside the vocabular
   const std::string path = synth("llama_small", c);
   auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
   auto be = make_cpu_backend();
-  Model m(file, *be, {.n_ctx = 8, .max_chunk = 4});
+  Model m(file, *be, test::model_options(8, 4));
   const auto ids = random_tokens(9, 400, 3);
   REQUIRE_THROWS_AS(m.prefill(ids, 4), Error);  // 9 > n_ctx
   REQUIRE(m.n_past() == 0);
@@ -252,8 +254,8 @@ TEST_CASE("bad calls: full context, chunk too large, token outside the vocabular
   REQUIRE_THROWS_AS(m.prefill(std::span<const int32_t>(), 4), Error);
   m.prefill(std::span(ids.data(), 8), 4);
   REQUIRE_THROWS_AS(m.decode(ids[8]), Error);  // context full
-  REQUIRE_THROWS_AS(Model(file, *be, {.n_ctx = 0}), Error);
-  REQUIRE_THROWS_AS(Model(file, *be, {.n_ctx = 8, .max_chunk = 0}), Error);
+  REQUIRE_THROWS_AS(Model(file, *be, test::model_options(0, 512)), Error);
+  REQUIRE_THROWS_AS(Model(file, *be, test::model_options(8, 0)), Error);
 }
 
 // A one-layer llama written by hand, with one thing broken per case.
@@ -292,7 +294,7 @@ TEST_CASE("bad model files are clear errors") {
   const auto load = [&](const std::string& path) {
     auto file = std::shared_ptr<const GgufFile>(GgufFile::open(path));
     auto be = make_cpu_backend();
-    Model m(file, *be, {.n_ctx = 16, .max_chunk = 4});
+    Model m(file, *be, test::model_options(16, 4));
     return m.prefill(random_tokens(3, V, 1), 4);
   };
   const auto fails_with = [&](const std::string& path, const std::string& text) {

@@ -6,6 +6,8 @@
 //     (tests/data/gemma3_golden_logits.json:
 //      {"prompt": str, "ids": [...], "top20": [[[id, logit], ...] per position]})
 #include <catch2/catch.hpp>
+
+#include "tests/model_test_util.h"
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -54,7 +56,7 @@ TEST_CASE("gemma3 270M: the chunked, cached forward equals the reference") {
   const std::vector<int32_t> ids{2, 818, 5279, 529, 7001, 563, 9079, 236761};
   ref::ReferenceModel refm(*file);
   auto be = make_cpu_backend();
-  Model m(file, *be, {.n_ctx = 64, .max_chunk = 4});
+  Model m(file, *be, test::model_options(64, 4));
   const auto all = m.prefill(std::span(ids.data(), 5), 3, /*all_logits=*/true);
   const int64_t V = cfg.n_vocab;
   for (size_t p = 0; p < ids.size(); ++p) {
@@ -82,7 +84,7 @@ TEST_CASE("gemma3 270M: logits agree with Hugging Face transformers (golden top-
   const auto& top20 = j.at("top20");
   REQUIRE(top20.size() == ids.size());
   auto be = make_cpu_backend();
-  Model m(file, *be, {.n_ctx = (int64_t)ids.size(), .max_chunk = 64});
+  Model m(file, *be, test::model_options((int64_t)ids.size(), 64));
   const auto all = m.prefill(ids, 64, /*all_logits=*/true);
   const int64_t V = m.config().n_vocab;
   double worst = 0;
@@ -108,7 +110,7 @@ TEST_CASE("gemma3 270M: logits agree with Hugging Face transformers (golden top-
   // transformers' greedy continuation of the same ids, token for token.
   if (j.contains("greedy_continuation_ids")) {
     const auto want = j.at("greedy_continuation_ids").get<std::vector<int32_t>>();
-    Model g(file, *be, {.n_ctx = (int64_t)(ids.size() + want.size()), .max_chunk = 64});
+    Model g(file, *be, test::model_options((int64_t)(ids.size() + want.size()), 64));
     std::vector<float> logits = g.prefill(ids, 64);
     std::vector<int32_t> got;
     for (size_t i = 0; i < want.size(); ++i) {
