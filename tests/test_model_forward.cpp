@@ -5,8 +5,6 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-
-#include "tests/model_test_util.h"
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -17,6 +15,7 @@
 #include "src/model/model.h"
 #include "src/model/reference.h"
 #include "src/model/synth.h"
+#include "tests/model_test_util.h"
 #include "tests/test_util.h"
 
 using namespace topkv;

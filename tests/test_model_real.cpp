@@ -6,8 +6,6 @@
 //     (tests/data/gemma3_golden_logits.json:
 //      {"prompt": str, "ids": [...], "top20": [[[id, logit], ...] per position]})
 #include <catch2/catch.hpp>
-
-#include "tests/model_test_util.h"
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +15,7 @@
 #include "src/model/model.h"
 #include "src/model/reference.h"
 #include "src/model/sampler.h"
+#include "tests/model_test_util.h"
 
 using namespace topkv;
 namespace fs = std::filesystem;
