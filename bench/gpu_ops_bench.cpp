@@ -9,6 +9,8 @@
 //                cache read, prefill chunks in TFLOP/s;
 //   prefill      prefill attention at 32k / 128k contexts, the fp32 kernel
 //                against the tensor-core one (--only prefill: this group alone);
+//   search       the device search's steps at the 1M Gemma / 512K Llama
+//                shapes (--only search: this group alone);
 //   small ops    rms_norm, rope, glu, add, kv_write, embed, argmax, sampling
 //                at decode (T=1) and prefill (T=512) sizes;
 //   model        synthetic presets (--synth, default gemma3-270m and 4 layers
@@ -208,9 +210,14 @@ void run_gpu_ops(const GpuOpsArgs& a) {
     bench::bench_model_file(be, a.model, "model", mo, sink);
     return;
   }
-  TOPKV_CHECK(a.only.empty() || a.only == "prefill", "--only takes 'prefill', got '{}'", a.only);
+  TOPKV_CHECK(a.only.empty() || a.only == "prefill" || a.only == "search",
+              "--only takes 'prefill' or 'search', got '{}'", a.only);
   if (a.only == "prefill") {
     bench_prefill_attention(be, tm, rep, a.reps, a.quick);
+    return;
+  }
+  if (a.only == "search") {
+    bench_device_search(be, tm, rep, a.reps);
     return;
   }
   {
@@ -224,6 +231,7 @@ void run_gpu_ops(const GpuOpsArgs& a) {
   bench_matmul(be, tm, rep, a);
   bench_attention(be, tm, rep, a);
   bench_prefill_attention(be, tm, rep, a.reps, a.quick);
+  bench_device_search(be, tm, rep, a.reps);
   bench_small_ops(be, tm, rep, a);
   // --quick: the small synthetic model only, unless --synth says otherwise.
   const bool default_synth = a.synth == GpuOpsArgs{}.synth;
@@ -255,7 +263,8 @@ void register_bench_gpu(CLI::App& app) {
   cmd->add_option("--decode", a->decode, "Model: decode steps (default 64)");
   cmd->add_flag("--quick", a->quick, "Fewer shapes and smaller buffers (a smoke run)");
   cmd->add_flag("--model-only", a->model_only, "Time only the --model, none of the kernels");
-  cmd->add_option("--only", a->only, "Time one group only: 'prefill' (prefill attention, fp32 kernel vs tensor cores)");
+  cmd->add_option("--only", a->only, "Time one group only: 'prefill' (prefill attention, fp32 kernel vs tensor "
+                  "cores) or 'search' (the device search's steps)");
   cmd->callback([a] { run_gpu_ops(*a); });
 }
 

@@ -195,6 +195,11 @@ inline void carve_partials(void* workspace, size_t n, float*& m, float*& l, floa
 // into slot part0 + s of row h*group+g of part_m/l [rows][parts] and
 // part_o [rows][parts][head_dim] (m = -inf, l = 0, o = 0 for an empty split),
 // ready for merge_partials. Twin: partial_add over the same rows.
+// Ring mode (k_ring set): KV head h's rows are instead the ring slots
+// (ring_first[h] + r) % ring_cap, r < ring_count[h], of the contiguous rows
+// k_ring/v_ring [n_kv][ring_cap][head_dim] — sinks and window on the device,
+// whose ranges change every step, passed by value (no upload).
+constexpr int kMaxRingHeads = 64;
 struct RowListArgs {
   const float* q = nullptr;  // [n_kv * group][head_dim], device
   DType row_type = DType::F16;
@@ -205,8 +210,71 @@ struct RowListArgs {
   float scale = 1.f;
   int n_splits = 1, part0 = 0, parts = 1;
   float *part_m = nullptr, *part_l = nullptr, *part_o = nullptr;
+  const void* k_ring = nullptr;
+  const void* v_ring = nullptr;
+  int ring_cap = 0;
+  int32_t ring_first[kMaxRingHeads] = {}, ring_count[kMaxRingHeads] = {};
 };
 void row_list_attention(const RowListArgs& a, cudaStream_t stream);
+
+// ---- search on the device (kernels_summary_search.cu) -------------------------
+// The budget-mode search of a summary index (index/kv_index.h,
+// SummaryTables), for every KV head of a layer at once, without the host:
+//   1. score: x[h][g][j] = score of group j of head h for query head g
+//      (centroid: q.C_j; page bounds: q+.M_j + q-.m_j, Quest);
+//   2. threshold: per query head, groups by score, largest first, until k
+//      tokens are covered. Scores are mapped to 24-bit keys
+//      floor((x - lo) * (2^24 - 1) / (hi - lo)) (lo, hi: the head's min and
+//      max score) and the cut is the largest key K with weight(key >= K) >= k
+//      (all groups when the head holds fewer than k tokens), found by a
+//      three-pass radix select; ties at K are all taken;
+//   3. gather: a group is selected when any query head of its KV head takes
+//      it; the selected groups' rows, in group order, become row pointers
+//      (k_rows/v_rows [n_kv][cap], counts [n_kv]) into the host store's
+//      pinned chunks. A group that no longer fits `cap` is left unselected;
+//   4. far (value means set, Multipole): every unselected group j as one
+//      weighted row, logit scale.x + ln N_j, value V̄_j, into far_splits
+//      partials per query head (part0 .., as row_list_attention).
+// Twin: summary_search_reference (gpu/summary_search_ref.h).
+constexpr int kStoreChunkShift = 16;  // RowStore::kChunkShift: row r is in chunk r >> 16 (checked where tables are built)
+struct SummaryHead {
+  const void* rows = nullptr;          // [n][row_len] of table_type
+  const int32_t* counts = nullptr;     // [n]
+  const int32_t* offsets = nullptr;    // [n + 1] (centroid); pages: null
+  const int32_t* members = nullptr;    // store rows, group by group (centroid)
+  const void* value_means = nullptr;   // [n][head_dim] of table_type, or null
+  const uint8_t* const* k_chunks = nullptr;  // the store's chunk pointers (RowStore layout)
+  const uint8_t* const* v_chunks = nullptr;
+  int32_t n = 0;                       // groups; 0: nothing to search (streaming head)
+  int32_t page = 0;                    // page bounds: rows per page
+};
+struct SummarySearchArgs {
+  const SummaryHead* heads = nullptr;  // [n_kv], device
+  int n_kv = 0, group = 1, head_dim = 0, max_n = 0;  // max_n: the most groups of any head
+  bool page_bounds = false;
+  DType table_type = DType::F16, store_type = DType::F16;
+  const float* q = nullptr;            // [n_kv * group][head_dim]
+  int64_t k = 64;                      // token budget per query head
+  float scale = 1.f;                   // logit scale of the far rows
+  // Work space (summary_search_workspace_bytes): scores, keys' lo/scale, cuts, selection.
+  void* workspace = nullptr;
+  // Out: the rows to attend, and the far partials.
+  const void** k_rows = nullptr;
+  const void** v_rows = nullptr;
+  int32_t* counts = nullptr;
+  int cap = 0;
+  int far_splits = 0, part0 = 0, parts = 1;
+  float *part_m = nullptr, *part_l = nullptr, *part_o = nullptr;
+  // Which steps run (benchmarks time them cumulatively): all by default.
+  unsigned phases = kSearchScore | kSearchCut | kSearchGather | kSearchFar;
+  static constexpr unsigned kSearchScore = 1, kSearchCut = 2, kSearchGather = 4, kSearchFar = 8;
+};
+size_t summary_search_workspace_bytes(int n_kv, int group, int max_n);
+void summary_search(const SummarySearchArgs& a, cudaStream_t stream);
+// The pieces, for tests: scores [n_kv][group][max_n] and selected [n_kv][max_n]
+// inside a workspace laid out by summary_search.
+const float* summary_scores(const SummarySearchArgs& a);
+const uint8_t* summary_selected(const SummarySearchArgs& a);
 
 // ---- sampling (kernels_sampling.cu) ------------------------------------------
 // Work space (bytes) the two samplers need for n logits.

@@ -20,6 +20,7 @@ std::unique_ptr<OffloadRuntime> make_gpu_offload_runtime(Backend& be, const Mode
 #include "gpu/cuda_backend_impl.h"
 #include "gpu/cuda_check.h"
 #include "gpu/cuda_kernels.h"
+#include "gpu/device_search_tables.h"
 #include "src/common/timer.h"
 
 namespace topkv {
@@ -56,25 +57,48 @@ struct PinnedBuffer {
 };
 
 // Splits of a head's row list over blocks: enough blocks to keep reads over
-// PCIe in flight for the retrieved rows, fewer for the device-resident window.
+// PCIe in flight for the retrieved rows, fewer for the device-resident
+// sinks + window, and for the far rows (device search) enough to read the
+// value means at full bandwidth.
 constexpr int kIdsRowsPerSplit = 32, kMaxIdsSplits = 64, kExactRowsPerSplit = 64, kMaxExactSplits = 8;
-constexpr int kMaxParts = kMaxExactSplits + kMaxIdsSplits + 1;  // + the far-field part
-int splits_for(int rows, int per_split, int max_splits) {
-  return std::clamp((rows + per_split - 1) / per_split, 1, max_splits);
+constexpr int kFarGroupsPerSplit = 128, kMaxFarSplits = 512;
+constexpr int kMaxParts = 1 + kMaxExactSplits + kMaxIdsSplits + kMaxFarSplits;  // sinks, window, ids, far
+int splits_for(int64_t rows, int per_split, int max_splits) {
+  return (int)std::clamp<int64_t>((rows + per_split - 1) / per_split, 1, max_splits);
+}
+
+// Whether `policy` asks for the search on the device (gpu, or auto where the
+// index and options allow it). Decided before any layer exists: it sets
+// where evicted rows wait (the device window ring) and how often they fold.
+bool wants_device_search(const OffloadPolicy& p) {
+  if (p.search_on == SearchOn::Host) return false;
+  const std::string name = parse_spec(p.index).name;
+  const bool able = !p.stage_rows && p.search.threshold == 0.0 && p.search.gqa == GqaMode::Union &&
+                    (name == "multipole" || name == "centroid" || name == "quest");
+  TOPKV_CHECK(able || p.search_on == SearchOn::Auto,
+              "--search-on gpu runs the budget-mode search of multipole, centroid and quest indexes with GQA "
+              "union and rows read in place; this run has index '{}'{}{}{}: use --search-on host", p.index,
+              p.search.threshold != 0.0 ? ", --threshold" : "", p.search.gqa != GqaMode::Union ? ", --gqa mean" : "",
+              p.stage_rows ? ", --stage-rows" : "");
+  return able;
 }
 
 class GpuOffloadRuntime final : public OffloadRuntime {
  public:
   GpuOffloadRuntime(cuda::CudaBackend& be, const ModelConfig& cfg, const OffloadPolicy& policy, bool progress)
-      : OffloadRuntime(cfg, policy, progress), be_(be) {
+      : OffloadRuntime(cfg, policy, progress), be_(be), device_search_(wants_device_search(policy)) {
     TOPKV_CHECK(cuda::attention_head_dim_supported(cfg.head_dim) &&
                     (cfg.head_dim == 64 || cfg.head_dim == 128 || cfg.head_dim == 256),
                 "the CUDA offload runtime supports head_dim 64, 128 and 256, not {}", cfg.head_dim);
+    TOPKV_CHECK(cfg.n_head_kv <= cuda::kMaxRingHeads, "the CUDA offload runtime supports at most {} KV heads, "
+                "not {}", cuda::kMaxRingHeads, cfg.n_head_kv);
     for (auto& e : ev_) TOPKV_CUDA_CHECK(cudaEventCreate(&e));
   }
   ~GpuOffloadRuntime() override {
     cudaStreamSynchronize(be_.stream());
     for (auto& e : ev_) cudaEventDestroy(e);
+    for (auto& p : pending_)
+      for (auto& e : p.ev) cudaEventDestroy(e);
   }
 
   bool on_device() const override { return true; }
@@ -88,32 +112,60 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   OffloadedLayer::Config layer_config(int i) const override {
     OffloadedLayer::Config c = OffloadRuntime::layer_config(i);
     if (!policy_.stage_rows) c.store_alloc = pinned_chunk_allocator();
+    if (device_search_) c.fold_every = policy_.device_fold;
     return c;
   }
   void on_layer_ready(int i) override;
 
  private:
+  // Sinks and the recent tokens on the device, fp32 [n_kv][capacity][head_dim]:
+  // sink i at slot i, position p at ring slot p % ring capacity. The ring
+  // holds the window, and with the device search also the evicted rows its
+  // tables do not cover yet (at most device_fold - 1 of them).
   struct Mirror {
-    KvLayerCache sinks, window;  // fp32 [n_kv][capacity][head_dim] on the device
-    // Row pointers of sinks + window: [2][n_kv][sinks + window] (k, then v),
-    // then [n_kv] int32 counts. They change only while sinks and window fill
-    // (a full window's ring is every slot), so they are uploaded only when
-    // `exact_key` (what they were built for) changes.
-    Buffer exact_lists;
-    int64_t exact_key = -1;
+    KvLayerCache sinks, ring;
   };
+  // Device search: the newest token's k, v on their way to the host (which
+  // fills them into its layer at the next step), the step's row counts, and
+  // the events that time the step's kernels.
+  struct Pending {
+    bool waiting = false;
+    OffloadedLayer::Placement at;
+    PinnedBuffer kv, counts;
+    cudaEvent_t ev[4] = {};  // search start, search end, attention end, everything copied
+  };
+  int ring_capacity() const { return policy_.window + (device_search_ ? policy_.device_fold : 0); }
+  // Partial slots of sinks + ring: 1 + the ring's splits for its longest head.
+  static int exact_parts(const OffloadedLayer& L, const std::vector<int64_t>& tail) {
+    int64_t most = 0;
+    for (int64_t t : tail) most = std::max(most, t + L.window_len());
+    return 1 + splits_for(most, kExactRowsPerSplit, kMaxExactSplits);
+  }
+  void write_mirror(Mirror& mir, const OffloadedLayer::Placement& at, const float* k, const float* v);
+  // Partials of sinks (slot 0) and ring (slots 1 .. exact_parts) for every
+  // query head; tail[h]: evicted rows before the window to attend too.
+  void attend_exact(const Mirror& mir, const OffloadedLayer& L, const std::vector<int64_t>& tail,
+                   cuda::RowListArgs a);
+  void decode_host_search(int slot, const float* q, const float* k, const float* v, int64_t pos, float scale,
+                          float* out);
+  void decode_device_search(int slot, const float* q, const float* k, const float* v, int64_t pos, float scale,
+                            float* out);
+  void finish_pending(int slot);
   void collect_timing();
   void ensure_capacity(int max_ids);
-  void update_exact_lists(int slot, const OffloadedLayer& L);
 
   cuda::CudaBackend& be_;
-  std::vector<Mirror> mirrors_;  // per retrieval layer
+  const bool device_search_;
+  std::vector<Mirror> mirrors_;               // per retrieval layer
+  std::vector<DeviceSearchTables> tables_;    // per retrieval layer (device search)
+  std::vector<Pending> pending_;              // per retrieval layer (device search)
   // Device work space, sized by ensure_capacity: the retrieved rows' pointer
   // lists [2][n_kv][ids_cap_] (k, then v) and counts [n_kv]; partials
-  // [n_head][kMaxParts] (m, l, then o x head_dim); staged rows.
-  Buffer lists_, parts_, staged_;
+  // [n_head][kMaxParts] (m, l, then o x head_dim); staged rows; the device
+  // search's work space.
+  Buffer lists_, parts_, staged_, search_ws_;
   int ids_cap_ = 0;
-  PinnedBuffer host_lists_, host_exact_, host_qkv_, host_far_, host_rows_;
+  PinnedBuffer host_lists_, host_qkv_, host_far_, host_rows_;
   std::vector<OffloadedLayer::Retrieved> found_;
   cudaEvent_t ev_[5] = {};
   bool timing_pending_ = false;
@@ -121,23 +173,33 @@ class GpuOffloadRuntime final : public OffloadRuntime {
 
 void GpuOffloadRuntime::on_layer_ready(int i) {
   const OffloadedLayer& L = *layers_[(size_t)i];
-  const int nkv = cfg_.n_head_kv, d = cfg_.head_dim;
+  const int nkv = cfg_.n_head_kv, d = cfg_.head_dim, W = policy_.window, R = ring_capacity();
   if (mirrors_.size() < layers_.size()) mirrors_.resize(layers_.size());
   Mirror& m = mirrors_[(size_t)i];
   m.sinks = be_.alloc_kv(nkv, d, std::max(1, policy_.sinks), DType::F32);
-  m.window = be_.alloc_kv(nkv, d, policy_.window, DType::F32);
-  const size_t cap = (size_t)policy_.sinks + policy_.window;
-  m.exact_lists = be_.alloc(2 * nkv * cap * sizeof(void*) + nkv * sizeof(int32_t));
-  m.exact_key = -1;
+  m.ring = be_.alloc_kv(nkv, d, R, DType::F32);
   const size_t row = (size_t)d * sizeof(float);
+  std::vector<float> ring_k((size_t)nkv * R * d, 0.f), ring_v(ring_k.size(), 0.f);
   for (int h = 0; h < nkv; ++h) {
     if (L.n_sinks() > 0) {
       be_.from_host(L.sink_keys(h), m.sinks.k, h * m.sinks.head_stride() * 4, L.n_sinks() * row);
       be_.from_host(L.sink_values(h), m.sinks.v, h * m.sinks.head_stride() * 4, L.n_sinks() * row);
     }
-    be_.from_host(L.window_keys(h), m.window.k, h * m.window.head_stride() * 4, policy_.window * row);
-    be_.from_host(L.window_values(h), m.window.v, h * m.window.head_stride() * 4, policy_.window * row);
+    for (int64_t p = L.window_start(); p < L.window_start() + L.window_len(); ++p) {
+      const size_t src = (size_t)(p % W) * d, dst = ((size_t)h * R + (size_t)(p % R)) * d;
+      std::copy_n(L.window_keys(h) + src, d, ring_k.begin() + (ptrdiff_t)dst);
+      std::copy_n(L.window_values(h) + src, d, ring_v.begin() + (ptrdiff_t)dst);
+    }
   }
+  be_.from_host(ring_k.data(), m.ring.k, 0, ring_k.size() * 4);
+  be_.from_host(ring_v.data(), m.ring.v, 0, ring_v.size() * 4);
+  if (!device_search_) return;
+  TOPKV_CHECK(DeviceSearchTables::supported(L), "the {} index of layer {} has no device search: run with "
+              "--search-on host", L.config().index, retrieval_layers_[(size_t)i]);
+  if (tables_.size() < layers_.size()) tables_.resize(layers_.size()), pending_.resize(layers_.size());
+  tables_[(size_t)i].upload(be_, L, policy_.device_table_type);
+  for (auto& e : pending_[(size_t)i].ev)
+    if (!e) TOPKV_CUDA_CHECK(cudaEventCreate(&e));
 }
 
 // Grows the retrieved rows' device lists for `max_ids` rows per KV head (and
@@ -153,35 +215,34 @@ void GpuOffloadRuntime::ensure_capacity(int max_ids) {
   if (policy_.stage_rows) staged_ = be_.alloc((size_t)nkv * ids_cap_ * 2 * d * dtype_size(policy_.store_dtype));
 }
 
-// Rebuilds layer `slot`'s sinks + window pointer lists when what they cover
-// changed since the last upload (only while sinks and window fill).
-void GpuOffloadRuntime::update_exact_lists(int slot, const OffloadedLayer& L) {
-  Mirror& mir = mirrors_[(size_t)slot];
-  const int nkv = cfg_.n_head_kv, d = cfg_.head_dim, W = policy_.window, n_sinks = L.n_sinks();
-  const int64_t wlen = L.window_len(), first = wlen < W ? L.window_start() % W : 0;
-  const int64_t key = ((int64_t)n_sinks * (W + 1) + wlen) * W + first;
-  if (key == mir.exact_key) return;
-  const size_t cap = (size_t)policy_.sinks + W, n_ptr = (size_t)nkv * cap;
-  auto* hl = reinterpret_cast<const void**>(host_exact_.get(2 * n_ptr * sizeof(void*) + nkv * sizeof(int32_t)));
-  auto* counts = reinterpret_cast<int32_t*>(hl + 2 * n_ptr);
+void GpuOffloadRuntime::write_mirror(Mirror& mir, const OffloadedLayer::Placement& at, const float* k,
+                                     const float* v) {
+  const int nkv = cfg_.n_head_kv, d = cfg_.head_dim;
+  KvLayerCache& dst = at.sink >= 0 ? mir.sinks : mir.ring;
+  const int64_t dslot = at.sink >= 0 ? at.sink : at.pos % dst.capacity;
+  for (auto [src, buf] : {std::pair{k, &dst.k}, std::pair{v, &dst.v}})
+    TOPKV_CUDA_CHECK(cudaMemcpy2DAsync(buf->as<float>() + dslot * d, dst.head_stride() * 4, src, (size_t)d * 4,
+                                       (size_t)d * 4, (size_t)nkv, cudaMemcpyDeviceToDevice, be_.stream()));
+}
+
+void GpuOffloadRuntime::attend_exact(const Mirror& mir, const OffloadedLayer& L, const std::vector<int64_t>& tail,
+                                    cuda::RowListArgs a) {
+  const int nkv = cfg_.n_head_kv;
+  const int64_t R = mir.ring.capacity;
+  a.row_type = DType::F32, a.k_rows = a.v_rows = nullptr, a.counts = nullptr, a.max_rows = 0;
+  a.k_ring = mir.sinks.k.mem.get(), a.v_ring = mir.sinks.v.mem.get(), a.ring_cap = (int)mir.sinks.capacity;
+  for (int h = 0; h < nkv; ++h) a.ring_first[h] = 0, a.ring_count[h] = L.n_sinks();
+  a.n_splits = 1, a.part0 = 0;
+  cuda::row_list_attention(a, be_.stream());
   for (int h = 0; h < nkv; ++h) {
-    const void** kp = hl + h * cap;
-    const void** vp = hl + n_ptr + h * cap;
-    int e = 0;
-    for (const KvLayerCache* c : {&mir.sinks, &mir.window}) {
-      const int64_t n = c == &mir.sinks ? n_sinks : wlen, start = c == &mir.sinks ? 0 : first;
-      const float* kb = c->k.as<float>() + h * c->head_stride();
-      const float* vb = c->v.as<float>() + h * c->head_stride();
-      for (int64_t i = 0; i < n; ++i, ++e) {
-        const size_t row = (size_t)((start + i) % c->capacity) * d;  // ring slot
-        kp[e] = kb + row, vp[e] = vb + row;
-      }
-    }
-    counts[h] = e;
+    const int64_t first = L.window_start() - tail[(size_t)h], count = tail[(size_t)h] + L.window_len();
+    TOPKV_CHECK(count <= R, "internal: layer needs {} recent rows on the device, its ring holds {}", count, R);
+    a.ring_first[h] = (int32_t)(first % R), a.ring_count[h] = (int32_t)count;
+    stats_.exact += L.n_sinks() + count;
   }
-  TOPKV_CUDA_CHECK(cudaMemcpyAsync(mir.exact_lists.mem.get(), hl, 2 * n_ptr * sizeof(void*) + nkv * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice, be_.stream()));
-  mir.exact_key = key;
+  a.k_ring = mir.ring.k.mem.get(), a.v_ring = mir.ring.v.mem.get(), a.ring_cap = (int)R;
+  a.n_splits = exact_parts(L, tail) - 1, a.part0 = 1;
+  cuda::row_list_attention(a, be_.stream());
 }
 
 void GpuOffloadRuntime::collect_timing() {
@@ -199,14 +260,25 @@ void GpuOffloadRuntime::decode_attention_device(int layer, const float* q, const
                                                 int64_t pos, float scale, float* out) {
   TOPKV_CHECK(!layers_.empty(), "decode on the offloaded runtime before take_prefill");
   const int slot = slot_[(size_t)layer];
-  OffloadedLayer& L = *layers_[(size_t)slot];
+  const OffloadedLayer& L = *layers_[(size_t)slot];
   TOPKV_CHECK(pos == L.n_tokens(), "offloaded layer {} holds {} tokens but the model decodes position {}", layer,
               L.n_tokens(), pos);
+  Timer t_all;
+  if (device_search_) decode_device_search(slot, q, k, v, pos, scale, out);
+  else decode_host_search(slot, q, k, v, pos, scale, out);
+  stats_.attend_s += t_all.seconds();
+  if (layer == retrieval_layers_.back()) ++stats_.steps;
+}
+
+// The host searches: q, k, v go to the host (the step's one wait per layer),
+// the host appends and searches, row pointers and far partials come back.
+void GpuOffloadRuntime::decode_host_search(int slot, const float* q, const float* k, const float* v, int64_t pos,
+                                           float scale, float* out) {
+  OffloadedLayer& L = *layers_[(size_t)slot];
   Mirror& mir = mirrors_[(size_t)slot];
   const cudaStream_t st = be_.stream();
   const int nh = cfg_.n_head, nkv = cfg_.n_head_kv, d = cfg_.head_dim, G = nh / nkv;
   const size_t qn = (size_t)nh * d, kn = (size_t)nkv * d;
-  Timer t_all;
 
   // 1. q, k, v to the host: the step's one wait for the device.
   auto* hq = reinterpret_cast<float*>(host_qkv_.get((qn + 2 * kn) * sizeof(float)));
@@ -223,8 +295,8 @@ void GpuOffloadRuntime::decode_attention_device(int layer, const float* q, const
 
   // 2. Host: append (the window's oldest token may move to the store and its
   // index), then search every retrieval head.
-  const int sinks_before = L.n_sinks();
-  L.append(hk, hv);
+  const OffloadedLayer::Placement at = L.begin_append();
+  L.fill_appended(at, hk, hv);
   L.retrieve(hq, scale, found_);
   int max_ids = 0;
   double search_max = 0;  // heads search in parallel: the step waits for the slowest
@@ -235,20 +307,10 @@ void GpuOffloadRuntime::decode_attention_device(int layer, const float* q, const
     stats_.far_clusters += r.far_clusters;
   }
   stats_.search_s += search_max;
-  const int n_sinks = L.n_sinks();
-  const int64_t wlen = L.window_len();
-  stats_.exact += (int64_t)nkv * (n_sinks + wlen);
-  const int exact_rows = n_sinks + (int)wlen;
   ensure_capacity(max_ids);
-  update_exact_lists(slot, L);
 
   // 3. The new token's k, v into the device mirror (where the host put it).
-  const bool to_sink = n_sinks > sinks_before;
-  KvLayerCache& dst = to_sink ? mir.sinks : mir.window;
-  const int64_t dslot = to_sink ? n_sinks - 1 : pos % policy_.window;
-  for (auto [src, buf] : {std::pair{k, &dst.k}, std::pair{v, &dst.v}})
-    TOPKV_CUDA_CHECK(cudaMemcpy2DAsync(buf->as<float>() + dslot * d, dst.head_stride() * 4, src, (size_t)d * 4,
-                                       (size_t)d * 4, (size_t)nkv, cudaMemcpyDeviceToDevice, st));
+  write_mirror(mir, at, k, v);
 
   // 4. Retrieved rows' pointer lists (and far partials, staged rows) in
   // pinned memory, then one copy each.
@@ -277,9 +339,10 @@ void GpuOffloadRuntime::decode_attention_device(int layer, const float* q, const
       kp[j] = kr, vp[j] = vr;
     }
   }
-  const int exact_splits = splits_for(exact_rows, kExactRowsPerSplit, kMaxExactSplits);
+  const std::vector<int64_t> no_tail((size_t)nkv, 0);  // the host's search covers the tail
+  const int n_exact = exact_parts(L, no_tail);
   const int ids_splits = splits_for(max_ids, kIdsRowsPerSplit, kMaxIdsSplits);
-  const int parts = exact_splits + ids_splits + 1;
+  const int parts = n_exact + ids_splits + 1;
   float *pm, *pl, *po;
   cuda::carve_partials(parts_.mem.get(), (size_t)nh * parts, pm, pl, po);
   // The far part (slot parts-1): multipole's far clusters, or empty.
@@ -309,24 +372,105 @@ void GpuOffloadRuntime::decode_attention_device(int layer, const float* q, const
   TOPKV_CUDA_CHECK(cudaEventRecord(ev_[3], st));
 
   // 5. Partials over sinks + window and over the retrieved rows, then the merge.
-  const size_t exact_cap = (size_t)policy_.sinks + policy_.window, exact_ptr = (size_t)nkv * exact_cap;
-  const auto* de = mir.exact_lists.as<const void*>();
   cuda::RowListArgs a;
   a.q = q, a.n_kv = nkv, a.group = G, a.head_dim = d, a.scale = scale;
   a.parts = parts, a.part_m = pm, a.part_l = pl, a.part_o = po;
-  a.row_type = DType::F32, a.k_rows = de, a.v_rows = de + exact_ptr;
-  a.counts = reinterpret_cast<const int32_t*>(de + 2 * exact_ptr), a.max_rows = (int)exact_cap;
-  a.n_splits = exact_splits, a.part0 = 0;
-  cuda::row_list_attention(a, st);
+  attend_exact(mir, L, no_tail, a);
   a.row_type = policy_.store_dtype, a.k_rows = dl, a.v_rows = dl + n_ptr;
   a.counts = reinterpret_cast<const int32_t*>(dl + 2 * n_ptr), a.max_rows = ic;
-  a.n_splits = ids_splits, a.part0 = exact_splits;
+  a.n_splits = ids_splits, a.part0 = n_exact;
   cuda::row_list_attention(a, st);
   cuda::merge_partials(pm, pl, po, nh, parts, d, out, st);
   TOPKV_CUDA_CHECK(cudaEventRecord(ev_[4], st));
   timing_pending_ = true;
-  stats_.attend_s += t_all.seconds();
-  if (layer == retrieval_layers_.back()) ++stats_.steps;
+}
+
+// The previous step's token of layer `slot` reaches the host layer; its
+// kernels' times and row counts are added to the statistics.
+void GpuOffloadRuntime::finish_pending(int slot) {
+  Pending& pd = pending_[(size_t)slot];
+  if (!pd.waiting) return;
+  Timer t_wait;
+  TOPKV_CUDA_CHECK(cudaEventSynchronize(pd.ev[3]));
+  stats_.wait_s += t_wait.seconds();
+  const int nkv = cfg_.n_head_kv, d = cfg_.head_dim;
+  const auto* kv = reinterpret_cast<const float*>(pd.kv.mem.get());
+  layers_[(size_t)slot]->fill_appended(pd.at, kv, kv + (size_t)nkv * d);
+  const auto* counts = reinterpret_cast<const int32_t*>(pd.counts.mem.get());
+  for (int h = 0; h < nkv; ++h) stats_.retrieved += counts[h];
+  float search = 0, attend = 0;
+  TOPKV_CUDA_CHECK(cudaEventElapsedTime(&search, pd.ev[0], pd.ev[1]));
+  TOPKV_CUDA_CHECK(cudaEventElapsedTime(&attend, pd.ev[1], pd.ev[2]));
+  stats_.search_s += search * 1e-3;
+  stats_.gpu_s += (search + attend) * 1e-3;
+  pd.waiting = false;
+}
+
+// The device searches: nothing waits for the host. The host's layer trails
+// by one token: the new token's bookkeeping (eviction, folds) happens now,
+// its data arrives with the next step (OffloadedLayer::begin_append).
+void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const float* k, const float* v, int64_t pos,
+                                             float scale, float* out) {
+  OffloadedLayer& L = *layers_[(size_t)slot];
+  Mirror& mir = mirrors_[(size_t)slot];
+  DeviceSearchTables& tab = tables_[(size_t)slot];
+  Pending& pd = pending_[(size_t)slot];
+  const cudaStream_t st = be_.stream();
+  const int nh = cfg_.n_head, nkv = cfg_.n_head_kv, d = cfg_.head_dim, G = nh / nkv;
+  (void)pos;
+
+  finish_pending(slot);
+  pd.at = L.begin_append();
+  if (tab.stale(L)) tab.upload(be_, L, policy_.device_table_type);  // an index folded rows in
+  const int cap = tab.row_cap(k_[(size_t)slot], G);
+  ensure_capacity(cap);
+  const size_t ws = cuda::summary_search_workspace_bytes(nkv, G, tab.max_n());
+  if (search_ws_.bytes < ws) be_.synchronize(), search_ws_ = be_.alloc(ws);
+
+  // The new token: into the device mirror now, to the host for the next step.
+  write_mirror(mir, pd.at, k, v);
+  auto* hkv = reinterpret_cast<float*>(pd.kv.get(2 * (size_t)nkv * d * sizeof(float)));
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hkv, k, (size_t)nkv * d * 4, cudaMemcpyDeviceToHost, st));
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hkv + (size_t)nkv * d, v, (size_t)nkv * d * 4, cudaMemcpyDeviceToHost, st));
+
+  // Partial slots: sinks, ring, retrieved rows, far rows.
+  std::vector<int64_t> tail((size_t)nkv);
+  for (int h = 0; h < nkv; ++h) tail[(size_t)h] = L.stored_rows(h) - tab.covered(h);
+  const int n_exact = exact_parts(L, tail);
+  const int ids_splits = splits_for(cap, kIdsRowsPerSplit, kMaxIdsSplits);
+  const int far_splits = tab.far_field() ? splits_for(tab.max_n(), kFarGroupsPerSplit, kMaxFarSplits) : 0;
+  const int parts = n_exact + ids_splits + far_splits;
+  float *pm, *pl, *po;
+  cuda::carve_partials(parts_.mem.get(), (size_t)nh * parts, pm, pl, po);
+  const size_t n_ptr = (size_t)nkv * cap;
+  auto* dl = lists_.as<const void*>();
+  auto* dcounts = reinterpret_cast<int32_t*>(dl + 2 * n_ptr);
+
+  TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[0], st));
+  cuda::SummarySearchArgs s;
+  s.heads = tab.heads(), s.n_kv = nkv, s.group = G, s.head_dim = d, s.max_n = tab.max_n();
+  s.page_bounds = tab.page_bounds(), s.table_type = policy_.device_table_type, s.store_type = policy_.store_dtype;
+  s.q = q, s.k = k_[(size_t)slot], s.scale = scale, s.workspace = search_ws_.mem.get();
+  s.k_rows = const_cast<const void**>(dl), s.v_rows = const_cast<const void**>(dl + n_ptr), s.counts = dcounts;
+  s.cap = cap;
+  s.far_splits = far_splits, s.part0 = n_exact + ids_splits, s.parts = parts;
+  s.part_m = pm, s.part_l = pl, s.part_o = po;
+  cuda::summary_search(s, st);
+  TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[1], st));
+
+  cuda::RowListArgs a;
+  a.q = q, a.n_kv = nkv, a.group = G, a.head_dim = d, a.scale = scale;
+  a.parts = parts, a.part_m = pm, a.part_l = pl, a.part_o = po;
+  attend_exact(mir, L, tail, a);
+  a.row_type = policy_.store_dtype, a.k_rows = dl, a.v_rows = dl + n_ptr, a.counts = dcounts, a.max_rows = cap;
+  a.n_splits = ids_splits, a.part0 = n_exact;
+  cuda::row_list_attention(a, st);
+  cuda::merge_partials(pm, pl, po, nh, parts, d, out, st);
+  TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[2], st));
+  auto* hcounts = pd.counts.get((size_t)nkv * sizeof(int32_t));
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hcounts, dcounts, (size_t)nkv * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+  TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[3], st));
+  pd.waiting = true;
 }
 
 }  // namespace

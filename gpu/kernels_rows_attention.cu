@@ -23,6 +23,7 @@
 
 #include "gpu/cuda_common.cuh"
 #include "gpu/cuda_kernels.h"
+#include "gpu/partial_block.cuh"
 
 namespace topkv::cuda {
 namespace {
@@ -32,27 +33,15 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kMaxGroup = 8;  // query heads a block carries (more: grid.z chunks)
 constexpr int kUnroll = 2;    // rows per warp with loads in flight
 
-// Lane's N contiguous elements at p as fp32 (16-byte loads where they fit).
-template <class E, int N> __device__ __forceinline__ void load_lane(const E* p, float* out) {
-  constexpr int bytes = N * (int)sizeof(E);
-  if constexpr (bytes % 16 == 0) {
-#pragma unroll
-    for (int i = 0; i < bytes / 16; ++i) Vec16<E>::load(p + i * Vec16<E>::n, out + i * Vec16<E>::n);
-  } else {
-#pragma unroll
-    for (int i = 0; i < N; ++i) out[i] = to_float(p[i]);
-  }
-}
-
 template <class E, int HD>
 __global__ void __launch_bounds__(kThreads) row_list_kernel(const RowListArgs a) {
   constexpr int DPL = HD / 32;
-  __shared__ float sm_m[kWarps][kMaxGroup], sm_l[kWarps][kMaxGroup];
-  __shared__ float sm_o[kWarps][kMaxGroup][HD];
+  __shared__ BlockPartials<HD, kWarps, kMaxGroup> sm;
 
   const int h = blockIdx.x, split = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g0 = blockIdx.z * kMaxGroup, ng = min(kMaxGroup, a.group - g0);
-  const int count = min(a.counts[h], a.max_rows);
+  const bool ring = a.k_ring != nullptr;
+  const int count = ring ? a.ring_count[h] : min(a.counts[h], a.max_rows);
   const int per = (count + a.n_splits - 1) / a.n_splits;
   const int first = split * per, last = min(count, first + per);
 
@@ -66,16 +55,21 @@ __global__ void __launch_bounds__(kThreads) row_list_kernel(const RowListArgs a)
       q[g][i] = g < ng ? a.q[((size_t)h * a.group + g0 + g) * HD + lane * DPL + i] * a.scale : 0.f;
     }
   }
-  const void* const* kr = a.k_rows + (size_t)h * a.max_rows;
-  const void* const* vr = a.v_rows + (size_t)h * a.max_rows;
+  const void* const* kr = ring ? nullptr : a.k_rows + (size_t)h * a.max_rows;
+  const void* const* vr = ring ? nullptr : a.v_rows + (size_t)h * a.max_rows;
+  const E* ring_k = ring ? static_cast<const E*>(a.k_ring) + (size_t)h * a.ring_cap * HD : nullptr;
+  const E* ring_v = ring ? static_cast<const E*>(a.v_ring) + (size_t)h * a.ring_cap * HD : nullptr;
+  const int ring_first = ring ? a.ring_first[h] : 0;
   for (int r = first + warp; r < last; r += kWarps * kUnroll) {
     float kf[kUnroll][DPL], vf[kUnroll][DPL];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int rr = r + u * kWarps;
       if (rr < last) {
-        load_lane<E, DPL>(static_cast<const E*>(kr[rr]) + lane * DPL, kf[u]);
-        load_lane<E, DPL>(static_cast<const E*>(vr[rr]) + lane * DPL, vf[u]);
+        const E* kp = ring ? ring_k + (size_t)((ring_first + rr) % a.ring_cap) * HD : static_cast<const E*>(kr[rr]);
+        const E* vp = ring ? ring_v + (size_t)((ring_first + rr) % a.ring_cap) * HD : static_cast<const E*>(vr[rr]);
+        load_lane<E, DPL>(kp + lane * DPL, kf[u]);
+        load_lane<E, DPL>(vp + lane * DPL, vf[u]);
       }
     }
 #pragma unroll
@@ -87,41 +81,12 @@ __global__ void __launch_bounds__(kThreads) row_list_kernel(const RowListArgs a)
         float s = 0.f;
 #pragma unroll
         for (int i = 0; i < DPL; ++i) s = fmaf(q[g][i], kf[u][i], s);
-        s = warp_sum(s);
-        const float m_new = fmaxf(m[g], s), c = __expf(m[g] - m_new), p = __expf(s - m_new);
-        l[g] = l[g] * c + p;
-#pragma unroll
-        for (int i = 0; i < DPL; ++i) o[g][i] = fmaf(p, vf[u][i], o[g][i] * c);
-        m[g] = m_new;
+        online_add(warp_sum(s), vf[u], m[g], l[g], o[g]);
       }
     }
   }
-  // Merge the warps' partials.
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
-    if (g >= ng) break;
-    if (lane == 0) sm_m[warp][g] = m[g], sm_l[warp][g] = l[g];
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) sm_o[warp][g][lane * DPL + i] = o[g][i];
-  }
-  __syncthreads();
-  for (int g = 0; g < ng; ++g) {
-    float M = -INFINITY;
-    for (int w = 0; w < kWarps; ++w)
-      if (sm_l[w][g] > 0.f) M = fmaxf(M, sm_m[w][g]);
-    float f[kWarps], L = 0.f;
-    for (int w = 0; w < kWarps; ++w) {
-      f[w] = sm_l[w][g] > 0.f ? __expf(sm_m[w][g] - M) : 0.f;
-      L += sm_l[w][g] * f[w];
-    }
-    const size_t row = (size_t)h * a.group + g0 + g, slot = row * a.parts + a.part0 + split;
-    if (threadIdx.x == 0) a.part_m[slot] = M, a.part_l[slot] = L;
-    for (int d = threadIdx.x; d < HD; d += kThreads) {
-      float acc = 0.f;
-      for (int w = 0; w < kWarps; ++w) acc = fmaf(sm_o[w][g][d], f[w], acc);
-      a.part_o[slot * HD + d] = acc;
-    }
-  }
+  store_block_partials(sm, m, l, o, ng, (size_t)h * a.group + g0, a.part0 + split, a.parts, a.part_m, a.part_l,
+                       a.part_o);
 }
 
 }  // namespace
@@ -130,6 +95,9 @@ void row_list_attention(const RowListArgs& a, cudaStream_t stream) {
   TOPKV_CHECK(a.n_kv >= 1 && a.group >= 1 && a.max_rows >= 0 && a.n_splits >= 1,
               "row-list attention: bad shape (kv heads {}, group {}, max rows {}, splits {})", a.n_kv, a.group,
               a.max_rows, a.n_splits);
+  TOPKV_CHECK(!a.k_ring || (a.n_kv <= kMaxRingHeads && a.ring_cap >= 1 && a.v_ring),
+              "row-list attention in ring mode: {} KV heads (at most {}), ring of {} rows", a.n_kv, kMaxRingHeads,
+              a.ring_cap);
   TOPKV_CHECK(a.part0 >= 0 && a.part0 + a.n_splits <= a.parts,
               "row-list attention writes partial slots {}..{} of {}", a.part0, a.part0 + a.n_splits - 1, a.parts);
   const dim3 grid((unsigned)a.n_kv, (unsigned)a.n_splits, (unsigned)((a.group + kMaxGroup - 1) / kMaxGroup));

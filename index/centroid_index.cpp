@@ -439,6 +439,29 @@ MemoryReport ClusterIndex::memory_impl() const {
   return {bytes, 0, 0, "centroids (fp32), counts and member lists; keys read in place from the store"};
 }
 
+bool ClusterIndex::export_impl(SummaryTables& out) const {
+  const int64_t nf = n_fine();
+  const int d = sum_.dim;
+  out.kind = SummaryTables::Kind::Centroid;
+  out.rows.assign(sum_.key_centroids.begin(), sum_.key_centroids.begin() + nf * d);
+  out.counts.resize((size_t)nf);
+  out.offsets.resize((size_t)nf + 1);
+  out.members.clear();
+  out.members.reserve((size_t)indexed_);
+  out.offsets[0] = 0;
+  for (int64_t j = 0; j < nf; ++j) {
+    out.counts[(size_t)j] = (int32_t)members_[(size_t)j].size();
+    out.members.insert(out.members.end(), members_[(size_t)j].begin(), members_[(size_t)j].end());
+    out.offsets[(size_t)j + 1] = (int32_t)out.members.size();
+  }
+  if (needs_values()) {
+    const int dv = sum_.value_dim;
+    TOPKV_CHECK(dv == d, "{}: the device search needs values of the key dimension ({}), not {}", name_, d, dv);
+    out.value_means.assign(sum_.value_means.begin(), sum_.value_means.begin() + nf * dv);
+  }
+  return true;
+}
+
 void ClusterIndex::save_impl(BinaryWriter& w) const {
   w.pod<int64_t>(n_fine());
   w.pod<int64_t>(n_coarse());

@@ -69,6 +69,7 @@ class ClusterIndex : public KvIndex {
     return 4.0 + per_centroid / (double)ratio_ * (levels_ == 2 ? 1.0 + 1.0 / (double)coarse_ratio_ : 1.0);
   }
   MemoryReport memory_impl() const override;
+  bool export_impl(SummaryTables& out) const override;
   void save_impl(BinaryWriter& w) const override;
   void load_impl(BinaryReader& r) override;
 

@@ -159,6 +159,20 @@ MemoryReport KvIndex::memory() const {
   return m;
 }
 
+bool KvIndex::export_summaries(SummaryTables& out) const {
+  std::shared_lock lk(mu_);
+  out = SummaryTables{};
+  out.dim = dim();
+  out.covered = indexed_;
+  return keys_ && export_impl(out);
+}
+
+int32_t SummaryTables::max_count() const {
+  int32_t m = 0;
+  for (int32_t c : counts) m = std::max(m, c);
+  return m;
+}
+
 void KvIndex::save_to(BinaryWriter& w) const {
   TOPKV_CHECK(keys_, "cannot save an index that was never built");
   std::shared_lock lk(mu_);

@@ -70,6 +70,31 @@ struct ClusterSummaries {
   int64_t size() const { return (int64_t)counts.size(); }
 };
 
+// A budget-mode search as flat tables, for a search that runs elsewhere (the
+// GPU's, gpu/device_search.h): each group of keys (a cluster, a Quest page)
+// has one summary row that scores it against a query, and the rows it holds.
+// Groups are taken by score, largest first, until the token budget k is
+// covered, per query head; every group not taken is a far row when
+// value_means is set (Multipole). Only rows [0, covered) are grouped.
+struct SummaryTables {
+  enum class Kind : uint8_t {
+    Centroid,    // score = q . row, row [dim]: the cluster's key centroid
+    PageBounds,  // score = sum_i max(q_i M_i, q_i m_i), row [2*dim] = [M | m] (Quest)
+  };
+  Kind kind = Kind::Centroid;
+  int dim = 0;
+  int64_t covered = 0;
+  int64_t page = 0;                  // PageBounds: group p holds rows [p*page, p*page + counts[p])
+  std::vector<float> rows;           // [n][row_len()]
+  std::vector<int32_t> counts;       // [n] keys per group
+  std::vector<int32_t> offsets;      // Centroid: [n + 1] into members
+  std::vector<int32_t> members;      // Centroid: row ids, group by group
+  std::vector<float> value_means;    // [n][dim] mean value per group, or empty (no far field)
+  int64_t size() const { return (int64_t)counts.size(); }
+  int row_len() const { return kind == Kind::PageBounds ? 2 * dim : dim; }
+  int32_t max_count() const;
+};
+
 struct SearchResult {
   int nq = 0;
   std::vector<int64_t> ids;     // distinct row ids, ascending
@@ -132,6 +157,12 @@ class KvIndex {
 
   MemoryReport memory() const;
 
+  // The index as SummaryTables, for a budget-mode search (threshold 0, GQA
+  // union) run elsewhere; false when the backend has no such form (graphs,
+  // IVF, flat). Cluster indexes export their fine clusters (levels=2's coarse
+  // level is a CPU shortcut a GPU does not need).
+  bool export_summaries(SummaryTables& out) const;
+
   // Saves the structure (never the keys: they live in the store). The file
   // carries a format version, the backend and its parameters, and a
   // fingerprint of the keys it was built on.
@@ -165,6 +196,7 @@ class KvIndex {
   virtual void add_impl(int64_t from, int64_t to) = 0;       // rows [from, to)
   virtual void search_impl(const float* queries, int nq, const SearchParams& p, Candidates& out) const = 0;
   virtual MemoryReport memory_impl() const = 0;
+  virtual bool export_impl(SummaryTables&) const { return false; }
   virtual void save_impl(BinaryWriter& w) const = 0;
   virtual void load_impl(BinaryReader& r) = 0;
 

@@ -118,6 +118,16 @@ class QuestIndex final : public KvIndex {
             "per page of keys: element-wise min and max (fp32); keys read in place from the store"};
   }
 
+  bool export_impl(SummaryTables& out) const override {
+    out.kind = SummaryTables::Kind::PageBounds;
+    out.page = page_;
+    const int64_t pages = n_pages();
+    out.rows.assign(bounds_.begin(), bounds_.begin() + pages * 2 * keys_->dim());
+    out.counts.resize((size_t)pages);
+    for (int64_t i = 0; i < pages; ++i) out.counts[(size_t)i] = (int32_t)page_rows(i, indexed_);
+    return true;
+  }
+
   void save_impl(BinaryWriter& w) const override {
     w.pod<int64_t>(page_);
     w.vec(bounds_);

@@ -167,16 +167,18 @@ void OffloadedLayer::restore(const PackReader& r, const std::string& prefix, int
 }
 
 void OffloadedLayer::append(const float* key, const float* value) {
+  fill_appended(begin_append(), key, value);
+}
+
+OffloadedLayer::Placement OffloadedLayer::begin_append() {
   const size_t d = (size_t)cfg_.head_dim;
   const int64_t pos = n_tokens_;
   const bool to_sink = n_sinks_ < cfg_.sinks && win_len_ == 0;
   for (int h = 0; h < cfg_.kv_heads; ++h) {
     Head& hd = heads_[(size_t)h];
-    const float* k = key + h * d;
-    const float* v = value + h * d;
-    if (to_sink) {
-      hd.sink_k.insert(hd.sink_k.end(), k, k + d);
-      hd.sink_v.insert(hd.sink_v.end(), v, v + d);
+    if (to_sink) {  // the sink's data comes with fill_appended
+      hd.sink_k.resize(hd.sink_k.size() + d);
+      hd.sink_v.resize(hd.sink_v.size() + d);
       continue;
     }
     if (win_len_ == cfg_.window && !hd.streaming) {  // oldest window token -> store
@@ -188,7 +190,6 @@ void OffloadedLayer::append(const float* key, const float* value) {
       else if (hd.keys->size() - hd.index->indexed_rows() >= cfg_.fold_every)
         hd.index->add_new_rows();  // rows not folded yet are still found by the exact tail scan
     }
-    push_window(hd, pos, k, v);
   }
   if (to_sink) {
     ++n_sinks_;
@@ -199,6 +200,22 @@ void OffloadedLayer::append(const float* key, const float* value) {
     ++win_len_;
   }
   ++n_tokens_;
+  return {pos, to_sink ? n_sinks_ - 1 : -1};
+}
+
+void OffloadedLayer::fill_appended(const Placement& at, const float* key, const float* value) {
+  const size_t d = (size_t)cfg_.head_dim;
+  for (int h = 0; h < cfg_.kv_heads; ++h) {
+    Head& hd = heads_[(size_t)h];
+    const float* k = key + h * d;
+    const float* v = value + h * d;
+    if (at.sink >= 0) {
+      std::copy(k, k + d, hd.sink_k.begin() + (ptrdiff_t)(at.sink * d));
+      std::copy(v, v + d, hd.sink_v.begin() + (ptrdiff_t)(at.sink * d));
+    } else {
+      push_window(hd, at.pos, k, v);
+    }
+  }
 }
 
 void OffloadedLayer::retrieve(const float* queries, float scale, std::vector<Retrieved>& out) const {

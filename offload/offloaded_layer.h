@@ -78,6 +78,20 @@ class OffloadedLayer {
   }
   // Appends one generated token; evicts the window's oldest token if full.
   void append(const float* key, const float* value);
+  // append() in two halves, for a runtime that has the new token's key and
+  // value only later (the GPU runtime with the search on the device): all
+  // bookkeeping — eviction of the window's oldest token to the store, index
+  // folds — happens in begin_append, which needs no new data; fill_appended
+  // then writes the token into its place. Between the two, the layer is in
+  // the state append() leaves except for that token's data, which must be
+  // filled before the next begin_append (it may evict it) or any host
+  // attention.
+  struct Placement {
+    int64_t pos = 0;  // the token's position
+    int sink = -1;    // its sink index, or -1: it is in the window
+  };
+  Placement begin_append();
+  void fill_appended(const Placement& at, const float* key, const float* value);
   // Attention output of each query head over sinks + window + retrieved (+ far).
   void attend(const float* queries, float scale, float* out, AttendStats* stats = nullptr) const;
   // The search half of attend: every retrieval head's index is searched with

@@ -61,6 +61,22 @@ std::vector<int64_t> k_per_layer(int64_t k_mean, int n_layers, KSchedule schedul
   return k;
 }
 
+const char* search_on_name(SearchOn s) {
+  switch (s) {
+    case SearchOn::Auto: return "auto";
+    case SearchOn::Host: return "host";
+    case SearchOn::Gpu: return "gpu";
+  }
+  return "?";
+}
+
+SearchOn parse_search_on(const std::string& s) {
+  if (s == "auto") return SearchOn::Auto;
+  if (s == "host") return SearchOn::Host;
+  if (s == "gpu") return SearchOn::Gpu;
+  fail("unknown search place '{}': use auto, host or gpu", s);
+}
+
 void OffloadPolicy::validate() const {
   TOPKV_CHECK(search.k >= 1, "--k must be at least 1 (got {})", search.k);
   TOPKV_CHECK(k_fraction >= 0 && k_fraction <= 1, "--k-fraction must be in [0, 1] (got {})", k_fraction);
@@ -69,6 +85,9 @@ void OffloadPolicy::validate() const {
   TOPKV_CHECK(window >= 1, "--window must be at least 1 token (got {})", window);
   TOPKV_CHECK(store_dtype == DType::F16 || store_dtype == DType::BF16,
               "the host KV store holds f16 or bf16 (got {})", dtype_name(store_dtype));
+  TOPKV_CHECK(device_fold >= 1, "--device-fold must be at least 1 row (got {})", device_fold);
+  TOPKV_CHECK(!(search_on == SearchOn::Gpu && stage_rows), "--search-on gpu reads the retrieved rows in place "
+              "from pinned host memory; it cannot be combined with --stage-rows");
   TOPKV_CHECK(heads_sparsity <= 1, "--heads-sparsity must be in [0, 1] (got {})", heads_sparsity);
   parse_spec(index);  // syntax
 }
@@ -97,6 +116,9 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
       else if (key == "window") window = v.get<int>();
       else if (key == "store_type") store_dtype = parse_dtype(v.get<std::string>());
       else if (key == "stage_rows") stage_rows = v.get<bool>();
+      else if (key == "search_on") search_on = parse_search_on(v.get<std::string>());
+      else if (key == "device_table_type") device_table_type = parse_dtype(v.get<std::string>());
+      else if (key == "device_fold") device_fold = v.get<int>();
       else if (key == "heads_file") heads_file = v.get<std::string>();
       else if (key == "heads_threshold") heads_threshold = v.get<double>();
       else if (key == "heads_sparsity") heads_sparsity = v.get<double>();
@@ -132,6 +154,9 @@ std::string OffloadPolicy::to_json() const {
                       {"window", window},
                       {"store_type", dtype_name(store_dtype)},
                       {"stage_rows", stage_rows},
+                      {"search_on", search_on_name(search_on)},
+                      {"device_table_type", dtype_name(device_table_type)},
+                      {"device_fold", device_fold},
                       {"heads_file", heads_file},
                       {"heads_threshold", heads_threshold},
                       {"heads_sparsity", heads_sparsity}};

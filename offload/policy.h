@@ -14,6 +14,7 @@ namespace topkv {
 
 enum class AttnMode : uint8_t { Dense, TopK };
 enum class KSchedule : uint8_t { Uniform, Linear };
+enum class SearchOn : uint8_t { Auto, Host, Gpu };
 
 struct OffloadPolicy {
   AttnMode attn = AttnMode::Dense;
@@ -34,6 +35,16 @@ struct OffloadPolicy {
   // buffer sent in one copy (needed when the store is not pinned, e.g. a
   // memory-mapped context pack).
   bool stage_rows = false;
+  // CUDA runtime: where retrieval heads search. Gpu: the index's summary
+  // tables (cluster centroids, Quest page bounds) live on the device and the
+  // whole search runs there, without a host round trip per layer (budget
+  // mode, GQA union, rows read in place: not with stage_rows); Host: the
+  // host cores search every index; Auto: Gpu where the index allows it.
+  SearchOn search_on = SearchOn::Auto;
+  DType device_table_type = DType::F16;  // element type of the device summary tables
+  int device_fold = 1024;  // Gpu search: rows evicted from the window are attended exactly from the
+                           // device until this many are pending, then folded into the index (and its
+                           // tables uploaded again)
   std::string heads_file;       // DuoAttention pattern; empty = every head retrieves
   double heads_threshold = 0.5; // gate < threshold -> streaming head
   double heads_sparsity = -1.0; // in [0,1]: this fraction of heads stream (overrides threshold)
@@ -49,6 +60,8 @@ struct OffloadPolicy {
 const char* attn_mode_name(AttnMode m);
 AttnMode parse_attn_mode(const std::string& s);
 KSchedule parse_k_schedule(const std::string& s);
+const char* search_on_name(SearchOn s);
+SearchOn parse_search_on(const std::string& s);  // auto | host | gpu
 
 // The layers whose KV leaves the model for host memory (the top-k runtime's
 // retrieval layers, the host-dense baseline's layers): those that attend to the

@@ -168,3 +168,45 @@ TEST_CASE("multipole far clusters make the offloaded layer closer to dense than 
   INFO("relative L2 error: centroid " << std::sqrt(err_c / norm) << ", multipole " << std::sqrt(err_m / norm));
   CHECK(err_m < 0.7 * err_c);
 }
+
+TEST_CASE("begin_append now, fill_appended a step later, equals append (the GPU runtime's deferred token)") {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto [sinks, window, n0] : {std::tuple{2, 5, 3}, std::tuple{0, 1, 0}, std::tuple{4, 8, 40}, std::tuple{3, 2, 1}}) {
+    CAPTURE(sinks, window, n0);
+    const int heads = 4, kvh = 2, d = 16, steps = 40;
+    Kv kv = random_kv(n0 + steps, heads, kvh, d, rng);
+    auto cfg = config(heads, kvh, d, sinks, window, 6);
+    cfg.index = "multipole";
+    cfg.fold_every = 3;
+    OffloadedLayer now(cfg), late(cfg);
+    if (n0 > 0) now.prefill(kv.k.data(), kv.v.data(), n0), late.prefill(kv.k.data(), kv.v.data(), n0);
+    const size_t tok = (size_t)kvh * d;
+    OffloadedLayer::Placement pending;
+    for (int s = 0; s <= steps; ++s) {
+      const int64_t t = n0 + s;
+      // The previous token arrives (before this step's bookkeeping, as in the
+      // runtime); then both layers hold the same tokens and attend alike.
+      if (s > 0) late.fill_appended(pending, kv.k.data() + pending.pos * tok, kv.v.data() + pending.pos * tok);
+      if (t > 0) {
+        std::vector<float> q((size_t)heads * d), a(q.size()), b(q.size());
+        for (auto& e : q) e = nd(rng);
+        now.attend(q.data(), 0.25f, a.data());
+        late.attend(q.data(), 0.25f, b.data());
+        for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == a[i]);
+      }
+      if (s == steps) break;
+      now.append(kv.k.data() + t * tok, kv.v.data() + t * tok);
+      pending = late.begin_append();
+      CHECK(pending.pos == t);
+      REQUIRE(late.n_tokens() == now.n_tokens());
+      REQUIRE(late.n_sinks() == now.n_sinks());
+      REQUIRE(late.window_start() == now.window_start());
+      REQUIRE(late.window_len() == now.window_len());
+      for (int h = 0; h < kvh; ++h) {
+        REQUIRE(late.stored_rows(h) == now.stored_rows(h));
+        if (now.index(h)->attached()) REQUIRE(late.index(h)->indexed_rows() == now.index(h)->indexed_rows());
+      }
+    }
+  }
+}

@@ -40,6 +40,17 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
   cmd->add_flag("--stage-rows", p.stage_rows, "CUDA: copy retrieved rows into a staging buffer on the host and "
                 "send them in one copy, instead of the GPU reading them in place from pinned host memory")
       ->group(g);
+  cmd->add_option("--search-on", a->search_on, "CUDA: where retrieval heads search. gpu: the index's summary "
+                  "tables (cluster centroids, Quest page bounds) live on the device and the whole search runs "
+                  "there, budget mode (multipole, centroid, quest); host: the host cores search; auto (default): "
+                  "gpu where the index and options allow it")
+      ->group(g)->check(CLI::IsMember({"auto", "host", "gpu"}));
+  cmd->add_option("--device-table-type", a->device_table_type, "CUDA, --search-on gpu: element type of the "
+                  "device summary tables (f16 default, bf16, f32)")
+      ->group(g)->check(CLI::IsMember({"f16", "bf16", "f32"}));
+  cmd->add_option("--device-fold", p.device_fold, "CUDA, --search-on gpu: evicted rows attended exactly on the "
+                  "device before they are folded into the index and its tables are uploaded again")
+      ->group(g)->capture_default_str();
   cmd->add_option("--heads", p.heads_file, "DuoAttention head pattern (TSV of gate values, one row per layer, one "
                   "column per KV head); heads below --heads-threshold keep only sinks + window")
       ->group(g)->check(CLI::ExistingFile);
@@ -90,6 +101,9 @@ OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd, const OffloadPolicy& base
   if (given("--window")) out.window = policy.window;
   if (given("--store-type")) out.store_dtype = parse_dtype(store_type);
   if (given("--stage-rows")) out.stage_rows = policy.stage_rows;
+  if (given("--search-on")) out.search_on = parse_search_on(search_on);
+  if (given("--device-table-type")) out.device_table_type = parse_dtype(device_table_type);
+  if (given("--device-fold")) out.device_fold = policy.device_fold;
   if (given("--heads")) out.heads_file = policy.heads_file;
   if (given("--heads-threshold")) out.heads_threshold = policy.heads_threshold;
   if (given("--heads-sparsity")) out.heads_sparsity = policy.heads_sparsity;

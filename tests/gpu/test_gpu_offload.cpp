@@ -142,6 +142,7 @@ TEST_CASE("GpuOffloadRuntime serves the CPU OffloadRuntime's attention, step by 
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = c.k, pol.sinks = c.sinks, pol.window = c.window;
     pol.stage_rows = c.stage;
+    pol.search_on = SearchOn::Host;  // the host's search; tests/gpu/test_gpu_search.cpp checks the device's
     OffloadRuntime ref(cfg, pol, false);
     auto got = make_gpu_offload_runtime(be, cfg, pol, false);
     REQUIRE(got->on_device());
@@ -222,6 +223,7 @@ TEST_CASE("GpuOffloadRuntime decodes like the CPU OffloadRuntime (synthetic llam
     // model <-> runtime path: device pointers, released caches, mirrors.
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = 1000, pol.sinks = 2, pol.window = 8;
     pol.stage_rows = c.stage;
+    pol.device_fold = 8;  // the device ring holds window + fold rows: keep it below the full cache
     std::mt19937 rng(5);
     std::vector<int32_t> prompt(150), forced(12);
     for (auto& t : prompt) t = (int32_t)(rng() % 512);

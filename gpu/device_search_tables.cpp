@@ -1,0 +1,103 @@
+// CUDA builds only: the file is empty without CUDA.
+#ifdef TOPKV_HAVE_CUDA
+#include "gpu/device_search_tables.h"
+
+#include <algorithm>
+
+#include "src/common/error.h"
+
+namespace topkv {
+
+static_assert(RowStore::kChunkShift == cuda::kStoreChunkShift, "the device search addresses store rows by chunk");
+
+bool DeviceSearchTables::supported(const OffloadedLayer& L) {
+  bool any = false;
+  for (int h = 0; h < L.config().kv_heads; ++h) {
+    const KvIndex* index = L.index(h);
+    if (!index || !index->attached()) continue;
+    SummaryTables t;
+    if (!index->export_summaries(t)) return false;
+    any = true;
+  }
+  // No index built yet (a short prompt): decide by the backend's kind.
+  if (!any) {
+    const std::string name = parse_spec(L.config().index).name;
+    return name == "multipole" || name == "centroid" || name == "quest";
+  }
+  return true;
+}
+
+bool DeviceSearchTables::stale(const OffloadedLayer& L) const {
+  if (covered_.size() != (size_t)L.config().kv_heads) return true;
+  for (int h = 0; h < L.config().kv_heads; ++h) {
+    const KvIndex* index = L.index(h);
+    const int64_t now = index && index->attached() ? index->indexed_rows() : 0;
+    if (now != covered_[(size_t)h]) return true;
+  }
+  return false;
+}
+
+int DeviceSearchTables::row_cap(int64_t k, int group) const {
+  const int64_t per_head = k + std::max<int64_t>(max_count_, 1);
+  return (int)std::max<int64_t>(1, std::min<int64_t>(max_covered_, per_head * group));
+}
+
+void DeviceSearchTables::upload(cuda::CudaBackend& be, const OffloadedLayer& L, DType table_type) {
+  be.synchronize();
+  owned_.clear();
+  const int nkv = L.config().kv_heads, d = L.config().head_dim;
+  std::vector<cuda::SummaryHead> heads((size_t)nkv);
+  covered_.assign((size_t)nkv, 0);
+  max_n_ = 0, max_count_ = 0, max_covered_ = 0, bytes_ = 0;
+  page_bounds_ = parse_spec(L.config().index).name == "quest";
+  far_field_ = false;
+  auto put = [&](const void* src, size_t bytes) -> const void* {
+    if (bytes == 0) return nullptr;
+    Buffer b = be.alloc(bytes);
+    be.from_host(src, b, 0, bytes);
+    owned_.push_back(b);
+    bytes_ += bytes;
+    return b.mem.get();
+  };
+  auto put_typed = [&](const std::vector<float>& v) {
+    std::vector<uint8_t> raw(v.size() * dtype_size(table_type));
+    from_f32(table_type, v.data(), raw.data(), v.size());
+    return put(raw.data(), raw.size());
+  };
+  auto chunk_table = [&](const RowStore& s) {
+    std::vector<const uint8_t*> p(s.n_chunks());
+    for (size_t c = 0; c < p.size(); ++c) p[c] = s.chunk(c);
+    return static_cast<const uint8_t* const*>(put(p.data(), p.size() * sizeof(void*)));
+  };
+  for (int h = 0; h < nkv; ++h) {
+    const KvIndex* index = L.index(h);
+    if (!index || !index->attached()) continue;
+    SummaryTables t;
+    TOPKV_CHECK(index->export_summaries(t), "the {} index has no device search: run with --search-on host",
+                index->name());
+    TOPKV_CHECK(t.dim == d && (t.value_means.empty() || t.value_means.size() == (size_t)t.size() * d),
+                "internal: {} summary tables of dimension {} for head_dim {}", index->name(), t.dim, d);
+    TOPKV_CHECK(t.size() <= INT32_MAX && t.covered <= INT32_MAX, "the device search holds at most 2^31 groups "
+                "and rows per head ({} groups over {} rows)", t.size(), t.covered);
+    cuda::SummaryHead& sh = heads[(size_t)h];
+    sh.n = (int32_t)t.size();
+    sh.page = (int32_t)t.page;
+    sh.rows = put_typed(t.rows);
+    sh.counts = static_cast<const int32_t*>(put(t.counts.data(), t.counts.size() * 4));
+    sh.offsets = static_cast<const int32_t*>(put(t.offsets.data(), t.offsets.size() * 4));
+    sh.members = static_cast<const int32_t*>(put(t.members.data(), t.members.size() * 4));
+    sh.value_means = put_typed(t.value_means);
+    sh.k_chunks = chunk_table(*L.key_store(h));
+    sh.v_chunks = chunk_table(*L.value_store(h));
+    far_field_ |= !t.value_means.empty();
+    covered_[(size_t)h] = t.covered;
+    max_n_ = std::max(max_n_, sh.n);
+    max_count_ = std::max(max_count_, t.max_count());
+    max_covered_ = std::max(max_covered_, t.covered);
+  }
+  heads_ = be.alloc(heads.size() * sizeof(cuda::SummaryHead));
+  be.from_host(heads.data(), heads_, 0, heads.size() * sizeof(cuda::SummaryHead));
+}
+
+}  // namespace topkv
+#endif  // TOPKV_HAVE_CUDA

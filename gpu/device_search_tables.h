@@ -1,0 +1,54 @@
+// DeviceSearchTables: one retrieval layer's indexes as the device search
+// reads them (cuda::SummaryHead per KV head, gpu/cuda_kernels.h): each
+// index's SummaryTables (index/kv_index.h) converted to the table type and
+// uploaded, with the chunk tables of its key and value stores (pinned,
+// device-mapped host memory: members are read there in place).
+//
+// An index that folds rows in (OffloadedLayer's appends) changes its tables;
+// stale() says so and upload() replaces them. Rows past covered(h) are not in
+// the tables: the runtime attends them exactly from the device.
+//
+// CUDA builds only.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "gpu/cuda_backend_impl.h"
+#include "gpu/cuda_kernels.h"
+#include "offload/offloaded_layer.h"
+
+namespace topkv {
+
+class DeviceSearchTables {
+ public:
+  // Whether `L`'s index backend has a device search (every retrieval head
+  // exports summary tables, with values of the key dimension for far rows).
+  static bool supported(const OffloadedLayer& L);
+
+  // (Re)uploads every head's tables; waits for queued work first (the old
+  // tables may still be read). Device memory comes from `be` (the budget).
+  void upload(cuda::CudaBackend& be, const OffloadedLayer& L, DType table_type);
+  bool stale(const OffloadedLayer& L) const;  // some index covers other rows than uploaded
+
+  const cuda::SummaryHead* heads() const { return heads_.as<cuda::SummaryHead>(); }
+  int max_n() const { return max_n_; }
+  int64_t covered(int h) const { return covered_[(size_t)h]; }
+  bool page_bounds() const { return page_bounds_; }
+  bool far_field() const { return far_field_; }
+  // Row-list capacity per KV head for budget k and `group` query heads: the
+  // union of the heads' takes, each at most k plus its last group.
+  int row_cap(int64_t k, int group) const;
+  size_t device_bytes() const { return bytes_; }
+
+ private:
+  std::vector<Buffer> owned_;
+  Buffer heads_;
+  std::vector<int64_t> covered_;
+  int max_n_ = 0;
+  int32_t max_count_ = 0;
+  int64_t max_covered_ = 0;
+  bool page_bounds_ = false, far_field_ = false;
+  size_t bytes_ = 0;
+};
+
+}  // namespace topkv

@@ -1,0 +1,83 @@
+#include "gpu/summary_search_ref.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace topkv {
+
+namespace {
+constexpr uint32_t kKeyMax = (1u << 24) - 1;
+}
+
+std::vector<float> summary_scores_reference(const SummaryTables& t, const float* q, int group) {
+  const int64_t n = t.size();
+  const int d = t.dim, len = t.row_len();
+  std::vector<float> s((size_t)group * n);
+  for (int g = 0; g < group; ++g)
+    for (int64_t j = 0; j < n; ++j) {
+      const float* row = t.rows.data() + (size_t)j * len;
+      const float* qg = q + (size_t)g * d;
+      double acc = 0;
+      for (int i = 0; i < d; ++i)
+        acc += t.kind == SummaryTables::Kind::PageBounds
+                   ? (double)std::max(qg[i], 0.f) * row[i] + (double)std::min(qg[i], 0.f) * row[d + i]
+                   : (double)qg[i] * row[i];
+      s[(size_t)g * n + j] = (float)acc;
+    }
+  return s;
+}
+
+uint32_t ScoreCut::key(float x) const {
+  const float t = (x - lo) * inv;
+  return t >= (float)kKeyMax ? kKeyMax : (t > 0.f ? (uint32_t)t : 0u);
+}
+
+ScoreCut summary_cut_reference(const float* x, const std::vector<int32_t>& counts, int64_t k) {
+  const size_t n = counts.size();
+  ScoreCut c;
+  float lo = INFINITY, hi = -INFINITY;
+  for (size_t j = 0; j < n; ++j) lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
+  c.lo = lo;
+  c.inv = hi > lo ? (float)kKeyMax / (hi - lo) : 0.f;
+  // Keys by weight, largest first; the cut is the key at which k is reached.
+  std::vector<std::pair<uint32_t, int64_t>> keyed(n);
+  for (size_t j = 0; j < n; ++j) keyed[j] = {c.key(x[j]), counts[j]};
+  std::sort(keyed.begin(), keyed.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  int64_t acc = 0;
+  c.cut = 0;
+  for (auto& [key, w] : keyed) {
+    acc += w;
+    if (acc >= std::min<int64_t>(k, 0xffffffffll)) {
+      c.cut = key;
+      break;
+    }
+  }
+  return c;
+}
+
+SummarySelection summary_select_reference(const SummaryTables& t, const std::vector<float>& scores, int group,
+                                          int64_t k, int64_t cap) {
+  const int64_t n = t.size();
+  std::vector<ScoreCut> cuts((size_t)group);
+  for (int g = 0; g < group; ++g) cuts[(size_t)g] = summary_cut_reference(scores.data() + (size_t)g * n, t.counts, k);
+  SummarySelection sel;
+  sel.selected.assign((size_t)n, 0);
+  int64_t used = 0;
+  bool full = false;
+  for (int64_t j = 0; j < n; ++j) {
+    bool any = false;
+    for (int g = 0; g < group; ++g) any |= cuts[(size_t)g].key(scores[(size_t)g * n + j]) >= cuts[(size_t)g].cut;
+    if (!any) continue;
+    const int64_t cnt = t.counts[(size_t)j];
+    full |= used + cnt > cap;  // the gather's prefix layout: once a group does not fit, no later one does
+    if (full) continue;
+    sel.selected[(size_t)j] = 1;
+    for (int64_t r = 0; r < cnt; ++r)
+      sel.rows.push_back(t.kind == SummaryTables::Kind::PageBounds ? j * t.page + r
+                                                                   : (int64_t)t.members[(size_t)t.offsets[(size_t)j] + r]);
+    used += cnt;
+  }
+  return sel;
+}
+
+}  // namespace topkv

@@ -1,0 +1,35 @@
+// CPU twin of the device search (cuda::summary_search, gpu/cuda_kernels.h)
+// for one KV head: the same scores, the same 24-bit score keys and cut, the
+// same group-order gather with its capacity. Tests compare the kernels with
+// it; it is also the definition of what the device search selects.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "index/kv_index.h"
+
+namespace topkv {
+
+// scores [group][n]: each query head's score of every group of `t`.
+std::vector<float> summary_scores_reference(const SummaryTables& t, const float* queries, int group);
+
+// The cut of one query head: groups whose key is >= the returned key are
+// taken (budget k tokens, weights t.counts; see cuda_kernels.h). lo and inv
+// define the keys.
+struct ScoreCut {
+  float lo = 0.f, inv = 0.f;
+  uint32_t cut = 0;
+  uint32_t key(float x) const;
+};
+ScoreCut summary_cut_reference(const float* scores, const std::vector<int32_t>& counts, int64_t k);
+
+// selected[j] for the union of the group's cuts, after the gather's capacity
+// (`cap` rows, groups in order), and the selected groups' rows in order.
+struct SummarySelection {
+  std::vector<char> selected;
+  std::vector<int64_t> rows;
+};
+SummarySelection summary_select_reference(const SummaryTables& t, const std::vector<float>& scores, int group,
+                                          int64_t k, int64_t cap);
+
+}  // namespace topkv

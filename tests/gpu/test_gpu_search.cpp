@@ -1,0 +1,231 @@
+// The search on the device against its CPU twins: cuda::summary_search
+// (scores, budget cut, gather, far rows) against gpu/summary_search_ref.h on
+// the same tables, and GpuOffloadRuntime with --search-on gpu against the CPU
+// OffloadRuntime step by step (same folds, level-1 lookups).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "gpu/cuda_backend_impl.h"
+#include "gpu/cuda_kernels.h"
+#include "gpu/device_search_tables.h"
+#include "gpu/gpu_offload_runtime.h"
+#include "gpu/partial_attention.h"
+#include "gpu/summary_search_ref.h"
+#include "tests/clustered_keys.h"
+#include "tests/gpu/cuda_test_util.h"
+
+using namespace topkv;
+using namespace topkv::test;
+
+namespace {
+
+cuda::CudaBackend& cuda_be() { return dynamic_cast<cuda::CudaBackend&>(gpu()); }
+
+RowStore::ChunkAllocator pinned_alloc() {
+  return [](size_t bytes) {
+    void* p = nullptr;
+    REQUIRE(cudaHostAlloc(&p, bytes, cudaHostAllocMapped) == cudaSuccess);
+    return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { cudaFreeHost(q); });
+  };
+}
+
+void round_through(DType t, std::vector<float>& v) {
+  std::vector<uint8_t> raw(v.size() * dtype_size(t));
+  from_f32(t, v.data(), raw.data(), v.size());
+  to_f32(t, raw.data(), v.data(), v.size());
+}
+
+template <class T> std::vector<T> fetch(Backend& be, const void* dev, size_t n) {
+  std::vector<T> out(n);
+  cuda_be().synchronize();
+  REQUIRE(cudaMemcpy(out.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far rows", "[search]") {
+  auto& be = cuda_be();
+  OpSummary scores_sum("device search scores", 1e-5), far_sum("device search far rows", 1e-5);
+  OpSummary scores16("device search scores, f16 tables", 1e-3);
+  int selections = 0, mismatched = 0;
+  struct Case { std::string index; DType table; int hd, kv, group, n; int64_t k; bool streaming; };
+  const std::vector<Case> cases = {
+      {"multipole", DType::F32, 128, 1, 4, 4000, 256, false},  {"multipole", DType::F16, 256, 1, 4, 9000, 512, false},
+      {"multipole", DType::F32, 64, 3, 12, 777, 40, true},     {"centroid:ratio=9", DType::F32, 64, 2, 1, 1301, 1, false},
+      {"quest:page=4", DType::F32, 128, 2, 4, 1000, 100, false}, {"quest:page=16", DType::BF16, 256, 1, 8, 5003, 700, false},
+      {"multipole", DType::F32, 128, 2, 4, 300, 100000, false},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.index, dtype_name(c.table), c.hd, c.kv, c.group, c.n, c.k);
+    OffloadedLayer::Config cfg;
+    cfg.n_heads = c.kv * c.group, cfg.kv_heads = c.kv, cfg.head_dim = c.hd, cfg.sinks = 0, cfg.window = 1;
+    cfg.k = c.k, cfg.index = c.index, cfg.store_alloc = pinned_alloc(), cfg.build.n_threads = 2;
+    if (c.streaming) cfg.streaming.assign((size_t)c.kv, 0), cfg.streaming[1] = 1;
+    OffloadedLayer L(cfg);
+    topkv::testing::Clustered data(c.hd, 16, 5);
+    std::vector<float> keys((size_t)c.n * c.kv * c.hd), values(keys.size());
+    {
+      auto kf = data.keys((int64_t)c.n * c.kv), vf = data.keys((int64_t)c.n * c.kv);
+      keys = kf, values = vf;  // token-major [n][kv][hd]: rows of the generator in that order
+    }
+    L.prefill(keys.data(), values.data(), c.n);
+    DeviceSearchTables tab;
+    tab.upload(be, L, c.table);
+    const int G = c.group, nkv = c.kv, d = c.hd, max_n = tab.max_n();
+    const int cap = tab.row_cap(c.k, G);
+    const auto q = data.queries(nkv * G);
+    Buffer dq = upload(be, q);
+    Buffer ws = be.alloc(cuda::summary_search_workspace_bytes(nkv, G, max_n));
+    Buffer lists = be.alloc(2 * (size_t)nkv * cap * sizeof(void*) + nkv * 4);
+    const int far_splits = 5, parts = far_splits + 1;
+    Buffer part = be.alloc((size_t)nkv * G * parts * (2 + d) * 4);
+    float *pm, *pl, *po;
+    cuda::carve_partials(part.mem.get(), (size_t)nkv * G * parts, pm, pl, po);
+    cuda::SummarySearchArgs a;
+    a.heads = tab.heads(), a.n_kv = nkv, a.group = G, a.head_dim = d, a.max_n = max_n;
+    a.page_bounds = tab.page_bounds(), a.table_type = c.table, a.store_type = cfg.store_dtype;
+    a.q = dq.f32(), a.k = c.k, a.scale = 0.09f, a.workspace = ws.mem.get();
+    auto* dl = lists.as<const void*>();
+    a.k_rows = const_cast<const void**>(dl), a.v_rows = const_cast<const void**>(dl + (size_t)nkv * cap);
+    a.counts = reinterpret_cast<int32_t*>(const_cast<void**>(dl + 2 * (size_t)nkv * cap)), a.cap = cap;
+    a.far_splits = tab.far_field() ? far_splits : 0, a.part0 = 1, a.parts = parts;
+    a.part_m = pm, a.part_l = pl, a.part_o = po;
+    cuda::summary_search(a, be.stream());
+    const auto dscores = fetch<float>(be, cuda::summary_scores(a), (size_t)nkv * G * max_n);
+    const auto dsel = fetch<uint8_t>(be, cuda::summary_selected(a), (size_t)nkv * max_n);
+    const auto dk = fetch<const void*>(be, a.k_rows, (size_t)nkv * cap);
+    const auto dv = fetch<const void*>(be, a.v_rows, (size_t)nkv * cap);
+    const auto dcount = fetch<int32_t>(be, a.counts, (size_t)nkv);
+    const auto hm = fetch<float>(be, pm, (size_t)nkv * G * parts), hl = fetch<float>(be, pl, (size_t)nkv * G * parts);
+    const auto ho = fetch<float>(be, po, (size_t)nkv * G * parts * d);
+    for (int h = 0; h < nkv; ++h) {
+      CAPTURE(h);
+      SummaryTables t;
+      const KvIndex* index = L.index(h);
+      if (!index) {  // a streaming head: nothing gathered, no far rows
+        CHECK(dcount[(size_t)h] == 0);
+        continue;
+      }
+      REQUIRE(index->export_summaries(t));
+      round_through(c.table, t.rows);
+      round_through(c.table, t.value_means);
+      const int64_t n = t.size();
+      // Scores: the twin's, from the same (rounded) tables.
+      const auto want = summary_scores_reference(t, q.data() + (size_t)h * G * d, G);
+      std::vector<float> got((size_t)G * n);
+      for (int g = 0; g < G; ++g)
+        std::copy_n(dscores.data() + ((size_t)h * G + g) * max_n, n, got.begin() + (ptrdiff_t)g * n);
+      (c.table == DType::F32 ? scores_sum : scores16).check(rel_err(got, want));
+      // Cut, union and gather: exactly the twin's on the device's scores.
+      const auto sel = summary_select_reference(t, got, G, c.k, cap);
+      for (int64_t j = 0; j < n; ++j) mismatched += sel.selected[(size_t)j] != (char)dsel[(size_t)h * max_n + j];
+      ++selections;
+      REQUIRE(dcount[(size_t)h] == (int32_t)sel.rows.size());
+      for (size_t r = 0; r < sel.rows.size(); ++r) {
+        REQUIRE(dk[(size_t)h * cap + r] == L.key_store(h)->row(sel.rows[r]));
+        REQUIRE(dv[(size_t)h * cap + r] == L.value_store(h)->row(sel.rows[r]));
+      }
+      if (!tab.far_field()) continue;
+      // Far rows: every unselected group, logit scale.x + ln N, value mean.
+      for (int g = 0; g < G; ++g) {
+        AttnPartial ref(d), dev(d);
+        std::vector<float> s, logw;
+        std::vector<int32_t> idx;
+        for (int64_t j = 0; j < n; ++j)
+          if (!sel.selected[(size_t)j]) {
+            s.push_back(got[(size_t)g * n + j] * a.scale);
+            logw.push_back(std::log((float)t.counts[(size_t)j]));
+            idx.push_back((int32_t)j);
+          }
+        partial_add_gather(ref, s.data(), logw.data(), t.value_means.data(), idx.data(), (int64_t)idx.size());
+        const size_t row = (size_t)h * G + g;
+        for (int p = 1; p < parts; ++p) {
+          AttnPartial one(d);
+          one.m = hm[row * parts + p], one.l = hl[row * parts + p];
+          std::copy_n(ho.data() + (row * parts + p) * d, d, one.o.begin());
+          partial_merge(dev, one);
+        }
+        std::vector<float> want_o(d), got_o(d);
+        partial_finish(ref, want_o.data());
+        partial_finish(dev, got_o.data());
+        far_sum.check(rel_err(got_o, want_o));
+      }
+    }
+  }
+  INFO(mismatched << " group selections of " << selections << " heads differ");
+  CHECK(mismatched == 0);
+}
+
+namespace {
+
+// The CPU runtime folding rows as the device search's runtime does.
+class FoldingRuntime : public OffloadRuntime {
+ public:
+  FoldingRuntime(const ModelConfig& cfg, const OffloadPolicy& p, int fold) : OffloadRuntime(cfg, p, false), fold_(fold) {}
+  OffloadedLayer::Config layer_config(int i) const override {
+    auto c = OffloadRuntime::layer_config(i);
+    c.fold_every = fold_;
+    return c;
+  }
+
+ private:
+  int fold_;
+};
+
+}  // namespace
+
+TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtime's attention", "[search]") {
+  auto& be = cuda_be();
+  OpSummary sum("offloaded attention, device search vs CPU runtime", 1e-4);
+  // k stays above the evicted rows not folded yet (the tail): the device
+  // attends all of them exactly, the CPU only the k best (KvIndex::search).
+  struct Case { std::string index; int hd, heads, kv, n, window, sinks, k, fold; };
+  const std::vector<Case> cases = {
+      {"multipole", 128, 4, 1, 3000, 16, 4, 256, 1024}, {"multipole", 256, 8, 1, 2500, 8, 2, 300, 5},
+      {"centroid", 64, 8, 2, 1200, 32, 4, 64, 40},      {"quest:page=4", 128, 8, 8, 700, 8, 0, 40, 7},
+      {"multipole", 64, 4, 1, 10, 8, 4, 16, 3},  // the store starts empty: built at the first eviction
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, c.fold);
+    ModelConfig cfg;
+    cfg.n_layer = 2, cfg.n_head = c.heads, cfg.n_head_kv = c.kv, cfg.head_dim = c.hd;
+    cfg.layers.resize(2);
+    OffloadPolicy pol;
+    pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = c.k, pol.sinks = c.sinks, pol.window = c.window;
+    pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32, pol.device_fold = c.fold;
+    FoldingRuntime ref(cfg, pol, c.fold);
+    auto got = make_gpu_offload_runtime(be, cfg, pol, false);
+    std::mt19937 rng(7);
+    std::vector<std::vector<float>> ctx_k, ctx_v;
+    for (int il = 0; il < 2; ++il) {
+      ctx_k.push_back(randn((size_t)c.kv * c.n * c.hd, rng, 1.f, 0.3f));
+      ctx_v.push_back(randn((size_t)c.kv * c.n * c.hd, rng));
+      round_through(DType::F16, ctx_k.back()), round_through(DType::F16, ctx_v.back());
+    }
+    auto reader = [&](int il, std::vector<float>& k, std::vector<float>& v) { k = ctx_k[(size_t)il], v = ctx_v[(size_t)il]; };
+    ref.take_context(c.n, reader);
+    got->take_context(c.n, reader);
+    const size_t qn = (size_t)c.heads * c.hd, kn = (size_t)c.kv * c.hd;
+    Buffer dq = be.alloc(qn * 4), dk = be.alloc(kn * 4), dv = be.alloc(kn * 4), dout = be.alloc(qn * 4);
+    const float scale = 1.f / std::sqrt((float)c.hd);
+    for (int step = 0; step < 3 * c.window + 2 * std::min(c.fold, 50) + 5; ++step) {
+      for (int il = 0; il < 2; ++il) {
+        CAPTURE(step, il);
+        // k, v exactly representable in the f16 store: the device attends
+        // the rows not yet folded from its fp32 ring, the CPU from the store.
+        const auto q = randn(qn, rng, 1.5f);
+        auto k = randn(kn, rng, 1.f, 0.3f), v = randn(kn, rng);
+        round_through(DType::F16, k), round_through(DType::F16, v);
+        std::vector<float> want(qn);
+        ref.decode_attention(il, q.data(), k.data(), v.data(), c.n + step, scale, want.data());
+        be.from_host(q.data(), dq, 0, qn * 4), be.from_host(k.data(), dk, 0, kn * 4), be.from_host(v.data(), dv, 0, kn * 4);
+        got->decode_attention_device(il, dq.f32(), dk.f32(), dv.f32(), c.n + step, scale, dout.f32());
+        sum.check(rel_err(download(be, dout, qn), want));
+      }
+    }
+    CHECK(got->stats().steps == ref.stats().steps);
+  }
+}

@@ -1,0 +1,200 @@
+// SummaryTables (KvIndex::export_summaries) and the CPU twin of the device
+// search (gpu/summary_search_ref.h): the tables describe the index exactly,
+// and the twin's budget cut selects the rows the index's own budget-mode
+// search returns (GQA union; level-1 lookups, random scores: no ties).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "gpu/partial_attention.h"
+#include "gpu/summary_search_ref.h"
+#include "index/kv_index.h"
+#include "offload/offloaded_layer.h"
+#include "tests/clustered_keys.h"
+
+using namespace topkv;
+
+TEST_CASE("summary tables partition the indexed rows; the twin's cut selects what the index's search returns") {
+  struct Case { std::string spec; int d, group; int64_t n, k; };
+  const std::vector<Case> cases = {
+      {"multipole", 64, 4, 3001, 200},          {"centroid:ratio=7", 128, 1, 999, 64},
+      {"quest:page=16", 128, 4, 2050, 300},     {"quest:page=5", 64, 2, 17, 4},
+      {"multipole:ratio=16", 256, 8, 1500, 1},  {"centroid", 64, 3, 500, 100000},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.spec, c.d, c.group, c.n, c.k);
+    topkv::testing::Clustered data(c.d, 12, 99);
+    auto keys = std::make_shared<RowStore>(c.d, DType::F32), values = std::make_shared<RowStore>(c.d, DType::F32);
+    const auto kf = data.keys(c.n), vf = data.keys(c.n);
+    keys->append_f32(kf.data(), c.n);
+    values->append_f32(vf.data(), c.n);
+    BuildOptions bo;
+    bo.n_threads = 1;
+    auto index = KvIndex::create(c.spec, bo);
+    index->build(keys, values);
+
+    SummaryTables t;
+    REQUIRE(index->export_summaries(t));
+    REQUIRE(t.covered == c.n);
+    REQUIRE(t.dim == c.d);
+    REQUIRE(t.rows.size() == (size_t)t.size() * t.row_len());
+    REQUIRE(t.value_means.empty() == (index->name() != "multipole"));
+    // Every indexed row in exactly one group.
+    std::vector<int> seen((size_t)c.n, 0);
+    int64_t total = 0;
+    for (int64_t j = 0; j < t.size(); ++j) {
+      REQUIRE(t.counts[(size_t)j] >= 1);
+      total += t.counts[(size_t)j];
+      for (int32_t r = 0; r < t.counts[(size_t)j]; ++r) {
+        const int64_t row = t.kind == SummaryTables::Kind::PageBounds ? j * t.page + r
+                                                                      : t.members[(size_t)t.offsets[(size_t)j] + r];
+        REQUIRE(row >= 0);
+        REQUIRE(row < c.n);
+        ++seen[(size_t)row];
+      }
+    }
+    CHECK(total == c.n);
+    CHECK(std::all_of(seen.begin(), seen.end(), [](int s) { return s == 1; }));
+
+    for (int trial = 0; trial < 5; ++trial) {
+      const auto q = data.queries(c.group);
+      const auto scores = summary_scores_reference(t, q.data(), c.group);
+      const auto sel = summary_select_reference(t, scores, c.group, c.k, c.n);
+      // The cut: per query head, the groups at or above it hold >= k tokens
+      // (or all), those strictly above hold fewer.
+      for (int g = 0; g < c.group; ++g) {
+        const float* x = scores.data() + (size_t)g * t.size();
+        const ScoreCut cut = summary_cut_reference(x, t.counts, c.k);
+        int64_t at_or_above = 0, above = 0;
+        for (int64_t j = 0; j < t.size(); ++j) {
+          const uint32_t key = cut.key(x[j]);
+          if (key >= cut.cut) at_or_above += t.counts[(size_t)j];
+          if (key > cut.cut) above += t.counts[(size_t)j];
+        }
+        CHECK((at_or_above >= c.k || at_or_above == c.n));
+        CHECK((above < c.k || cut.cut == 0));
+      }
+      SearchParams p;
+      p.k = c.k;
+      const SearchResult r = index->search(q.data(), c.group, p);
+      const std::set<int64_t> want(r.ids.begin(), r.ids.end()), got(sel.rows.begin(), sel.rows.end());
+      CHECK(got.size() == sel.rows.size());  // no row twice
+      CHECK(got == want);
+      if (index->name() == "multipole") CHECK((int64_t)r.far_clusters.size() ==
+                                              std::count(sel.selected.begin(), sel.selected.end(), 0));
+    }
+  }
+}
+
+TEST_CASE("the twin's gather stops at its capacity, in group order") {
+  topkv::testing::Clustered data(64, 5, 3);
+  auto keys = std::make_shared<RowStore>(64, DType::F32);
+  const auto kf = data.keys(400);
+  keys->append_f32(kf.data(), 400);
+  auto index = KvIndex::create("quest:page=10");
+  index->build(keys);
+  SummaryTables t;
+  REQUIRE(index->export_summaries(t));
+  const auto q = data.queries(2);
+  const auto scores = summary_scores_reference(t, q.data(), 2);
+  const auto all = summary_select_reference(t, scores, 2, 150, 400);
+  const auto capped = summary_select_reference(t, scores, 2, 150, 95);
+  CHECK(all.rows.size() >= 150);
+  REQUIRE(capped.rows.size() <= 95);
+  // The capped list is the uncapped one's prefix, whole groups only.
+  CHECK(std::equal(capped.rows.begin(), capped.rows.end(), all.rows.begin()));
+  CHECK(capped.rows.size() % 10 == 0);
+  CHECK(capped.rows.size() + 10 > 95);
+}
+
+namespace {
+
+// What the GPU runtime's device search attends for one KV head of `L`, on the
+// CPU: sinks, window and the rows its tables do not cover yet, exactly; the
+// twin's selected groups exactly; every other group as a far row.
+void device_search_attend(const OffloadedLayer& L, int h, const float* q, int G, int64_t k, float scale, float* out) {
+  const int d = L.config().head_dim;
+  SummaryTables t;
+  REQUIRE(L.index(h)->export_summaries(t));
+  const auto scores = summary_scores_reference(t, q, G);
+  const auto sel = summary_select_reference(t, scores, G, k, t.covered);
+  const RowStore &K = *L.key_store(h), &V = *L.value_store(h);
+  for (int g = 0; g < G; ++g) {
+    const float* qg = q + (size_t)g * d;
+    AttnPartial p(d);
+    std::vector<float> s, v, row(d);
+    auto add_row = [&](const float* kr, const float* vr) {
+      s.push_back(dot_f32(kr, qg, (size_t)d) * scale);
+      v.insert(v.end(), vr, vr + d);
+    };
+    for (int i = 0; i < L.n_sinks(); ++i) add_row(L.sink_keys(h) + (size_t)i * d, L.sink_values(h) + (size_t)i * d);
+    const int W = L.config().window;
+    for (int64_t pos = L.window_start(); pos < L.window_start() + L.window_len(); ++pos)
+      add_row(L.window_keys(h) + (size_t)(pos % W) * d, L.window_values(h) + (size_t)(pos % W) * d);
+    std::vector<int64_t> rows(sel.rows);
+    for (int64_t r = t.covered; r < K.size(); ++r) rows.push_back(r);  // the tail
+    std::vector<float> kr(d), vr(d);
+    for (int64_t r : rows) {
+      K.row_f32(r, kr.data()), V.row_f32(r, vr.data());
+      add_row(kr.data(), vr.data());
+    }
+    partial_add(p, s.data(), nullptr, v.data(), (int64_t)s.size());
+    if (!t.value_means.empty()) {
+      std::vector<float> fs, logw;
+      std::vector<int32_t> idx;
+      for (int64_t j = 0; j < t.size(); ++j)
+        if (!sel.selected[(size_t)j]) {
+          fs.push_back(scores[(size_t)g * t.size() + j] * scale);
+          logw.push_back(std::log((float)t.counts[(size_t)j]));
+          idx.push_back((int32_t)j);
+        }
+      AttnPartial far(d);
+      partial_add_gather(far, fs.data(), logw.data(), t.value_means.data(), idx.data(), (int64_t)idx.size());
+      partial_merge(p, far);
+    }
+    partial_finish(p, out + (size_t)g * d);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the device search's attention, emulated on the CPU, equals the CPU layer's while the tail fits k") {
+  struct Case { std::string index; int d, G, n, window, sinks, fold; int64_t k; };
+  for (const Case& c : {Case{"multipole", 128, 4, 3000, 16, 4, 1024, 128}, Case{"quest:page=4", 64, 4, 700, 8, 0, 7, 40},
+                        Case{"centroid", 64, 2, 1200, 32, 4, 40, 64}}) {
+    CAPTURE(c.index, c.d, c.G, c.n, c.fold, c.k);
+    OffloadedLayer::Config cfg;
+    cfg.n_heads = c.G, cfg.kv_heads = 1, cfg.head_dim = c.d, cfg.sinks = c.sinks, cfg.window = c.window;
+    cfg.k = c.k, cfg.index = c.index, cfg.fold_every = c.fold, cfg.build.n_threads = 1;
+    OffloadedLayer L(cfg);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    auto rnd = [&](size_t n, float sd, float mean) {
+      std::vector<float> x(n);
+      for (auto& e : x) e = mean + sd * nd(rng);
+      std::vector<uint16_t> h(n);  // f16-exact, as the store keeps them
+      from_f32(DType::F16, x.data(), h.data(), n);
+      to_f32(DType::F16, h.data(), x.data(), n);
+      return x;
+    };
+    const auto ck = rnd((size_t)c.n * c.d, 1.f, 0.3f), cv = rnd((size_t)c.n * c.d, 1.f, 0.f);
+    L.prefill(ck.data(), cv.data(), c.n);
+    const float scale = 1.f / std::sqrt((float)c.d);
+    double worst = 0;
+    for (int step = 0; step < 3 * c.window + 20; ++step) {
+      const auto q = rnd((size_t)c.G * c.d, 1.5f, 0.f), k = rnd((size_t)c.d, 1.f, 0.3f), v = rnd((size_t)c.d, 1.f, 0.f);
+      L.append(k.data(), v.data());
+      if (L.key_store(0)->size() - L.index(0)->indexed_rows() >= c.k) break;  // the CPU then cuts the tail to k
+      std::vector<float> want((size_t)c.G * c.d), got(want.size());
+      L.attend(q.data(), scale, want.data());
+      device_search_attend(L, 0, q.data(), c.G, c.k, scale, got.data());
+      double num = 0, den = 0;
+      for (size_t i = 0; i < got.size(); ++i) num += std::pow(got[i] - want[i], 2), den += std::pow(want[i], 2);
+      worst = std::max(worst, std::sqrt(num / den));
+    }
+    CHECK(worst < 1e-5);
+  }
+}
