@@ -76,24 +76,22 @@ __device__ __forceinline__ float unordered(uint32_t u) {
 // 1. Scores, and each query head's lowest and highest score. Warp w of block
 // b takes kScoreIters rounds of kScoreRows groups (loads in flight
 // together); lane i owns dims [i*DPL, (i+1)*DPL) (of both halves for page
-// bounds). The queries are read once per warp.
+// bounds). The block's queries sit in shared memory, not registers: with
+// them in registers (141 per thread) one warp in eight could run, and the
+// table streamed at an eighth of the bandwidth (ncu, H100).
 template <class E, int HD, bool PAGES>
 __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const SummarySearchArgs a, Work w) {
   constexpr int DPL = HD / 32, LEN = PAGES ? 2 * HD : HD;
+  __shared__ __align__(16) float sq[kMaxGroup][HD];
   const int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g0 = blockIdx.z * kMaxGroup, ng = min(kMaxGroup, a.group - g0);
   const SummaryHead head = a.heads[h];
+  for (int i = threadIdx.x; i < ng * HD; i += blockDim.x)
+    sq[i / HD][i % HD] = a.q[((size_t)h * a.group + g0) * HD + i];
+  __syncthreads();
   const int warp_first = (blockIdx.x * kScoreWarps + warp) * kScoreRows * kScoreIters;
   if (warp_first >= head.n) return;
-  float q[kMaxGroup][DPL], lo[kMaxGroup], hi[kMaxGroup];
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
-    lo[g] = INFINITY, hi[g] = -INFINITY;
-    if (g < ng) load_lane<float, DPL>(a.q + ((size_t)h * a.group + g0 + g) * HD + lane * DPL, q[g]);
-    else
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) q[g][i] = 0.f;
-  }
+  float lo = INFINITY, hi = -INFINITY;  // lane g < ng: query head g's
   for (int it = 0; it < kScoreIters; ++it) {
     const int j0 = warp_first + it * kScoreRows;
     if (j0 >= head.n) break;
@@ -105,31 +103,28 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const SummarySe
       load_lane<E, DPL>(row, r[u]);
       if constexpr (PAGES) load_lane<E, DPL>(row + HD, r2[u]);
     }
+    for (int g = 0; g < ng; ++g) {
+      float q[DPL];
+      load_lane<float, DPL>(&sq[g][lane * DPL], q);
 #pragma unroll
-    for (int u = 0; u < kScoreRows; ++u) {
-      if (j0 + u >= head.n) break;
-#pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g >= ng) break;
+      for (int u = 0; u < kScoreRows; ++u) {
+        if (j0 + u >= head.n) break;
         float s = 0.f;
 #pragma unroll
         for (int i = 0; i < DPL; ++i) {
-          if constexpr (PAGES) s = fmaf(fmaxf(q[g][i], 0.f), r[u][i], fmaf(fminf(q[g][i], 0.f), r2[u][i], s));
-          else s = fmaf(q[g][i], r[u][i], s);
+          if constexpr (PAGES) s = fmaf(fmaxf(q[i], 0.f), r[u][i], fmaf(fminf(q[i], 0.f), r2[u][i], s));
+          else s = fmaf(q[i], r[u][i], s);
         }
         s = warp_sum(s);
-        lo[g] = fminf(lo[g], s), hi[g] = fmaxf(hi[g], s);
+        if (lane == g) lo = fminf(lo, s), hi = fmaxf(hi, s);
         if (lane == 0) w.scores[((size_t)h * a.group + g0 + g) * a.max_n + j0 + u] = s;
       }
     }
   }
-  if (lane == 0) {
-    const int rows = a.n_kv * a.group;
-    for (int g = 0; g < ng; ++g) {
-      const int row = h * a.group + g0 + g;
-      atomicMin(&w.minmax[row], ordered(lo[g]));
-      atomicMax(&w.minmax[rows + row], ordered(hi[g]));
-    }
+  if (lane < ng) {
+    const int row = h * a.group + g0 + lane;
+    atomicMin(&w.minmax[row], ordered(lo));
+    atomicMax(&w.minmax[a.n_kv * a.group + row], ordered(hi));
   }
 }
 
