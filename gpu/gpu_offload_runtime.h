@@ -1,22 +1,28 @@
 // GpuOffloadRuntime: the offloaded top-k decode with the model on a CUDA
-// backend (DESIGN.md, "One decode step"). The host side — the stores, the
-// indexes, the window's bookkeeping and eviction — is the CPU
-// OffloadRuntime's, unchanged (it is the reference twin); this class adds
-// the device side:
-//   - each retrieval layer's sinks and window live on the device as fp32
-//     mirrors of the host ring (sink i at slot i, window position p at slot
-//     p % window), written from the model's k/v on the device each step;
+// backend (DESIGN.md, "One decode step"; docs/AS_BUILT.md). The host side —
+// the stores, the indexes, the window's bookkeeping and eviction — is the CPU
+// OffloadRuntime's (its reference twin); this class adds the device side:
+//   - each retrieval layer's sinks and a ring of recent tokens live on the
+//     device in fp32 (sink i at slot i, position p at ring slot p % ring),
+//     written from the model's k/v on the device each step;
 //   - the host stores are pinned, device-mapped memory, so a kernel reads the
 //     retrieved rows in place over PCIe, or (policy.stage_rows) the host
-//     copies them into a pinned staging buffer that goes over in one copy;
-//   - per step and layer, on the backend's stream: q, k, v to the host (the
-//     step's one wait), append + index search on the host cores, row
-//     pointers (+ multipole far partials) to the device, row_list_attention
-//     over sinks + window and over the retrieved rows, merge_partials into
-//     the layer's attention output.
-// Device memory (mirrors, row lists, partials, staging) is allocated through
-// the backend, so --gpu-mem-budget counts it; the pinned host memory is not
-// device memory and is reported by host_bytes().
+//     copies them into a pinned staging buffer that goes over in one copy.
+// Two ways to search (policy.search_on):
+//   - on the device (multipole, centroid, quest; the default where allowed):
+//     the index's summary tables are on the GPU (gpu/device_search_tables.h)
+//     and cuda::summary_search scores, cuts, gathers and adds the far rows
+//     with no host round trip. The host layer trails by one token
+//     (OffloadedLayer::begin_append now, fill_appended at the next step);
+//     the ring also holds the evicted rows the tables do not cover yet;
+//   - on the host: q, k, v to the host (the step's one wait per layer),
+//     append + index search on the host cores, row pointers (+ far
+//     partials) back to the device.
+// Either way row_list_attention covers sinks + ring and the retrieved rows,
+// and merge_partials writes the layer's attention output.
+// Device memory (mirrors, tables, row lists, partials, staging) is allocated
+// through the backend, so --gpu-mem-budget counts it; the pinned host memory
+// is not device memory and is reported by host_bytes().
 //
 // This header compiles without CUDA; make_gpu_offload_runtime then throws.
 #pragma once
