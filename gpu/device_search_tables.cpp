@@ -10,6 +10,11 @@ namespace topkv {
 
 static_assert(RowStore::kChunkShift == cuda::kStoreChunkShift, "the device search addresses store rows by chunk");
 
+bool DeviceSearchTables::backend_supported(const std::string& index_spec) {
+  const std::string name = parse_spec(index_spec).name;
+  return name == "multipole" || name == "centroid" || name == "quest";
+}
+
 bool DeviceSearchTables::supported(const OffloadedLayer& L) {
   bool any = false;
   for (int h = 0; h < L.config().kv_heads; ++h) {
@@ -19,12 +24,7 @@ bool DeviceSearchTables::supported(const OffloadedLayer& L) {
     if (!index->export_summaries(t)) return false;
     any = true;
   }
-  // No index built yet (a short prompt): decide by the backend's kind.
-  if (!any) {
-    const std::string name = parse_spec(L.config().index).name;
-    return name == "multipole" || name == "centroid" || name == "quest";
-  }
-  return true;
+  return any || backend_supported(L.config().index);  // no index built yet (a short prompt): by its kind
 }
 
 bool DeviceSearchTables::stale(const OffloadedLayer& L) const {

@@ -21,8 +21,10 @@ namespace topkv {
 
 class DeviceSearchTables {
  public:
-  // Whether `L`'s index backend has a device search (every retrieval head
-  // exports summary tables, with values of the key dimension for far rows).
+  // The index backends with a device search: those that export SummaryTables.
+  static bool backend_supported(const std::string& index_spec);
+  // Whether `L`'s indexes have a device search (every retrieval head exports
+  // summary tables).
   static bool supported(const OffloadedLayer& L);
 
   // (Re)uploads every head's tables; waits for queued work first (the old

@@ -72,9 +72,8 @@ int splits_for(int64_t rows, int per_split, int max_splits) {
 // where evicted rows wait (the device window ring) and how often they fold.
 bool wants_device_search(const OffloadPolicy& p) {
   if (p.search_on == SearchOn::Host) return false;
-  const std::string name = parse_spec(p.index).name;
   const bool able = !p.stage_rows && p.search.threshold == 0.0 && p.search.gqa == GqaMode::Union &&
-                    (name == "multipole" || name == "centroid" || name == "quest");
+                    DeviceSearchTables::backend_supported(p.index);
   TOPKV_CHECK(able || p.search_on == SearchOn::Auto,
               "--search-on gpu runs the budget-mode search of multipole, centroid and quest indexes with GQA "
               "union and rows read in place; this run has index '{}'{}{}{}: use --search-on host", p.index,
@@ -146,10 +145,8 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   // query head; tail[h]: evicted rows before the window to attend too.
   void attend_exact(const Mirror& mir, const OffloadedLayer& L, const std::vector<int64_t>& tail,
                    cuda::RowListArgs a);
-  void decode_host_search(int slot, const float* q, const float* k, const float* v, int64_t pos, float scale,
-                          float* out);
-  void decode_device_search(int slot, const float* q, const float* k, const float* v, int64_t pos, float scale,
-                            float* out);
+  void decode_host_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
+  void decode_device_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
   void finish_pending(int slot);
   void collect_timing();
   void ensure_capacity(int max_ids);
@@ -264,16 +261,16 @@ void GpuOffloadRuntime::decode_attention_device(int layer, const float* q, const
   TOPKV_CHECK(pos == L.n_tokens(), "offloaded layer {} holds {} tokens but the model decodes position {}", layer,
               L.n_tokens(), pos);
   Timer t_all;
-  if (device_search_) decode_device_search(slot, q, k, v, pos, scale, out);
-  else decode_host_search(slot, q, k, v, pos, scale, out);
+  if (device_search_) decode_device_search(slot, q, k, v, scale, out);
+  else decode_host_search(slot, q, k, v, scale, out);
   stats_.attend_s += t_all.seconds();
   if (layer == retrieval_layers_.back()) ++stats_.steps;
 }
 
 // The host searches: q, k, v go to the host (the step's one wait per layer),
 // the host appends and searches, row pointers and far partials come back.
-void GpuOffloadRuntime::decode_host_search(int slot, const float* q, const float* k, const float* v, int64_t pos,
-                                           float scale, float* out) {
+void GpuOffloadRuntime::decode_host_search(int slot, const float* q, const float* k, const float* v, float scale,
+                                           float* out) {
   OffloadedLayer& L = *layers_[(size_t)slot];
   Mirror& mir = mirrors_[(size_t)slot];
   const cudaStream_t st = be_.stream();
@@ -409,15 +406,14 @@ void GpuOffloadRuntime::finish_pending(int slot) {
 // The device searches: nothing waits for the host. The host's layer trails
 // by one token: the new token's bookkeeping (eviction, folds) happens now,
 // its data arrives with the next step (OffloadedLayer::begin_append).
-void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const float* k, const float* v, int64_t pos,
-                                             float scale, float* out) {
+void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const float* k, const float* v, float scale,
+                                             float* out) {
   OffloadedLayer& L = *layers_[(size_t)slot];
   Mirror& mir = mirrors_[(size_t)slot];
   DeviceSearchTables& tab = tables_[(size_t)slot];
   Pending& pd = pending_[(size_t)slot];
   const cudaStream_t st = be_.stream();
   const int nh = cfg_.n_head, nkv = cfg_.n_head_kv, d = cfg_.head_dim, G = nh / nkv;
-  (void)pos;
 
   finish_pending(slot);
   pd.at = L.begin_append();
