@@ -2,12 +2,15 @@
 
 #include "gpu/cuda_backend.h"
 #include "gpu/gpu_offload_runtime.h"
+#include "src/common/error.h"
 
 namespace topkv {
 
 std::unique_ptr<OffloadRuntime> make_offload_runtime(Backend& be, const ModelConfig& cfg, const OffloadPolicy& policy,
                                                      bool progress) {
   if (is_cuda_backend(be)) return make_gpu_offload_runtime(be, cfg, policy, progress);
+  TOPKV_CHECK(policy.search_on != SearchOn::Gpu, "--search-on gpu needs the CUDA backend (--backend cuda); the {} "
+              "backend searches on the host", be.name());
   return std::make_unique<OffloadRuntime>(cfg, policy, progress);
 }
 

@@ -58,6 +58,9 @@ TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
       {"-m " + model() + " -p hi --backend cpu --gpu-mem-budget 1G", "--gpu-mem-budget applies to the CUDA backend"},
       {"-m " + model() + " -p hi --backend cpu --gpu-mem-budget 12Q", "12Q"},
       {"-m " + model() + " -p hi --backend tpu", "tpu"},
+      {"-m " + model() + " -p hi --backend cpu --attn topk --search-on gpu", "--search-on gpu needs the CUDA backend"},
+      {"-m " + model() + " -p hi --attn topk --search-on gpu --stage-rows", "cannot be combined with --stage-rows"},
+      {"-m " + model() + " -p hi --attn topk --search-on disk", "disk"},
   };
   if (cuda_device_count() == 0)  // without a device, asking for one is refused with the reason
     cases.push_back({"-m " + model() + " -p hi --backend cuda", "CUDA"});

@@ -64,6 +64,24 @@ TEST_CASE("policy config files: fields, unknown keys, bad values") {
   CHECK_THROWS_WITH(p.apply_json("{", "c.json"), Catch::Contains("not valid JSON"));
 }
 
+TEST_CASE("policy: where the search runs, the device tables' type and fold") {
+  OffloadPolicy p;
+  CHECK(p.search_on == SearchOn::Auto);
+  p.apply_json(R"({"search_on":"gpu","device_table_type":"f32","device_fold":64})", "c.json");
+  CHECK(p.search_on == SearchOn::Gpu);
+  CHECK(p.device_table_type == DType::F32);
+  CHECK(p.device_fold == 64);
+  OffloadPolicy q;
+  q.apply_json(p.to_json(), "roundtrip");
+  CHECK(q.to_json() == p.to_json());
+  CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"search_on":"tpu"})", "c.json"), Catch::Contains("auto, host or gpu"));
+  CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"device_fold":0})", "c.json"), Catch::Contains("--device-fold"));
+  // The device search reads rows in place: staging them is a contradiction, said before any work.
+  CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"search_on":"gpu","stage_rows":true})", "c.json"),
+                    Catch::Contains("--stage-rows"));
+  CHECK_NOTHROW(OffloadPolicy().apply_json(R"({"search_on":"auto","stage_rows":true})", "c.json"));
+}
+
 #include "offload/memory_plan.h"
 
 TEST_CASE("memory plans: lines add up, top-k moves KV to the store, a run that cannot fit is refused with numbers") {
