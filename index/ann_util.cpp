@@ -67,4 +67,60 @@ void check_loaded_faiss_index(const faiss::Index& ix, int dim, int64_t rows, con
               "d={}, {} rows)", label, path, (int)ix.metric_type, ix.d, ix.ntotal, dim, rows);
 }
 
+
+namespace {
+
+using SetThreads = void (*)(int);
+using GetThreads = int (*)();
+
+// The OpenBLAS thread setters and getters reachable from here: the default
+// symbol lookup, and the library that provides sgemm_ (may be another copy).
+std::vector<std::pair<SetThreads, GetThreads>> openblas_instances() {
+  std::vector<std::pair<SetThreads, GetThreads>> out;
+  auto add = [&](void* handle) {
+    auto set = reinterpret_cast<SetThreads>(dlsym(handle, "openblas_set_num_threads"));
+    auto get = reinterpret_cast<GetThreads>(dlsym(handle, "openblas_get_num_threads"));
+    if (!set || !get) return;
+    for (auto& e : out)
+      if (e.first == set) return;
+    out.emplace_back(set, get);
+  };
+  Dl_info info{};
+  void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_");
+  if (sgemm && dladdr(sgemm, &info) && info.dli_fname) {
+    if (void* h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD)) {
+      add(h);  // first: the instance Faiss uses
+      dlclose(h);  // drops the reference RTLD_NOLOAD took; the library stays loaded
+    }
+  }
+  add(RTLD_DEFAULT);
+  return out;
+}
+
+}  // namespace
+
+ScopedBlasThreads::ScopedBlasThreads(int n) {
+  if (n <= 0) return;
+  for (auto [set, get] : openblas_instances()) {
+    saved_.push_back({set, get()});
+    set(n);
+  }
+}
+
+ScopedBlasThreads::~ScopedBlasThreads() {
+  for (auto& s : saved_) s.set(s.threads);
+}
+
+int ScopedBlasThreads::sgemm_threads() {
+  Dl_info info{};
+  void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_");
+  if (!sgemm || !dladdr(sgemm, &info) || !info.dli_fname) return -1;
+  void* h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  if (!h) return -1;
+  auto get = reinterpret_cast<GetThreads>(dlsym(h, "openblas_get_num_threads"));
+  const int n = get ? get() : -1;
+  dlclose(h);
+  return n;
+}
+
 }  // namespace topkv

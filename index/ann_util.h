@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include <faiss/Index.h>
 #include <faiss/impl/FaissException.h>
@@ -60,24 +61,27 @@ class ScopedOmpThreads {
 // OpenBLAS's own thread count, set for a scope (several threads each running
 // a small k-means must not each fan out into BLAS's pool). Looked up at run
 // time: with another BLAS (or none loaded) it does nothing. n = 0 keeps it.
+// Faiss calls the Fortran sgemm_ of whichever library provides it — on
+// Debian the openblas-pthread libblas.so.3, a second OpenBLAS instance beside
+// the libopenblas.so.0 we link, with its own thread count — so the count is
+// set in every OpenBLAS found: the default lookup and the one holding sgemm_
+// (without that, 16 k-means blocks each ran 16 BLAS threads on 16 cores).
 class ScopedBlasThreads {
  public:
-  explicit ScopedBlasThreads(int n) {
-    set_ = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-    auto get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-    if (n <= 0 || !set_ || !get) return;
-    saved_ = get();
-    set_(n);
-  }
-  ~ScopedBlasThreads() {
-    if (saved_ > 0) set_(saved_);
-  }
+  explicit ScopedBlasThreads(int n);
+  ~ScopedBlasThreads();
   ScopedBlasThreads(const ScopedBlasThreads&) = delete;
   ScopedBlasThreads& operator=(const ScopedBlasThreads&) = delete;
+  // The thread count of the OpenBLAS that provides sgemm_ (what Faiss
+  // calls), or -1 when that is not OpenBLAS.
+  static int sgemm_threads();
 
  private:
-  void (*set_)(int) = nullptr;
-  int saved_ = 0;
+  struct Saved {
+    void (*set)(int);
+    int threads;
+  };
+  std::vector<Saved> saved_;
 };
 
 // OpenMP threads worth using for a Faiss build step over `rows` keys: a team

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "gpu/partial_attention.h"
+#include "index/ann_util.h"
 #include "index/kv_index.h"
 
 using namespace topkv;
@@ -437,4 +438,16 @@ TEST_CASE("centroid and multipole summaries are the means of their clusters' key
       CHECK((int64_t)r.ids.size() >= p.k);
     }
   }
+}
+
+TEST_CASE("ScopedBlasThreads reaches the OpenBLAS that Faiss's sgemm_ comes from") {
+  // Debian loads two OpenBLAS copies (libopenblas.so.0, and the openblas-pthread
+  // libblas.so.3 that provides sgemm_); each has its own thread count.
+  const int before = topkv::ScopedBlasThreads::sgemm_threads();
+  REQUIRE(before >= 1);  // scripts/setup.sh installs OpenBLAS as the BLAS
+  {
+    topkv::ScopedBlasThreads one(1);
+    CHECK(topkv::ScopedBlasThreads::sgemm_threads() == 1);
+  }
+  CHECK(topkv::ScopedBlasThreads::sgemm_threads() == before);
 }
