@@ -1,5 +1,7 @@
 #include "index/ann_util.h"
 
+#include <mutex>
+
 #include "src/common/progress.h"
 
 #include <faiss/impl/io.h>
@@ -109,6 +111,22 @@ ScopedBlasThreads::ScopedBlasThreads(int n) {
 
 ScopedBlasThreads::~ScopedBlasThreads() {
   for (auto& s : saved_) s.set(s.threads);
+}
+
+namespace {
+std::mutex blas_lease_mu;
+int blas_leases = 0;
+std::unique_ptr<ScopedBlasThreads> blas_single;
+}  // namespace
+
+SingleThreadedBlas::SingleThreadedBlas() {
+  std::lock_guard lk(blas_lease_mu);
+  if (blas_leases++ == 0) blas_single = std::make_unique<ScopedBlasThreads>(1);
+}
+
+SingleThreadedBlas::~SingleThreadedBlas() {
+  std::lock_guard lk(blas_lease_mu);
+  if (--blas_leases == 0) blas_single.reset();
 }
 
 int ScopedBlasThreads::sgemm_threads() {

@@ -84,6 +84,18 @@ class ScopedBlasThreads {
   std::vector<Saved> saved_;
 };
 
+// While any lease is held, OpenBLAS runs single-threaded (ScopedBlasThreads(1));
+// the last lease to go restores it. Index builds running side by side (heads
+// in parallel, blocks built while prefill goes on) share one setting instead
+// of saving and restoring each other's.
+class SingleThreadedBlas {
+ public:
+  SingleThreadedBlas();
+  ~SingleThreadedBlas();
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+};
+
 // OpenMP threads worth using for a Faiss build step over `rows` keys: a team
 // costs a fork/join per parallel region, and k-means or a small add opens many
 // short ones (on a loaded host each waits for a descheduled thread: measured

@@ -4,10 +4,12 @@
 #include <faiss/Clustering.h>
 #include <faiss/IndexFlat.h>
 #include <omp.h>
+#include <tbb/task_group.h>
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "index/ann_util.h"
@@ -122,67 +124,139 @@ ClusterIndex::ClusterIndex(std::string name, const Params& p, const BuildOptions
 
 // ---- build ------------------------------------------------------------------
 
+ClusterIndex::BlockPlan ClusterIndex::plan_blocks(int64_t n) const {
+  BlockPlan p;
+  p.n = n;
+  p.block = block_ > 0 ? block_ : std::max<int64_t>(n, 1);
+  p.n_blocks = std::max<int64_t>(1, std::llround((double)n / (double)p.block));  // last: 0.5..1.5 blocks
+  p.k_first.assign((size_t)p.n_blocks + 1, 0);  // clusters before block b
+  for (int64_t b = 0; b < p.n_blocks; ++b) {
+    auto [lo, hi] = p.range(b);
+    p.k_first[(size_t)b + 1] =
+        p.k_first[(size_t)b] + std::clamp<int64_t>(std::llround((double)(hi - lo) / (double)ratio_), 1, hi - lo);
+  }
+  return p;
+}
+
+// Spherical k-means on (a sample of) the normalised keys of block b, and
+// every key of the block to the centroid of largest cosine (global cluster
+// ids into assign[lo..hi)). Seeded by the block's number: the result does not
+// depend on which thread runs it, or when.
+void ClusterIndex::cluster_block(const BlockPlan& p, int64_t b, int32_t* assign, int assign_threads,
+                                 Progress& bar) const {
+  const int d = keys_->dim();
+  auto [lo, hi] = p.range(b);
+  const int64_t len = hi - lo, kb = p.k_first[(size_t)b + 1] - p.k_first[(size_t)b];
+  auto rows = training_rows(len, std::min(len, std::max(max_train_, kb)), opt_.seed + (uint64_t)b);
+  std::vector<float> x(rows.size() * d);
+  for (int64_t i = 0; i < (int64_t)rows.size(); ++i) keys_->row_f32(lo + rows[(size_t)i], x.data() + (size_t)i * d);
+  normalise_rows(x.data(), (int64_t)rows.size(), d);
+  faiss::IndexFlatIP km_index(d);
+  spherical_kmeans(x.data(), (int64_t)rows.size(), d, kb, (int)iters_, opt_.seed + (uint64_t)b, nullptr, km_index);
+  assign_rows(*keys_, lo, hi, km_index, assign + lo, assign_threads, bar);
+  for (int64_t i = lo; i < hi; ++i) assign[i] += (int32_t)p.k_first[(size_t)b];
+}
+
 void ClusterIndex::build_impl(int64_t n) {
+  // 1. Blockwise k-means (Multipole §3.3's blockwise clustering) keeps the
+  //    build linear in n: one k-means of a million keys into 50k centroids
+  //    is ~10^14 flops.
+  const BlockPlan plan = plan_blocks(n);
+  std::vector<int32_t> assign((size_t)n);
+  if (n > 0) {
+    Progress bar(name_ + ": cluster keys", n, "keys", opt_.progress);
+    // One block's k-means is too small to spread over many cores (Faiss and
+    // BLAS threads cost more than they give at 8K x 512), so with several
+    // blocks each core takes whole blocks, single-threaded; one block (or a
+    // single core) keeps BLAS's threads.
+    const int block_threads = (int)std::min<int64_t>(n_threads(), plan.n_blocks);
+    std::vector<std::string> errors((size_t)plan.n_blocks);
+    {
+      // Only for the blocks: the coarse k-means below is one large problem
+      // that wants BLAS's threads (the H100 run lost 40 s per layer when it had one).
+      std::optional<SingleThreadedBlas> blas;
+      if (block_threads > 1) blas.emplace();
+#pragma omp parallel for schedule(dynamic, 1) num_threads(block_threads)
+      for (int64_t b = 0; b < plan.n_blocks; ++b) {
+        try {
+          cluster_block(plan, b, assign.data(), block_threads > 1 ? 1 : n_threads(), bar);
+        } catch (const std::exception& e) {
+          errors[(size_t)b] = e.what();
+        }
+      }
+    }
+    for (auto& e : errors) TOPKV_CHECK(e.empty(), "{}", e);
+    bar.finish();
+  }
+  finish_build(plan, assign);
+}
+
+// Streaming build: each block is clustered on TBB's threads as soon as its
+// rows are final, while the caller goes on (a GPU prefill); end_build
+// clusters what is left and finishes exactly as build_impl does. Only with
+// several blocks and cores: otherwise build_impl at the end (one block keeps
+// BLAS's threads there, and the result must not depend on the path taken).
+struct ClusterIndex::Streaming {
+  BlockPlan plan;
+  std::vector<int32_t> assign;
+  int64_t next_block = 0;  // blocks [0, next_block) are queued
+  std::vector<std::string> errors;
+  Progress bar{"", 0, "", false};
+  SingleThreadedBlas blas;
+  tbb::task_group tasks;
+};
+
+ClusterIndex::~ClusterIndex() {
+  if (stream_) stream_->tasks.wait();
+}
+
+void ClusterIndex::begin_build_impl(int64_t n_total) {
+  if (stream_) stream_->tasks.wait();
+  stream_.reset();
+  BlockPlan plan = plan_blocks(n_total);
+  if (n_total == 0 || plan.n_blocks < 2 || n_threads() < 2) return;
+  stream_ = std::make_unique<Streaming>();
+  stream_->plan = std::move(plan);
+  stream_->assign.resize((size_t)n_total);
+  stream_->errors.resize((size_t)stream_->plan.n_blocks);
+}
+
+void ClusterIndex::rows_ready_impl(int64_t n) {
+  if (!stream_) return;
+  Streaming& st = *stream_;
+  while (st.next_block < st.plan.n_blocks && st.plan.range(st.next_block).second <= n) {
+    const int64_t b = st.next_block++;
+    st.tasks.run([this, &st, b] {
+      try {
+        cluster_block(st.plan, b, st.assign.data(), 1, st.bar);
+      } catch (const std::exception& e) {
+        st.errors[(size_t)b] = e.what();
+      }
+    });
+  }
+}
+
+void ClusterIndex::end_build_impl(int64_t n_total) {
+  if (!stream_) return build_impl(n_total);
+  rows_ready_impl(n_total);
+  std::unique_ptr<Streaming> st = std::move(stream_);
+  st->tasks.wait();
+  for (auto& e : st->errors) TOPKV_CHECK(e.empty(), "{}", e);
+  finish_build(st->plan, st->assign);
+}
+
+// 2. Member lists (dropping clusters that got no key), centroids, the coarse
+// level, and the subclass's summaries.
+void ClusterIndex::finish_build(const BlockPlan& plan, const std::vector<int32_t>& assign) {
+  const int64_t n = plan.n;
   sum_ = ClusterSummaries{};
   inv_norm_.clear();
   members_.clear();
   parent_.clear();
   children_.clear();
-  const int d = keys_->dim();
-  sum_.dim = d;
+  sum_.dim = keys_->dim();
   if (n == 0) return;
-
-  // 1. Spherical k-means on (a sample of) the normalised keys of each block,
-  //    and every key of the block to the centroid of largest cosine. Blocks
-  //    (Multipole §3.3's blockwise clustering) keep the build linear in n:
-  //    one k-means of a million keys into 50k centroids is ~10^14 flops.
-  const int64_t block = block_ > 0 ? block_ : n;
-  const int64_t n_blocks = std::max<int64_t>(1, std::llround((double)n / (double)block));  // last: 0.5..1.5 blocks
-  auto block_range = [&](int64_t b) {
-    const int64_t lo = b * block, hi = b + 1 == n_blocks ? n : lo + block;
-    return std::pair{lo, hi};
-  };
-  std::vector<int64_t> k_first((size_t)n_blocks + 1, 0);  // clusters before block b
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    auto [lo, hi] = block_range(b);
-    k_first[(size_t)b + 1] = k_first[(size_t)b] + std::clamp<int64_t>(std::llround((double)(hi - lo) / (double)ratio_), 1, hi - lo);
-  }
-  const int64_t k = k_first.back();
-  std::vector<int32_t> assign((size_t)n);
-  Progress bar(name_ + ": cluster keys", n, "keys", opt_.progress);
-  // One block's k-means is too small to spread over many cores (Faiss and
-  // BLAS threads cost more than they give at 8K x 512), so with several
-  // blocks each core takes whole blocks, single-threaded; one block (or a
-  // single core) keeps BLAS's threads. Blocks are seeded by their number, so
-  // the result does not depend on the thread count.
-  const int block_threads = (int)std::min<int64_t>(n_threads(), n_blocks);
-  std::vector<std::string> errors((size_t)n_blocks);
-  {
-    // Only for the blocks: the coarse k-means below is one large problem that
-    // wants BLAS's threads (the H100 run lost 40 s per layer when it had one).
-    ScopedBlasThreads blas(block_threads > 1 ? 1 : 0);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(block_threads)
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      try {
-        auto [lo, hi] = block_range(b);
-        const int64_t len = hi - lo, kb = k_first[(size_t)b + 1] - k_first[(size_t)b];
-        auto rows = training_rows(len, std::min(len, std::max(max_train_, kb)), opt_.seed + (uint64_t)b);
-        std::vector<float> x(rows.size() * d);
-        for (int64_t i = 0; i < (int64_t)rows.size(); ++i) keys_->row_f32(lo + rows[(size_t)i], x.data() + (size_t)i * d);
-        normalise_rows(x.data(), (int64_t)rows.size(), d);
-        faiss::IndexFlatIP km_index(d);
-        spherical_kmeans(x.data(), (int64_t)rows.size(), d, kb, (int)iters_, opt_.seed + (uint64_t)b, nullptr, km_index);
-        assign_rows(*keys_, lo, hi, km_index, assign.data() + lo, block_threads > 1 ? 1 : n_threads(), bar);
-        for (int64_t i = lo; i < hi; ++i) assign[(size_t)i] += (int32_t)k_first[(size_t)b];
-      } catch (const std::exception& e) {
-        errors[(size_t)b] = e.what();
-      }
-    }
-  }
-  for (auto& e : errors) TOPKV_CHECK(e.empty(), "{}", e);
-  bar.finish();
-
-  // 2. Member lists, dropping clusters that got no key.
+  const int64_t k = plan.k_first.back();
   std::vector<int64_t> size((size_t)k, 0);
   for (int32_t a : assign) ++size[(size_t)a];
   std::vector<int32_t> remap((size_t)k, -1);

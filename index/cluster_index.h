@@ -34,12 +34,16 @@
 // the running mean C_j (and its coarse parent's) are updated.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "index/kv_index.h"
 
 namespace topkv {
+
+class Progress;
 
 class ClusterIndex : public KvIndex {
  public:
@@ -59,7 +63,11 @@ class ClusterIndex : public KvIndex {
     std::vector<char> coarse_expanded;  // [coarse] expanded by some head (levels=2)
   };
 
+  ~ClusterIndex() override;
   void build_impl(int64_t n_rows) override;
+  void begin_build_impl(int64_t n_total) override;
+  void rows_ready_impl(int64_t n) override;
+  void end_build_impl(int64_t n_total) override;
   void add_impl(int64_t from, int64_t to) override;
   void search_impl(const float* queries, int nq, const SearchParams& p, Candidates& out) const override;
   // A member id (int32) per key + per fine centroid an fp32 centroid, a count
@@ -106,6 +114,21 @@ class ClusterIndex : public KvIndex {
   double expand_;
 
  private:
+  // Blocks of `block` rows (the last holds 0.5 to 1.5 blocks), each into
+  // len/ratio clusters: k_first[b] clusters come before block b.
+  struct BlockPlan {
+    int64_t n = 0, block = 1, n_blocks = 1;
+    std::vector<int64_t> k_first;
+    std::pair<int64_t, int64_t> range(int64_t b) const {
+      const int64_t lo = b * block;
+      return {lo, b + 1 == n_blocks ? n : lo + block};
+    }
+  };
+  struct Streaming;
+  BlockPlan plan_blocks(int64_t n) const;
+  void cluster_block(const BlockPlan& p, int64_t b, int32_t* assign, int assign_threads, Progress& bar) const;
+  void finish_build(const BlockPlan& p, const std::vector<int32_t>& assign);
+  std::unique_ptr<Streaming> stream_;  // a streaming build in progress
   void build_coarse();
   void select_for_head(const float* q, int g, const SearchParams& p, double scale, Lookup& lk,
                        std::vector<int32_t>& kept, std::vector<int32_t>& expanded, int64_t& scored) const;

@@ -39,6 +39,36 @@ void KvIndex::build(std::shared_ptr<const RowStore> keys, std::shared_ptr<const 
   indexed_ = n;
 }
 
+void KvIndex::begin_build(std::shared_ptr<const RowStore> keys, std::shared_ptr<const RowStore> values,
+                          int64_t n_total) {
+  TOPKV_CHECK(keys, "index build needs a key store");
+  TOPKV_CHECK(!needs_values() || values, "backend '{}' summarises values and needs the value store at build", name_);
+  TOPKV_CHECK(n_total >= 0 && build_total_ < 0, "internal: streaming build of {} rows (one already running: {})",
+              n_total, build_total_ >= 0);
+  std::unique_lock lk(mu_);
+  keys_ = std::move(keys);
+  values_ = std::move(values);
+  indexed_ = 0;
+  build_total_ = n_total;
+  begin_build_impl(n_total);
+}
+
+void KvIndex::rows_ready(int64_t n) {
+  TOPKV_CHECK(build_total_ >= 0, "internal: rows_ready without begin_build");
+  rows_ready_impl(std::min(n, build_total_));
+}
+
+void KvIndex::end_build() {
+  TOPKV_CHECK(build_total_ >= 0, "internal: end_build without begin_build");
+  const int64_t n = build_total_;
+  TOPKV_CHECK(keys_->size() >= n && (!needs_values() || values_->size() >= n),
+              "internal: streaming build of {} rows ends with {} in the store", n, keys_->size());
+  std::unique_lock lk(mu_);
+  build_total_ = -1;
+  end_build_impl(n);
+  indexed_ = n;
+}
+
 int64_t KvIndex::add_new_rows() {
   TOPKV_CHECK(keys_, "add_new_rows on an index that was never built");
   std::unique_lock lk(mu_);

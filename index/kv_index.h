@@ -143,6 +143,16 @@ class KvIndex {
   // Builds over every row currently in `keys`. `values` is required when
   // needs_values(), ignored otherwise.
   void build(std::shared_ptr<const RowStore> keys, std::shared_ptr<const RowStore> values = nullptr);
+  // build() while the rows arrive (the index build overlapped with a chunked
+  // prefill): begin_build fixes the rows [0, n_total) the build covers;
+  // rows_ready(n) says the store's rows [0, n) are final, so a backend may
+  // start on them on its own threads; end_build (all n_total rows in the
+  // store) waits for that work and completes. The index is then the one
+  // build() makes over those rows. Backends with nothing to start early do
+  // it all in end_build. The index must not be searched in between.
+  void begin_build(std::shared_ptr<const RowStore> keys, std::shared_ptr<const RowStore> values, int64_t n_total);
+  void rows_ready(int64_t n);
+  void end_build();
   // Folds rows appended to the store since into the structure. Returns how many.
   int64_t add_new_rows();
   int64_t indexed_rows() const { return indexed_; }
@@ -193,6 +203,10 @@ class KvIndex {
     SearchStats stats;
   };
   virtual void build_impl(int64_t n_rows) = 0;               // rows [0, n_rows)
+  // Streaming build (begin_build ...): the defaults start nothing early.
+  virtual void begin_build_impl(int64_t n_total) { (void)n_total; }
+  virtual void rows_ready_impl(int64_t n) { (void)n; }
+  virtual void end_build_impl(int64_t n_total) { build_impl(n_total); }
   virtual void add_impl(int64_t from, int64_t to) = 0;       // rows [from, to)
   virtual void search_impl(const float* queries, int nq, const SearchParams& p, Candidates& out) const = 0;
   virtual MemoryReport memory_impl() const = 0;
@@ -210,6 +224,7 @@ class KvIndex {
   BuildOptions opt_;
   std::shared_ptr<const RowStore> keys_, values_;
   int64_t indexed_ = 0;
+  int64_t build_total_ = -1;  // rows of a streaming build in progress (-1: none)
   mutable RwLock mu_;  // writer-preferring: add_new_rows() is not starved by searches
 };
 

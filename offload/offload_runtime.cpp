@@ -119,6 +119,47 @@ void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
   bar.finish();
 }
 
+void OffloadRuntime::begin_context(int64_t n) {
+  start_context(n);
+  for (int i = 0; i < (int)layers_.size(); ++i) {
+    layers_[(size_t)i] = std::make_unique<OffloadedLayer>(layer_config(i));
+    layers_[(size_t)i]->begin_prefill(n, /*overlap=*/true);
+  }
+  absorbed_ = 0;
+}
+
+void OffloadRuntime::absorb(int64_t upto, const KvRangeReader& read) {
+  TOPKV_CHECK(absorbed_ >= 0 && upto >= absorbed_, "internal: absorb up to {} after {}", upto, absorbed_);
+  const int64_t m = upto - absorbed_;
+  if (m == 0) return;
+  std::vector<float> k, v;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    read(retrieval_layers_[i], absorbed_, k, v);  // [kv][m][d]
+    TOPKV_CHECK(k.size() == (size_t)cfg_.n_head_kv * m * cfg_.head_dim && v.size() == k.size(),
+                "internal: positions {}..{} of layer {} came as {} key values", absorbed_, upto,
+                retrieval_layers_[i], k.size());
+    layers_[i]->prefill_rows(k.data(), v.data(), absorbed_, m, (size_t)cfg_.head_dim, (size_t)m * cfg_.head_dim);
+  }
+  absorbed_ = upto;
+}
+
+void OffloadRuntime::end_context() {
+  TOPKV_CHECK(absorbed_ >= 0, "internal: end_context without begin_context");
+  Timer t;
+  absorbed_ = -1;
+  try {
+    for (auto& layer : layers_) layer->end_prefill();  // each waits for its heads' blocks, then finishes
+  } catch (...) {
+    layers_.clear();  // no half-built runtime: a later take_* starts afresh
+    throw;
+  }
+  for (int i = 0; i < (int)layers_.size(); ++i) on_layer_ready(i);
+  stats_.build_s = t.seconds();  // what the overlap left after the prefill
+  stats_.keys_indexed = 0;
+  for (auto& l : layers_)
+    for (int h = 0; h < cfg_.n_head_kv; ++h) stats_.keys_indexed += l->stored_rows(h);
+}
+
 void OffloadRuntime::fill_layers(int in_flight, const std::function<void(int, OffloadedLayer&)>& fill) {
   Timer t;
   const int nl = (int)layers_.size();

@@ -46,6 +46,17 @@ class OffloadRuntime : public AttentionOverride {
   // take_context(model.n_past(), Model::read_kv).
   using KvReader = topkv::KvReader;
   virtual void take_context(int64_t n, const KvReader& read);
+  // take_context while a chunked prefill runs (the index build overlapped
+  // with the prefill): begin_context(n) before it, absorb(upto, read) after
+  // each chunk — read(layer, from, k, v) gives the layer's positions [from,
+  // upto) as [kv][upto - from][head_dim], e.g. Model::read_kv(layer, k, v,
+  // from) — and end_context() after the last. Each index clusters its blocks
+  // on the host's threads as they complete (KvIndex::begin_build), while the
+  // device prefills; end_context finishes. The result equals take_context's.
+  using KvRangeReader = std::function<void(int layer, int64_t from, std::vector<float>& k, std::vector<float>& v)>;
+  void begin_context(int64_t n);
+  void absorb(int64_t upto, const KvRangeReader& read);
+  void end_context();
   // Context packs (offload/context_pack.h). build_extra_indexes(), before
   // take_context, makes each head also build these index specs (saved in
   // the pack beside the policy's, never searched here). save() writes every
@@ -101,6 +112,7 @@ class OffloadRuntime : public AttentionOverride {
   std::vector<std::string> extra_indexes_;   // build_extra_indexes
   std::vector<std::unique_ptr<OffloadedLayer>> layers_;
   OffloadStats stats_;
+  int64_t absorbed_ = -1;  // positions a begin_context ... end_context has taken (-1: none running)
   bool measure_error_ = false;
   std::vector<double> err_sq_, ref_sq_;  // per retrieval layer
 };

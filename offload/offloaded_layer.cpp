@@ -47,46 +47,81 @@ void OffloadedLayer::push_window(Head& h, int64_t pos, const float* k, const flo
 }
 
 void OffloadedLayer::prefill(const float* keys, const float* values, int64_t n, size_t tok, size_t hs) {
-  TOPKV_CHECK(n_tokens_ == 0, "prefill on a layer that already holds {} tokens", n_tokens_);
-  const size_t d = (size_t)cfg_.head_dim;
+  begin_prefill(n, /*overlap=*/false);
+  prefill_rows(keys, values, 0, n, tok, hs);
+  end_prefill();
+}
+
+void OffloadedLayer::begin_prefill(int64_t n, bool overlap) {
+  TOPKV_CHECK(n_tokens_ == 0 && prefill_total_ < 0, "prefill on a layer that already holds {} tokens", n_tokens_);
+  TOPKV_CHECK(n >= 0, "internal: prefill of {} tokens", n);
   n_sinks_ = (int)std::min<int64_t>(cfg_.sinks, n);
   win_len_ = std::min<int64_t>(cfg_.window, n - n_sinks_);
   win_start_ = n - win_len_;
+  prefill_total_ = n, prefill_done_ = 0, prefill_overlap_ = overlap;
+  const int64_t stored = win_start_ - n_sinks_;
+  if (overlap && stored > 0)
+    for (Head& hd : heads_)
+      if (hd.index) hd.index->begin_build(hd.keys, hd.values, stored);
+}
+
+void OffloadedLayer::prefill_rows(const float* keys, const float* values, int64_t t0, int64_t m, size_t tok,
+                                  size_t hs) {
+  TOPKV_CHECK(prefill_total_ >= 0 && t0 == prefill_done_ && m >= 0 && t0 + m <= prefill_total_,
+              "internal: prefill rows {}..{} after {} of {}", t0, t0 + m, prefill_done_, prefill_total_);
+  const size_t d = (size_t)cfg_.head_dim;
   const int64_t store_end = win_start_;
   std::vector<float> rows;
   for (int h = 0; h < cfg_.kv_heads; ++h) {
     Head& hd = heads_[(size_t)h];
-    for (int64_t t = 0; t < n_sinks_; ++t) {
-      hd.sink_k.insert(hd.sink_k.end(), keys + t * tok + h * hs, keys + t * tok + h * hs + d);
-      hd.sink_v.insert(hd.sink_v.end(), values + t * tok + h * hs, values + t * tok + h * hs + d);
+    const auto row = [&](const float* base, int64_t t) { return base + (t - t0) * tok + h * hs; };
+    for (int64_t t = t0; t < std::min<int64_t>(t0 + m, n_sinks_); ++t) {
+      hd.sink_k.insert(hd.sink_k.end(), row(keys, t), row(keys, t) + d);
+      hd.sink_v.insert(hd.sink_v.end(), row(values, t), row(values, t) + d);
     }
-    for (int64_t t = win_start_; t < n; ++t) push_window(hd, t, keys + t * tok + h * hs, values + t * tok + h * hs);
-    if (hd.streaming || store_end <= n_sinks_) continue;
-    // Gather this head's rows (token-major input -> contiguous rows) in blocks.
+    for (int64_t t = std::max(t0, win_start_); t < t0 + m; ++t) push_window(hd, t, row(keys, t), row(values, t));
+    if (hd.streaming) continue;
+    // This piece's store rows (token-major input -> contiguous rows), in blocks.
+    const int64_t lo = std::max<int64_t>(t0, n_sinks_), hi = std::min(t0 + m, store_end);
     const int64_t block = 8192;
-    rows.resize((size_t)block * d);
     for (const float* src : {keys, values}) {
       RowStore& dst = src == keys ? *hd.keys : *hd.values;
-      for (int64_t t0 = n_sinks_; t0 < store_end; t0 += block) {
-        int64_t m = std::min(block, store_end - t0);
-        for (int64_t i = 0; i < m; ++i)
-          std::copy_n(src + (t0 + i) * tok + h * hs, d, rows.begin() + (ptrdiff_t)(i * d));
-        dst.append_f32(rows.data(), m);
+      for (int64_t b0 = lo; b0 < hi; b0 += block) {
+        const int64_t cnt = std::min(block, hi - b0);
+        rows.resize((size_t)cnt * d);
+        for (int64_t i = 0; i < cnt; ++i) std::copy_n(row(src, b0 + i), d, rows.begin() + (ptrdiff_t)(i * d));
+        dst.append_f32(rows.data(), cnt);
       }
     }
+    if (prefill_overlap_ && hd.index && hi > lo) hd.index->rows_ready(hd.keys->size());
   }
-  n_tokens_ = n;
-  // Build every retrieval head's index; heads in parallel, each single-threaded
-  // unless there are fewer heads than cores.
+  prefill_done_ = t0 + m;
+}
+
+void OffloadedLayer::end_prefill() {
+  TOPKV_CHECK(prefill_total_ >= 0 && prefill_done_ == prefill_total_,
+              "internal: prefill ends after {} of {} tokens", prefill_done_, prefill_total_);
+  n_tokens_ = prefill_total_;
+  const bool overlap = prefill_overlap_;
+  prefill_total_ = -1;
+  // Build (or finish building) every retrieval head's index; heads in
+  // parallel, each single-threaded unless there are fewer heads than cores.
   std::vector<int> todo;
   for (int h = 0; h < cfg_.kv_heads; ++h)
     if (heads_[(size_t)h].index && heads_[(size_t)h].keys->size() > 0) todo.push_back(h);
+  std::vector<std::string> errors(todo.size());
 #pragma omp parallel for schedule(dynamic, 1) if (todo.size() > 1)
   for (size_t i = 0; i < todo.size(); ++i) {
     Head& hd = heads_[(size_t)todo[i]];
-    hd.index->build(hd.keys, hd.values);
-    for (auto& extra : hd.extra_indexes) extra->build(hd.keys, hd.values);
+    try {
+      if (overlap) hd.index->end_build();
+      else hd.index->build(hd.keys, hd.values);
+      for (auto& extra : hd.extra_indexes) extra->build(hd.keys, hd.values);
+    } catch (const std::exception& e) {
+      errors[i] = e.what();
+    }
   }
+  for (auto& e : errors) TOPKV_CHECK(e.empty(), "{}", e);
 }
 
 void OffloadedLayer::save(PackWriter& w, const std::string& prefix) const {

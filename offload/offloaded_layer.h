@@ -76,6 +76,17 @@ class OffloadedLayer {
   void prefill(const float* keys, const float* values, int64_t n_tokens) {
     prefill(keys, values, n_tokens, (size_t)cfg_.kv_heads * cfg_.head_dim, (size_t)cfg_.head_dim);
   }
+  // prefill() in pieces, as a chunked prefill produces them: begin_prefill
+  // fixes the context length (so where sinks, store and window end);
+  // prefill_rows takes positions [t0, t0 + m) in order, `keys` pointing at
+  // position t0 with the same strides as prefill(); end_prefill builds the
+  // indexes. With overlap, each index builds while the rows arrive
+  // (KvIndex::begin_build: multipole/centroid cluster their blocks as they
+  // complete) and end_prefill only finishes; the result is prefill()'s.
+  void begin_prefill(int64_t n_tokens, bool overlap);
+  void prefill_rows(const float* keys, const float* values, int64_t t0, int64_t m, size_t token_stride,
+                    size_t head_stride);
+  void end_prefill();
   // Appends one generated token; evicts the window's oldest token if full.
   void append(const float* key, const float* value);
   // append() in two halves, for a runtime that has the new token's key and
@@ -158,6 +169,8 @@ class OffloadedLayer {
   int n_sinks_ = 0;        // sinks filled (<= cfg_.sinks)
   int64_t win_start_ = 0;  // position of the oldest window token
   int64_t win_len_ = 0;
+  int64_t prefill_total_ = -1, prefill_done_ = 0;  // a piecewise prefill in progress (-1: none)
+  bool prefill_overlap_ = false;
 };
 
 }  // namespace topkv

@@ -107,6 +107,34 @@ TEST_CASE("generate --pack prints what generate prints after prefilling the same
   CHECK(q["offload"]["k_per_layer"] == nlohmann::json::array({3, 5}));  // mean 4, rising linearly
 }
 
+TEST_CASE("--overlap-build on: the indexes built during the prefill give the same run and the same pack") {
+  Fixture& f = fixture();
+  // Small k-means blocks and prefill chunks, so that blocks complete (and
+  // are clustered on other threads) while the prefill goes on.
+  const std::string policy = " --attn topk --index multipole:block=8,ratio=2 " + kSearch + " --chunk 5 -c 256";
+  const std::string common = " -m " + f.model + " -n 10 --seed 4 --temp 0.8 -q" + policy;
+  auto off = run_topkv("generate" + common + " -f " + f.doc + " --overlap-build off");
+  auto on = run_topkv("generate" + common + " -f " + f.doc + " --overlap-build on");
+  INFO(off.err << on.err);
+  REQUIRE(off.rc == 0);
+  REQUIRE(on.rc == 0);
+  CHECK(on.out == off.out);
+  const std::string build = "index build -m " + f.model + " -f " + f.doc + " --index multipole:block=8,ratio=2 " +
+                            kSearch + " --chunk 5 -q";
+  const std::string p_off = f.dir.file("off.tkv"), p_on = f.dir.file("on.tkv");
+  REQUIRE(run_topkv(build + " --overlap-build off -o " + p_off).rc == 0);
+  auto b = run_topkv(build + " --overlap-build on -o " + p_on + " --json " + f.dir.file("on.json"));
+  INFO(b.err);
+  REQUIRE(b.rc == 0);
+  CHECK(nlohmann::json::parse(test::slurp(f.dir.file("on.json")))["overlap_build"] == true);
+  auto g_off = run_topkv("generate -m " + f.model + " --pack " + p_off + " -n 10 --seed 4 --temp 0.8 -q -c 256");
+  auto g_on = run_topkv("generate -m " + f.model + " --pack " + p_on + " -n 10 --seed 4 --temp 0.8 -q -c 256");
+  REQUIRE(g_off.rc == 0);
+  REQUIRE(g_on.rc == 0);
+  CHECK(g_on.out == g_off.out);
+  CHECK(g_on.out == off.out);
+}
+
 TEST_CASE("a dense pack decodes as a dense run; --prompts answers each question from the pack afresh") {
   Fixture& f = fixture();
   const std::string dense = f.dir.file("dense.pack");

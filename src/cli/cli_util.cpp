@@ -1,5 +1,7 @@
 #include "src/cli/cli_util.h"
 
+#include "src/common/progress.h"
+
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -27,6 +29,32 @@ void add_backend_options(CLI::App* cmd, BackendArgs& a, const std::string& cuda_
                   "Most GPU memory the run may hold, e.g. 16G or 1500M (weights, KV cache and window, buffers, "
                   "prefill scratch); the run stops with a breakdown rather than exceed it");
   cmd->add_option("--threads", a.threads, "CPU threads (default: OpenMP's, i.e. all cores or OMP_NUM_THREADS)");
+  cmd->add_option("--overlap-build", a.overlap_build, "Top-k: build the indexes while the model prefills (multipole "
+                  "and centroid cluster each 8K-key block as it completes): on, off, or auto (on when the model "
+                  "runs on the GPU, whose prefill leaves the host cores free)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+}
+
+bool overlap_build(const BackendArgs& a, bool cuda) { return a.overlap_build == "on" || (a.overlap_build == "auto" && cuda); }
+
+std::vector<float> prefill_into(Model& model, std::span<const int32_t> ids, int chunk, OffloadRuntime* rt,
+                                bool overlap) {
+  Progress bar("prefill", (int64_t)ids.size(), "tok", (int64_t)ids.size() > chunk);
+  const int64_t base = model.n_past();
+  overlap = overlap && rt && base == 0;
+  if (overlap) rt->begin_context((int64_t)ids.size());
+  const auto read = [&model](int layer, int64_t from, std::vector<float>& k, std::vector<float>& v) {
+    model.read_kv(layer, k, v, from);
+  };
+  std::vector<float> logits = model.prefill(ids, chunk, false, [&](int64_t done) {
+    bar.set(done);
+    if (overlap) rt->absorb(done, read);
+  });
+  bar.finish();
+  if (overlap) rt->end_context();
+  else if (rt) rt->take_prefill(model);
+  return logits;
 }
 
 std::unique_ptr<Backend> make_backend(const BackendArgs& a, bool& cuda) {

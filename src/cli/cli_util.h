@@ -5,9 +5,11 @@
 #include <cstddef>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "offload/offload_runtime.h"
 #include "offload/policy.h"
 #include "src/model/gguf.h"
 #include "src/model/model.h"
@@ -16,14 +18,25 @@ namespace topkv::cli {
 
 // Where the model runs (generate, index build): --backend, --gpu-mem-budget, --threads.
 struct BackendArgs {
-  std::string backend = "auto", gpu_mem_budget;
+  std::string backend = "auto", gpu_mem_budget, overlap_build = "auto";
   int threads = 0;
 };
-// Adds the three options; `cuda_note` ends --backend's help (what cuda means for this command).
+// Adds the options; `cuda_note` ends --backend's help (what cuda means for this command).
 void add_backend_options(CLI::App* cmd, BackendArgs& a, const std::string& cuda_note);
 // The CUDA backend for "cuda", or "auto" with a GPU visible (cuda = true);
 // else the CPU backend. Throws Error on a budget for the CPU or a bad size.
 std::unique_ptr<Backend> make_backend(const BackendArgs& a, bool& cuda);
+
+// Prefills `ids` in chunks of `chunk` (a progress bar when there are several)
+// and returns the last token's logits. With an offloaded runtime `rt`, hands
+// it the retrieval layers' KV: while the prefill runs when `overlap` (the
+// indexes build on the host cores as the keys appear,
+// OffloadRuntime::begin_context), else after it (take_prefill).
+std::vector<float> prefill_into(Model& model, std::span<const int32_t> ids, int chunk, OffloadRuntime* rt,
+                                bool overlap);
+// --overlap-build resolved: auto overlaps when the model runs on the GPU
+// (its prefill leaves the host cores free).
+bool overlap_build(const BackendArgs& a, bool cuda);
 
 inline constexpr const char* kDefaultModel = ".models/gemma-3-270m-q4_k_m.gguf";  // scripts/fetch-model.sh
 

@@ -215,13 +215,12 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
         note(fmt::format("topkv: restored in {:.2f} s; {}; host store + index {}", offload->stats().build_s,
                          offload->describe(), mib(offload->host_bytes())));
     }
-    if (!prompt.empty()) {  // with a bar for prompts longer than one chunk
-      Progress bar("prefill", (int64_t)prompt.size(), "tok", prompt.size() > (size_t)mo.max_chunk);
-      logits = model.prefill(prompt, mo.max_chunk, false, [&](int64_t done) { bar.set(done); });
-      bar.finish();
-    }
-    if (offload && !pack) {  // hand the retrieval layers' KV to the host stores and build their indexes
-      offload->take_prefill(model);
+    // Without a pack the retrieval layers' KV goes to the host stores and
+    // their indexes are built: during the prefill (--overlap-build) or after.
+    OffloadRuntime* take = offload && !pack ? offload.get() : nullptr;
+    if (!prompt.empty()) logits = prefill_into(model, prompt, mo.max_chunk, take, overlap_build(a.where, cuda));
+    else if (take) take->take_prefill(model);  // (refused: nothing was prefilled)
+    if (take) {
       model.set_attention_override(offload.get());
       for (int il : offload->retrieval_layers()) model.release_kv(il);  // the runtime holds them now
       note(fmt::format("topkv: {}; {} keys indexed in {:.2f} s, host store + index {}", offload->describe(),
