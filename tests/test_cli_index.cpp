@@ -107,7 +107,7 @@ TEST_CASE("generate --pack prints what generate prints after prefilling the same
   CHECK(q["offload"]["k_per_layer"] == nlohmann::json::array({3, 5}));  // mean 4, rising linearly
 }
 
-TEST_CASE("--overlap-build on: the indexes built during the prefill give the same run and the same pack") {
+TEST_CASE("index build overlapped with the prefill (--overlap-build on) gives the same run and the same pack") {
   Fixture& f = fixture();
   // Small k-means blocks and prefill chunks, so that blocks complete (and
   // are clustered on other threads) while the prefill goes on.
