@@ -28,7 +28,8 @@ TEST_CASE("the index build overlapped with the prefill equals the build after it
   const std::vector<Case> cases = {
       {"multipole:block=64,ratio=8", 1, 4, 64, 1000},         {"multipole:levels=2,block=50,ratio=4", 2, 8, 32, 777},
       {"centroid:block=40", 2, 4, 64, 500},                   {"quest:page=4", 2, 4, 32, 301},
-      {"flat", 1, 2, 16, 200},                                {"hnswlib:M=8", 1, 4, 32, 300},
+      {"flat", 1, 2, 16, 200},
+      // (not hnswlib: its multi-threaded inserts make two builds differ anyway)
       {"multipole:block=64,ratio=8", 1, 4, 64, 9},  // shorter than sinks + window: no store
       {"multipole:block=1000", 1, 4, 32, 400},      // one block: built at the end
   };
