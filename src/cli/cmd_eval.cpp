@@ -72,7 +72,10 @@ int argmax(const std::vector<float>& v) { return (int)(std::max_element(v.begin(
 
 std::vector<Method> make_methods(const EvalArgs& a, const OffloadPolicy& base) {
   std::vector<Method> out;
-  for (auto& idx : a.indexes)
+  std::vector<std::string> specs;
+  for (const std::string& value : a.indexes)
+    for (std::string& spec : split_index_specs(value)) specs.push_back(std::move(spec));
+  for (auto& idx : specs)
     for (auto& k : a.ks) {
       Method m{fmt::format("topk:{}@{}", idx, k), base};
       m.policy.attn = AttnMode::TopK;
@@ -248,8 +251,9 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--lengths", a->lengths, "Prompt lengths in tokens (list or lo:hi:x2)")->capture_default_str();
   cmd->add_option("--depths", a->depths, "Needle depths as fractions of the filler")->capture_default_str();
   cmd->add_option("--trials", a->trials, "Prompts (random keys) per length and depth")->capture_default_str();
-  cmd->add_option("--methods-index", a->indexes, "Index backends to evaluate (repeat or comma list)")
-      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--methods-index", a->indexes, "Index backends to evaluate (repeat, or a comma list whose specs "
+                  "may carry parameters: multipole,multipole:levels=2,coarse_ratio=64)")
+      ->capture_default_str();
   cmd->add_option("--methods-k", a->ks, "k values: a number, or a percentage of the prompt like 1%")
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--answer-tokens", a->answer_tokens, "Tokens decoded per answer")->capture_default_str();
