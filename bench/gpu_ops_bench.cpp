@@ -210,8 +210,6 @@ void run_gpu_ops(const GpuOpsArgs& a) {
     bench::bench_model_file(be, a.model, "model", mo, sink);
     return;
   }
-  TOPKV_CHECK(a.only.empty() || a.only == "prefill" || a.only == "search",
-              "--only takes 'prefill' or 'search', got '{}'", a.only);
   if (a.only == "prefill") {
     bench_prefill_attention(be, tm, rep, a.reps, a.quick);
     return;
@@ -264,7 +262,8 @@ void register_bench_gpu(CLI::App& app) {
   cmd->add_flag("--quick", a->quick, "Fewer shapes and smaller buffers (a smoke run)");
   cmd->add_flag("--model-only", a->model_only, "Time only the --model, none of the kernels");
   cmd->add_option("--only", a->only, "Time one group only: 'prefill' (prefill attention, fp32 kernel vs tensor "
-                  "cores) or 'search' (the device search's steps)");
+                  "cores) or 'search' (the device search's steps)")
+      ->check(CLI::IsMember({"prefill", "search"}));
   cmd->callback([a] { run_gpu_ops(*a); });
 }
 

@@ -164,6 +164,7 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   int ids_cap_ = 0;
   PinnedBuffer host_lists_, host_qkv_, host_far_, host_rows_;
   std::vector<OffloadedLayer::Retrieved> found_;
+  std::vector<int64_t> tail_;  // per KV head: evicted rows before the window the step attends exactly
   cudaEvent_t ev_[5] = {};
   bool timing_pending_ = false;
 };
@@ -336,8 +337,8 @@ void GpuOffloadRuntime::decode_host_search(int slot, const float* q, const float
       kp[j] = kr, vp[j] = vr;
     }
   }
-  const std::vector<int64_t> no_tail((size_t)nkv, 0);  // the host's search covers the tail
-  const int n_exact = exact_parts(L, no_tail);
+  tail_.assign((size_t)nkv, 0);  // the host's search covers the unfolded rows
+  const int n_exact = exact_parts(L, tail_);
   const int ids_splits = splits_for(max_ids, kIdsRowsPerSplit, kMaxIdsSplits);
   const int parts = n_exact + ids_splits + 1;
   float *pm, *pl, *po;
@@ -372,7 +373,7 @@ void GpuOffloadRuntime::decode_host_search(int slot, const float* q, const float
   cuda::RowListArgs a;
   a.q = q, a.n_kv = nkv, a.group = G, a.head_dim = d, a.scale = scale;
   a.parts = parts, a.part_m = pm, a.part_l = pl, a.part_o = po;
-  attend_exact(mir, L, no_tail, a);
+  attend_exact(mir, L, tail_, a);
   a.row_type = policy_.store_dtype, a.k_rows = dl, a.v_rows = dl + n_ptr;
   a.counts = reinterpret_cast<const int32_t*>(dl + 2 * n_ptr), a.max_rows = ic;
   a.n_splits = ids_splits, a.part0 = n_exact;
@@ -430,9 +431,9 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   TOPKV_CUDA_CHECK(cudaMemcpyAsync(hkv + (size_t)nkv * d, v, (size_t)nkv * d * 4, cudaMemcpyDeviceToHost, st));
 
   // Partial slots: sinks, ring, retrieved rows, far rows.
-  std::vector<int64_t> tail((size_t)nkv);
-  for (int h = 0; h < nkv; ++h) tail[(size_t)h] = L.stored_rows(h) - tab.covered(h);
-  const int n_exact = exact_parts(L, tail);
+  tail_.resize((size_t)nkv);
+  for (int h = 0; h < nkv; ++h) tail_[(size_t)h] = L.stored_rows(h) - tab.covered(h);
+  const int n_exact = exact_parts(L, tail_);
   const int ids_splits = splits_for(cap, kIdsRowsPerSplit, kMaxIdsSplits);
   const int far_splits = tab.far_field() ? splits_for(tab.max_n(), kFarGroupsPerSplit, kMaxFarSplits) : 0;
   const int parts = n_exact + ids_splits + far_splits;
@@ -457,7 +458,7 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   cuda::RowListArgs a;
   a.q = q, a.n_kv = nkv, a.group = G, a.head_dim = d, a.scale = scale;
   a.parts = parts, a.part_m = pm, a.part_l = pl, a.part_o = po;
-  attend_exact(mir, L, tail, a);
+  attend_exact(mir, L, tail_, a);
   a.row_type = policy_.store_dtype, a.k_rows = dl, a.v_rows = dl + n_ptr, a.counts = dcounts, a.max_rows = cap;
   a.n_splits = ids_splits, a.part0 = n_exact;
   cuda::row_list_attention(a, st);

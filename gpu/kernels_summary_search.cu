@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
   // kFarUnroll groups per warp with their loads in flight (the rows are in
   // HBM, but one dependent load per iteration leaves the warp idle).
   for (int j0 = first + warp * kFarUnroll; j0 < last; j0 += kFarWarps * kFarUnroll) {
-    float v[kFarUnroll][DPL], x[kFarUnroll][kMaxGroup], logw[kFarUnroll];
+    float v[kFarUnroll][DPL], x[kFarUnroll][kMaxGroup], count[kFarUnroll];
     bool use[kFarUnroll];
 #pragma unroll
     for (int u = 0; u < kFarUnroll; ++u) {
@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
       use[u] = j < last && !sel[j];
       if (!use[u]) continue;
       load_lane<E, DPL>(static_cast<const E*>(head.value_means) + (size_t)j * HD + lane * DPL, v[u]);
-      logw[u] = (float)head.counts[j];
+      count[u] = (float)head.counts[j];
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g)
         if (g < ng) x[u][g] = w.scores[((size_t)h * a.group + g0 + g) * a.max_n + j];
@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
 #pragma unroll
     for (int u = 0; u < kFarUnroll; ++u) {
       if (!use[u]) continue;
-      const float lw = logf(logw[u]);
+      const float lw = logf(count[u]);
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g) {
         if (g >= ng) break;

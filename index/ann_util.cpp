@@ -75,27 +75,30 @@ namespace {
 using SetThreads = void (*)(int);
 using GetThreads = int (*)();
 
-// The OpenBLAS thread setters and getters reachable from here: the default
-// symbol lookup, and the library that provides sgemm_ (may be another copy).
-std::vector<std::pair<SetThreads, GetThreads>> openblas_instances() {
-  std::vector<std::pair<SetThreads, GetThreads>> out;
-  auto add = [&](void* handle) {
-    auto set = reinterpret_cast<SetThreads>(dlsym(handle, "openblas_set_num_threads"));
-    auto get = reinterpret_cast<GetThreads>(dlsym(handle, "openblas_get_num_threads"));
-    if (!set || !get) return;
-    for (auto& e : out)
-      if (e.first == set) return;
-    out.emplace_back(set, get);
-  };
+using OpenBlas = std::pair<SetThreads, GetThreads>;
+
+OpenBlas openblas_in(void* handle) {
+  return {reinterpret_cast<SetThreads>(dlsym(handle, "openblas_set_num_threads")),
+          reinterpret_cast<GetThreads>(dlsym(handle, "openblas_get_num_threads"))};
+}
+
+// The OpenBLAS that provides sgemm_ (what Faiss calls), or nulls.
+OpenBlas sgemm_openblas() {
   Dl_info info{};
   void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_");
-  if (sgemm && dladdr(sgemm, &info) && info.dli_fname) {
-    if (void* h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD)) {
-      add(h);  // first: the instance Faiss uses
-      dlclose(h);  // drops the reference RTLD_NOLOAD took; the library stays loaded
-    }
-  }
-  add(RTLD_DEFAULT);
+  if (!sgemm || !dladdr(sgemm, &info) || !info.dli_fname) return {};
+  void* h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  if (!h) return {};
+  const OpenBlas found = openblas_in(h);
+  dlclose(h);  // drops the reference RTLD_NOLOAD took; the library stays loaded
+  return found;
+}
+
+// Every OpenBLAS reachable from here, each once: sgemm_'s and the default lookup's.
+std::vector<OpenBlas> openblas_instances() {
+  std::vector<OpenBlas> out;
+  for (const OpenBlas& o : {sgemm_openblas(), openblas_in(RTLD_DEFAULT)})
+    if (o.first && o.second && (out.empty() || out[0].first != o.first)) out.push_back(o);
   return out;
 }
 
@@ -130,15 +133,8 @@ SingleThreadedBlas::~SingleThreadedBlas() {
 }
 
 int ScopedBlasThreads::sgemm_threads() {
-  Dl_info info{};
-  void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_");
-  if (!sgemm || !dladdr(sgemm, &info) || !info.dli_fname) return -1;
-  void* h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
-  if (!h) return -1;
-  auto get = reinterpret_cast<GetThreads>(dlsym(h, "openblas_get_num_threads"));
-  const int n = get ? get() : -1;
-  dlclose(h);
-  return n;
+  const OpenBlas o = sgemm_openblas();
+  return o.second ? o.second() : -1;
 }
 
 }  // namespace topkv

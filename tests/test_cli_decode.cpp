@@ -61,6 +61,9 @@ TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
       {"-m " + model() + " -p hi --backend cpu --attn topk --search-on gpu", "--search-on gpu needs the CUDA backend"},
       {"-m " + model() + " -p hi --attn topk --search-on gpu --stage-rows", "cannot be combined with --stage-rows"},
       {"-m " + model() + " -p hi --attn topk --search-on disk", "disk"},
+      {"-m " + model() + " -p hi --attn topk --device-fold 0", "--device-fold must be at least 1"},
+      {"-m " + model() + " -p hi --attn topk --device-table-type f8", "f8"},
+      {"-m " + model() + " -p hi --attn topk --overlap-build sometimes", "sometimes"},
   };
   if (cuda_device_count() == 0)  // without a device, asking for one is refused with the reason
     cases.push_back({"-m " + model() + " -p hi --backend cuda", "CUDA"});
@@ -70,6 +73,12 @@ TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
     CHECK(r.rc != 0);
     CHECK(r.err.find(b.says) != std::string::npos);
   }
+}
+
+TEST_CASE("bench gpu-ops: a group that does not exist is refused, with or without a GPU") {
+  auto r = run_topkv("bench gpu-ops --only nosuch");
+  CHECK(r.rc != 0);
+  CHECK(r.err.find("nosuch") != std::string::npos);
 }
 
 TEST_CASE("eval passkey: rows for dense and each method; bad methods refused before work") {
@@ -88,6 +97,10 @@ TEST_CASE("eval passkey: rows for dense and each method; bad methods refused bef
   auto bad = run_topkv("eval passkey -m " + model() + " --methods-index nosuch");
   CHECK(bad.rc != 0);
   CHECK(bad.err.find("unknown index backend") != std::string::npos);
+  // A spec's own comma-separated parameters stay with it (here: refused for its value, not as a backend).
+  bad = run_topkv("eval passkey -m " + model() + " --methods-index flat,multipole:levels=2,coarse_ratio=1");
+  CHECK(bad.rc != 0);
+  CHECK(bad.err.find("coarse_ratio=1 must be at least 2") != std::string::npos);
   bad = run_topkv("eval passkey -m " + model() + " --methods-k 0%");
   CHECK(bad.rc != 0);
   bad = run_topkv("eval passkey -m " + model() + " --task haystack");

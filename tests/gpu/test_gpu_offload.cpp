@@ -17,6 +17,7 @@
 #include "src/model/sampler.h"
 #include "src/model/synth.h"
 #include "tests/gpu/cuda_test_util.h"
+#include "tests/gpu/offload_test_util.h"
 #include "tests/test_util.h"
 
 using namespace topkv;
@@ -146,30 +147,8 @@ TEST_CASE("GpuOffloadRuntime serves the CPU OffloadRuntime's attention, step by 
     OffloadRuntime ref(cfg, pol, false);
     auto got = make_gpu_offload_runtime(be, cfg, pol, false);
     REQUIRE(got->on_device());
-    std::mt19937 rng(7);
-    std::vector<std::vector<float>> ctx_k, ctx_v;  // per layer [kv][n][hd], a shared offset as in real keys
-    for (int il = 0; il < 2; ++il) {
-      ctx_k.push_back(randn((size_t)c.kv * c.n * c.hd, rng, 1.f, 0.3f));
-      ctx_v.push_back(randn((size_t)c.kv * c.n * c.hd, rng));
-    }
-    auto reader = [&](int il, std::vector<float>& k, std::vector<float>& v) { k = ctx_k[(size_t)il], v = ctx_v[(size_t)il]; };
-    ref.take_context(c.n, reader);
-    got->take_context(c.n, reader);
-    const size_t qn = (size_t)c.heads * c.hd, kn = (size_t)c.kv * c.hd;
-    Buffer dq = be.alloc(qn * 4), dk = be.alloc(kn * 4), dv = be.alloc(kn * 4), dout = be.alloc(qn * 4);
-    const float scale = 1.f / std::sqrt((float)c.hd);
-    for (int step = 0; step < 3 * c.window + 5; ++step) {  // the window wraps and evicts into the store
-      for (int il = 0; il < 2; ++il) {
-        CAPTURE(step, il);
-        const auto q = randn(qn, rng, 1.5f), k = randn(kn, rng, 1.f, 0.3f), v = randn(kn, rng);
-        std::vector<float> want(qn);
-        ref.decode_attention(il, q.data(), k.data(), v.data(), c.n + step, scale, want.data());
-        be.from_host(q.data(), dq, 0, qn * 4), be.from_host(k.data(), dk, 0, kn * 4), be.from_host(v.data(), dv, 0, kn * 4);
-        got->decode_attention_device(il, dq.f32(), dk.f32(), dv.f32(), c.n + step, scale, dout.f32());
-        sum.check(rel_err(download(be, dout, qn), want));
-      }
-    }
-    CHECK(got->stats().steps == ref.stats().steps);
+    // The window wraps and evicts into the store.
+    compare_offload_steps(ref, *got, cfg, c.n, 3 * c.window + 5, /*f16_exact=*/false, sum);
     CHECK(got->stats().retrieved == ref.stats().retrieved);
   }
 }

@@ -15,6 +15,7 @@
 #include "gpu/summary_search_ref.h"
 #include "tests/clustered_keys.h"
 #include "tests/gpu/cuda_test_util.h"
+#include "tests/gpu/offload_test_util.h"
 
 using namespace topkv;
 using namespace topkv::test;
@@ -29,12 +30,6 @@ RowStore::ChunkAllocator pinned_alloc() {
     REQUIRE(cudaHostAlloc(&p, bytes, cudaHostAllocMapped) == cudaSuccess);
     return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { cudaFreeHost(q); });
   };
-}
-
-void round_through(DType t, std::vector<float>& v) {
-  std::vector<uint8_t> raw(v.size() * dtype_size(t));
-  from_f32(t, v.data(), raw.data(), v.size());
-  to_f32(t, raw.data(), v.data(), v.size());
 }
 
 template <class T> std::vector<T> fetch(Backend& be, const void* dev, size_t n) {
@@ -198,34 +193,8 @@ TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtim
     pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32, pol.device_fold = c.fold;
     FoldingRuntime ref(cfg, pol, c.fold);
     auto got = make_gpu_offload_runtime(be, cfg, pol, false);
-    std::mt19937 rng(7);
-    std::vector<std::vector<float>> ctx_k, ctx_v;
-    for (int il = 0; il < 2; ++il) {
-      ctx_k.push_back(randn((size_t)c.kv * c.n * c.hd, rng, 1.f, 0.3f));
-      ctx_v.push_back(randn((size_t)c.kv * c.n * c.hd, rng));
-      round_through(DType::F16, ctx_k.back()), round_through(DType::F16, ctx_v.back());
-    }
-    auto reader = [&](int il, std::vector<float>& k, std::vector<float>& v) { k = ctx_k[(size_t)il], v = ctx_v[(size_t)il]; };
-    ref.take_context(c.n, reader);
-    got->take_context(c.n, reader);
-    const size_t qn = (size_t)c.heads * c.hd, kn = (size_t)c.kv * c.hd;
-    Buffer dq = be.alloc(qn * 4), dk = be.alloc(kn * 4), dv = be.alloc(kn * 4), dout = be.alloc(qn * 4);
-    const float scale = 1.f / std::sqrt((float)c.hd);
-    for (int step = 0; step < 3 * c.window + 2 * std::min(c.fold, 50) + 5; ++step) {
-      for (int il = 0; il < 2; ++il) {
-        CAPTURE(step, il);
-        // k, v exactly representable in the f16 store: the device attends
-        // the rows not yet folded from its fp32 ring, the CPU from the store.
-        const auto q = randn(qn, rng, 1.5f);
-        auto k = randn(kn, rng, 1.f, 0.3f), v = randn(kn, rng);
-        round_through(DType::F16, k), round_through(DType::F16, v);
-        std::vector<float> want(qn);
-        ref.decode_attention(il, q.data(), k.data(), v.data(), c.n + step, scale, want.data());
-        be.from_host(q.data(), dq, 0, qn * 4), be.from_host(k.data(), dk, 0, kn * 4), be.from_host(v.data(), dv, 0, kn * 4);
-        got->decode_attention_device(il, dq.f32(), dk.f32(), dv.f32(), c.n + step, scale, dout.f32());
-        sum.check(rel_err(download(be, dout, qn), want));
-      }
-    }
-    CHECK(got->stats().steps == ref.stats().steps);
+    // k, v exactly representable in the f16 store: the device attends the
+    // rows not yet folded from its fp32 ring, the CPU from the store.
+    compare_offload_steps(ref, *got, cfg, c.n, 3 * c.window + 2 * std::min(c.fold, 50) + 5, /*f16_exact=*/true, sum);
   }
 }
