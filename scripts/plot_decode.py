@@ -14,10 +14,9 @@ was a real prefill or synthetic keys/values. Run by `topkv bench decode`, or:
 Needs matplotlib (Debian: python3-matplotlib), Agg backend (no display).
 """
 import argparse
-import os
 import sys
 
-from plot_util import load_results, pyplot
+from plot_util import load_results, pyplot, save_png
 
 PARTS = [("model", "model (outside attention)"), ("host_attn", "override host work (host-dense: all of it)"), ("search", "index search"),
          ("gpu", "GPU kernels"), ("transfer", "host<->GPU copies"), ("wait", "waiting on GPU")]
@@ -83,10 +82,7 @@ def main():
     fig.suptitle(f"{cfg['model']} ({model['arch']}, {model['n_layer']} layers, {model['n_head_kv']} KV heads x "
                  f"{model['head_dim']}), {machine['backend']} backend, {machine['threads']} threads; "
                  f"{fill_text}", fontsize=10)
-    fig.tight_layout()
-    tmp = args.out + ".tmp"
-    fig.savefig(tmp, format="png", dpi=120)
-    os.replace(tmp, args.out)
+    save_png(fig, args.out)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,9 @@ Needs matplotlib (Debian: python3-matplotlib) and uses its Agg backend,
 so no display is required.
 """
 import argparse
-import os
 import sys
 
-from plot_util import load_results, pyplot
+from plot_util import load_results, pyplot, save_png
 
 
 def pareto_front(points):
@@ -61,10 +60,7 @@ def main():
                  f"{data['n_queries']} decode steps", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    tmp = args.out + ".tmp"
-    fig.savefig(tmp, format="png", dpi=120)
-    os.replace(tmp, args.out)
+    save_png(fig, args.out)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Helpers shared by the plot scripts (plot_recall.py, plot_decode.py): the
-headless matplotlib import and reading a benchmark's JSON, each failing with a
-one-line message that says what to do."""
+headless matplotlib import, reading a benchmark's JSON (each failing with a
+one-line message that says what to do), and writing the PNG atomically."""
 import json
+import os
 import sys
 
 
@@ -24,3 +25,11 @@ def load_results(prog, path, *keys):
         return [res[k] for k in keys]
     except (OSError, ValueError, KeyError) as e:
         sys.exit(f"{prog}: cannot read results from {path}: {e}")
+
+
+def save_png(fig, path):
+    """Lays `fig` out and writes it to `path` as a PNG: a temporary file, then a rename."""
+    fig.tight_layout()
+    tmp = path + ".tmp"
+    fig.savefig(tmp, format="png", dpi=120)
+    os.replace(tmp, path)
