@@ -235,7 +235,8 @@ void row_list_attention(const RowListArgs& a, cudaStream_t stream);
 //   4. far (value means set, Multipole): every unselected group j as one
 //      weighted row, logit scale.x + ln N_j, value V̄_j, into far_splits
 //      partials per query head (part0 .., as row_list_attention).
-// Twin: summary_search_reference (gpu/summary_search_ref.h).
+// Twins: summary_scores_reference and summary_select_reference (gpu/summary_search_ref.h);
+// the far rows: partial_add_gather over the unselected groups.
 constexpr int kStoreChunkShift = 16;  // RowStore::kChunkShift: row r is in chunk r >> 16 (checked where tables are built)
 struct SummaryHead {
   const void* rows = nullptr;          // [n][row_len] of table_type

@@ -15,18 +15,6 @@ bool DeviceSearchTables::backend_supported(const std::string& index_spec) {
   return name == "multipole" || name == "centroid" || name == "quest";
 }
 
-bool DeviceSearchTables::supported(const OffloadedLayer& L) {
-  bool any = false;
-  for (int h = 0; h < L.config().kv_heads; ++h) {
-    const KvIndex* index = L.index(h);
-    if (!index || !index->attached()) continue;
-    SummaryTables t;
-    if (!index->export_summaries(t)) return false;
-    any = true;
-  }
-  return any || backend_supported(L.config().index);  // no index built yet (a short prompt): by its kind
-}
-
 bool DeviceSearchTables::stale(const OffloadedLayer& L) const {
   if (covered_.size() != (size_t)L.config().kv_heads) return true;
   for (int h = 0; h < L.config().kv_heads; ++h) {

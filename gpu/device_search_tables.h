@@ -23,9 +23,6 @@ class DeviceSearchTables {
  public:
   // The index backends with a device search: those that export SummaryTables.
   static bool backend_supported(const std::string& index_spec);
-  // Whether `L`'s indexes have a device search (every retrieval head exports
-  // summary tables).
-  static bool supported(const OffloadedLayer& L);
 
   // (Re)uploads every head's tables; waits for queued work first (the old
   // tables may still be read). Device memory comes from `be` (the budget).
