@@ -153,8 +153,12 @@ void OffloadRuntime::end_context() {
     layers_.clear();  // no half-built runtime: a later take_* starts afresh
     throw;
   }
+  layers_ready(t);  // build_s: what the overlap left after the prefill
+}
+
+void OffloadRuntime::layers_ready(const Timer& since) {
   for (int i = 0; i < (int)layers_.size(); ++i) on_layer_ready(i);
-  stats_.build_s = t.seconds();  // what the overlap left after the prefill
+  stats_.build_s = since.seconds();
   stats_.keys_indexed = 0;
   for (auto& l : layers_)
     for (int h = 0; h < cfg_.n_head_kv; ++h) stats_.keys_indexed += l->stored_rows(h);
@@ -185,11 +189,7 @@ void OffloadRuntime::fill_layers(int in_flight, const std::function<void(int, Of
       layers_.clear();  // no half-filled runtime: a later take_* starts afresh
       fail("{}", e);
     }
-  for (int i = 0; i < nl; ++i) on_layer_ready(i);
-  stats_.build_s = t.seconds();
-  stats_.keys_indexed = 0;
-  for (auto& l : layers_)
-    for (int h = 0; h < cfg_.n_head_kv; ++h) stats_.keys_indexed += l->stored_rows(h);
+  layers_ready(t);
 }
 
 void OffloadRuntime::build_extra_indexes(const std::vector<std::string>& specs) {

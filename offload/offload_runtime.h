@@ -17,6 +17,7 @@
 #include "offload/offloaded_layer.h"
 #include "offload/policy.h"
 #include "src/model/attention_override.h"
+#include "src/common/timer.h"
 #include "src/model/model_config.h"
 
 namespace topkv {
@@ -99,6 +100,9 @@ class OffloadRuntime : public AttentionOverride {
   // parallel (at most in_flight at once) where the model has many KV heads,
   // then runs on_layer_ready for each in order; sets stats_.build_s and keys_indexed.
   void fill_layers(int in_flight, const std::function<void(int, OffloadedLayer&)>& fill);
+  // Every layer holds its context: on_layer_ready for each, in order; build_s
+  // (the time since `since`) and keys_indexed set.
+  void layers_ready(const Timer& since);
   // How many layers take_context stages at once for a context of n tokens.
   int layers_in_flight(int64_t n) const;
 
