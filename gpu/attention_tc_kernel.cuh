@@ -57,10 +57,12 @@ struct TcArgs {
   // multiple of the tile), so that they fit an int (a call spans at most
   // `capacity` < 2^30 keys): pos0r = pos0 - kb0, slot0 = kb0 % capacity.
   int pos0r, capacity, slot0, window;  // window 0: no limit
+  int key_lo, key_hi;  // the call's key range (tc_clamp_keys), relative like pos0r
   int split_tiles;
   float q_mul;  // scale * log2(e)
   int n_splits;
   float *part_m, *part_l, *part_o;  // [T*n_head][n_splits] (x head_dim for o)
+  int to_parts;  // write partials even with one split (a key-range call merging into a running partial)
 };
 
 // Shared-memory layout (bytes) and copy geometry of one instantiation.
@@ -92,7 +94,8 @@ __global__ void __launch_bounds__(kThreads, Tc<KV, HD>::kMinBlocks) attention_tc
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
   const int kh = blockIdx.y, split = blockIdx.z, r0 = blockIdx.x * kTcRows;
 
-  const TcBlockKeys b64 = tc_block_keys(a.pos0r, a.group, a.rows_total, r0, a.window);
+  TcBlockKeys b64 = tc_block_keys(a.pos0r, a.group, a.rows_total, r0, a.window);
+  tc_clamp_keys(&b64, a.key_lo, a.key_hi);
   int64_t f64, l64;
   tc_block_tiles(b64, BN, 0, a.split_tiles, split, &f64, &l64);
   // The same in ints (relative positions): fewer registers live across the
@@ -269,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, Tc<KV, HD>::kMinBlocks) attention_tc
     const int64_t pr = (int64_t)t * a.n_head + h;  // output row [t][h]
     float* orow;
     float mul = 1.f;
-    if (a.n_splits == 1) {
+    if (a.n_splits == 1 && !a.to_parts) {
       orow = a.out + pr * HD;
       mul = l[i] > 0.f ? 1.f / l[i] : 0.f;
     } else {

@@ -38,6 +38,17 @@ TOPKV_HD constexpr int tc_tile_keys(int kv_elem_bytes, int head_dim) {
   return kv_elem_bytes == 4 && head_dim >= 128 ? 32 : 64;
 }
 
+// The keys a call attends, [*first, *last] inclusive: the causal and window
+// bounds of queries pos0 .. pos0 + T - 1, narrowed to [key_begin, key_end)
+// (key_end < 0: no upper limit). Empty when first > last.
+TOPKV_HD void tc_key_range(int64_t pos0, int T, int64_t window, int64_t key_begin, int64_t key_end, int64_t* first,
+                           int64_t* last) {
+  const int64_t lo = window > 0 && pos0 - window + 1 > 0 ? pos0 - window + 1 : 0;
+  *first = lo > key_begin ? lo : key_begin;
+  *last = pos0 + T - 1;
+  if (key_end >= 0 && key_end - 1 < *last) *last = key_end - 1;
+}
+
 // The positions of a block's first and last real row (rows >= rows_total are
 // padding: computed, never written) and the keys any of them sees.
 struct TcBlockKeys {
@@ -55,6 +66,16 @@ TOPKV_HD TcBlockKeys tc_block_keys(int64_t pos0, int group, int rows_total, int 
   return b;
 }
 
+// A key-range call (AttentionArgs::key_begin/key_end; positions relative to
+// the call's first tile, like b's) narrows the block's keys to [key_lo,
+// key_hi]. Both ends sit on tile edges (or past the block's last row), so a
+// walked tile needs no mask for the range, only the causal and window ones.
+// Rows before key_lo see nothing in this call: an empty partial.
+TOPKV_HD void tc_clamp_keys(TcBlockKeys* b, int64_t key_lo, int64_t key_hi) {
+  if (b->lo < key_lo) b->lo = key_lo;
+  if (b->hi > key_hi) b->hi = key_hi;
+}
+
 // Tiles [*first, *last] (inclusive; empty when first > last) that block b
 // walks within split `split`. The union of the rows' key ranges is the one
 // interval [lo, hi], so every tile in it holds a key some row sees: no walked
@@ -65,6 +86,7 @@ TOPKV_HD void tc_block_tiles(const TcBlockKeys& b, int bn, int64_t tile_lo, int6
   const int64_t b_first = b.lo / bn, b_last = b.hi / bn;
   *first = b_first > s_first ? b_first : s_first;
   *last = b_last < s_last ? b_last : s_last;
+  if (b.lo > b.hi) *last = *first - 1;  // no key (hi may be negative: / rounds towards 0)
 }
 
 // True when every row of the block sees every key of the tile starting at
@@ -92,8 +114,9 @@ template <class I> TOPKV_HD I tc_slot(I s0, int j, I capacity) {
   return s;
 }
 
-// The key split of a call: tiles from tile_lo, split_tiles per split. The
-// host plans it (plan_attention_tc); the CPU emulation reuses it.
+// The key split of a call over keys [key_first, key_last] (attention_key_range):
+// tiles from tile_lo, split_tiles per split. The host plans it
+// (plan_attention_tc); the CPU emulation reuses it.
 struct TcSplit {
   int64_t tile_lo = 0, split_tiles = 1;
   int n_splits = 1;
@@ -101,12 +124,12 @@ struct TcSplit {
 // Splits so that row_tiles * n_kv * n_splits blocks fill `wave` resident
 // blocks about twice over when the rows alone do not fill one wave, each
 // split at least kMinTiles tiles, at most kMaxSplits splits.
-inline TcSplit tc_plan_split(int T, int group, int n_kv, int64_t pos0, int64_t window, int bn, int64_t wave) {
+inline TcSplit tc_plan_split(int T, int group, int n_kv, int64_t key_first, int64_t key_last, int bn,
+                             int64_t wave) {
   constexpr int64_t kMinTiles = 4, kMaxSplits = 64;
-  const int64_t key_lo = window > 0 && pos0 - window + 1 > 0 ? pos0 - window + 1 : 0;
   TcSplit s;
-  s.tile_lo = key_lo / bn;
-  const int64_t tiles = (pos0 + T - 1) / bn - s.tile_lo + 1;
+  s.tile_lo = key_first / bn;
+  const int64_t tiles = key_last >= key_first ? key_last / bn - s.tile_lo + 1 : 1;
   const int64_t row_tiles = ((int64_t)T * group + kTcRows - 1) / kTcRows, base = row_tiles * n_kv;
   int64_t want = 1;
   if (base < wave) {

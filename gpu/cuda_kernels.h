@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gpu/attention_tc_tiles.h"
 #include "src/common/dtype.h"
 #include "src/model/backend.h"
 
@@ -93,7 +94,24 @@ struct AttentionArgs {
   int T = 0, n_head = 0, n_kv = 0, head_dim = 0;
   int64_t pos0 = 0, capacity = 0, window = 0;  // window 0 = no limit
   float scale = 1.f;
+  // Key-range calls (the streamed prefill over a host-resident cache,
+  // gpu/cuda_streamed_attention.cpp): only keys at positions in
+  // [key_begin, key_end) are attended, besides the causal and window bounds
+  // (key_end -1: no upper limit). The cache then needs slots for that range
+  // only (position p at slot p % capacity). key_begin must be a multiple of
+  // kKeyRangeAlign and key_end one too, or past the chunk's last position.
+  int64_t key_begin = 0, key_end = -1;
+  // With acc_m set the call writes no `out`: it merges its result into the
+  // running partial (acc_m, acc_l [T*n_head], acc_o [T*n_head][head_dim],
+  // row t*n_head + h) exactly (merge_partials_into); acc_l = 0 marks an
+  // empty partial.
+  float *acc_m = nullptr, *acc_l = nullptr, *acc_o = nullptr;
 };
+inline constexpr int64_t kKeyRangeAlign = 64;  // the tensor-core kernel's largest key tile
+// The keys a call attends (tc_key_range, gpu/attention_tc_tiles.h).
+inline void attention_key_range(const AttentionArgs& a, int64_t* first, int64_t* last) {
+  tc_key_range(a.pos0, a.T, a.window, a.key_begin, a.key_end, first, last);
+}
 // Head dims with a compiled kernel.
 bool attention_head_dim_supported(int head_dim);
 // Plan of a call: how many key splits (flash-decoding) and the work space for
@@ -178,6 +196,12 @@ int64_t attention_tc_launches();
 // Twin: partial_merge + partial_finish (gpu/partial_attention.h).
 void merge_partials(const float* m, const float* l, const float* o, int64_t rows, int parts, int dv, float* out,
                     cudaStream_t stream);
+// The same merge with one more part, the running partial acc (m, l [rows],
+// o [rows][dv]), which takes the merged (M, L, unnormalised O) in place of
+// `out`: a streamed attention adds its key blocks one at a time.
+// Twin: partial_merge (gpu/partial_attention.h).
+void merge_partials_into(const float* m, const float* l, const float* o, int64_t rows, int parts, int dv,
+                         float* acc_m, float* acc_l, float* acc_o, cudaStream_t stream);
 // The three arrays merge_partials reads, carved from one work space of
 // n = rows x parts partials: m [n], l [n], then o [n][dv].
 inline void carve_partials(void* workspace, size_t n, float*& m, float*& l, float*& o) {

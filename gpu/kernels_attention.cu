@@ -49,8 +49,10 @@ struct KernelArgs {
   int T, n_head, group;
   int64_t pos0, capacity, window;
   int64_t key_lo, split_keys;  // split s covers positions key_lo + s*split_keys .. + split_keys - 1
+  int64_t key_hi;              // the last key position of the call (attention_key_range)
   float scale;
   int n_splits;
+  int to_parts;  // write partials even with one split (a key-range call merging into a running partial)
   float *part_m, *part_l, *part_o;  // [T*n_head][n_splits] (x head_dim for o)
 };
 
@@ -97,7 +99,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const KernelArgs a)
   const int64_t p_first = a.pos0 + r0 / group, p_last = a.pos0 + row_last / group;
   const int64_t split_lo = a.key_lo + (int64_t)split * a.split_keys;
   const int64_t lo = max(a.window > 0 ? max((int64_t)0, p_first - a.window + 1) : (int64_t)0, split_lo);
-  const int64_t hi = min(p_last, split_lo + a.split_keys - 1);
+  const int64_t hi = min(min(p_last, split_lo + a.split_keys - 1), a.key_hi);
 
   float m[R], l[R], o[R][DPL];
 #pragma unroll
@@ -239,7 +241,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const KernelArgs a)
     const float lsum = warp_sum(l[i]);
     const int t = row / group, h = kh * group + row % group;
     const int64_t pr = (int64_t)t * a.n_head + h;  // output row [t][h]
-    if (a.n_splits == 1) {
+    if (a.n_splits == 1 && !a.to_parts) {
       float* orow = a.out + pr * HD;
 #pragma unroll
       for (int d = 0; d < DPL; ++d) orow[lane + 32 * d] = lsum > 0.f ? o[i][d] / lsum : 0.f;
@@ -296,8 +298,9 @@ bool attention_head_dim_supported(int head_dim) {
 AttentionPlan plan_attention(const AttentionArgs& a, int sm_count) {
   const int group = a.n_head / a.n_kv, rows_total = a.T * group, nq = kWarps * rows_per_warp(a);
   const int64_t row_tiles = (rows_total + nq - 1) / nq;
-  const int64_t key_lo = a.window > 0 ? std::max<int64_t>(0, a.pos0 - a.window + 1) : 0;
-  const int64_t n_keys = a.pos0 + a.T - key_lo;
+  int64_t key_lo = 0, key_hi = 0;
+  attention_key_range(a, &key_lo, &key_hi);
+  const int64_t n_keys = std::max<int64_t>(key_hi - key_lo + 1, 1);
   AttentionPlan p;
   const int64_t base_blocks = row_tiles * a.n_kv, target = 2 * (int64_t)std::max(sm_count, 1);
   int64_t splits = 1;
@@ -308,7 +311,7 @@ AttentionPlan plan_attention(const AttentionArgs& a, int sm_count) {
   const int64_t per = (n_keys + splits - 1) / splits;
   p.split_keys = (per + kBK - 1) / kBK * kBK;
   p.n_splits = (int)((n_keys + p.split_keys - 1) / p.split_keys);
-  if (p.n_splits > 1)
+  if (p.n_splits > 1 || a.acc_m)
     p.workspace_bytes = (size_t)a.T * a.n_head * p.n_splits * (size_t)(a.head_dim + 2) * sizeof(float);
   return p;
 }
@@ -322,10 +325,10 @@ void attention(const AttentionArgs& a, const AttentionPlan& plan, void* workspac
   ka.q = a.q, ka.out = a.out, ka.k = a.k, ka.v = a.v;
   ka.T = a.T, ka.n_head = a.n_head, ka.group = group;
   ka.pos0 = a.pos0, ka.capacity = a.capacity, ka.window = a.window, ka.scale = a.scale;
-  ka.key_lo = a.window > 0 ? std::max<int64_t>(0, a.pos0 - a.window + 1) : 0;
-  ka.split_keys = plan.split_keys, ka.n_splits = plan.n_splits;
+  attention_key_range(a, &ka.key_lo, &ka.key_hi);
+  ka.split_keys = plan.split_keys, ka.n_splits = plan.n_splits, ka.to_parts = a.acc_m != nullptr;
   const size_t n_part = (size_t)a.T * a.n_head * plan.n_splits;
-  if (plan.n_splits > 1) {
+  if (plan.n_splits > 1 || ka.to_parts) {
     TOPKV_CHECK(workspace, "split attention needs {} bytes of work space", plan.workspace_bytes);
     carve_partials(workspace, n_part, ka.part_m, ka.part_l, ka.part_o);
   }
@@ -343,7 +346,10 @@ void attention(const AttentionArgs& a, const AttentionPlan& plan, void* workspac
       default: launch_hd<KV, 256>(ka, R, grid, stream); break;
     }
   });
-  if (plan.n_splits > 1)
+  if (ka.to_parts)
+    merge_partials_into(ka.part_m, ka.part_l, ka.part_o, (int64_t)a.T * a.n_head, plan.n_splits, a.head_dim,
+                        a.acc_m, a.acc_l, a.acc_o, stream);
+  else if (plan.n_splits > 1)
     merge_partials(ka.part_m, ka.part_l, ka.part_o, (int64_t)a.T * a.n_head, plan.n_splits, a.head_dim, a.out,
                    stream);
 }

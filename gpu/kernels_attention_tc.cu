@@ -62,12 +62,14 @@ AttentionPlan plan_attention_tc(const AttentionArgs& a, int sm_count) {
   int per_sm = 1;
   with_tc_kernel(a, [&](auto e, auto hd) { per_sm = prepare_kernel<decltype(e), decltype(hd)::value>(); });
   const int bn = tc_tile_keys((int)dtype_size(a.kv_type), a.head_dim);
-  const TcSplit sp = tc_plan_split(a.T, a.n_head / a.n_kv, a.n_kv, a.pos0, a.window, bn,
+  int64_t key_first = 0, key_last = 0;
+  attention_key_range(a, &key_first, &key_last);
+  const TcSplit sp = tc_plan_split(a.T, a.n_head / a.n_kv, a.n_kv, key_first, key_last, bn,
                                    (int64_t)std::max(sm_count, 1) * per_sm);
   AttentionPlan p;
   p.n_splits = sp.n_splits;
   p.split_keys = sp.split_tiles * bn;
-  if (p.n_splits > 1)
+  if (p.n_splits > 1 || a.acc_m)
     p.workspace_bytes = (size_t)a.T * a.n_head * p.n_splits * (size_t)(a.head_dim + 2) * sizeof(float);
   return p;
 }
@@ -82,21 +84,29 @@ void attention_tc(const AttentionArgs& a, const AttentionPlan& plan, void* works
   TcArgs ka{};
   ka.q = a.q, ka.out = a.out, ka.k = a.k, ka.v = a.v;
   ka.T = a.T, ka.n_head = a.n_head, ka.group = group, ka.rows_total = a.T * group;
-  const int64_t key_lo = a.window > 0 ? std::max<int64_t>(0, a.pos0 - a.window + 1) : 0;
+  int64_t key_lo = 0, key_last = 0;
+  attention_key_range(a, &key_lo, &key_last);
   const int64_t kb0 = key_lo / bn * bn;
-  TOPKV_CHECK(a.capacity > 0 && a.capacity < (int64_t{1} << 30) && a.pos0 >= 0 && a.pos0 + a.T - key_lo <= a.capacity,
+  TOPKV_CHECK(a.capacity > 0 && a.capacity < (int64_t{1} << 30) && a.pos0 >= 0 && key_last - key_lo + 1 <= a.capacity &&
+              a.pos0 + a.T - kb0 < (int64_t{1} << 30),
               "attention_tc: positions {}..{} do not fit a cache of {} slots (the kernel takes < 2^30)", key_lo,
-              a.pos0 + a.T - 1, a.capacity);
+              key_last, a.capacity);
+  TOPKV_CHECK(a.key_begin % kKeyRangeAlign == 0 && (a.key_end < 0 || a.key_end % kKeyRangeAlign == 0 ||
+                                                     a.key_end >= a.pos0 + a.T),
+              "attention_tc: key range {}..{} must start on a multiple of {} and end on one or past the chunk",
+              a.key_begin, a.key_end, kKeyRangeAlign);
   ka.pos0r = (int)(a.pos0 - kb0), ka.capacity = (int)a.capacity, ka.slot0 = (int)(kb0 % a.capacity);
+  ka.key_lo = (int)(key_lo - kb0), ka.key_hi = (int)(key_last - kb0);
+  ka.to_parts = a.acc_m != nullptr;
   ka.window = a.window > 0 && a.window < a.pos0 + a.T ? (int)a.window : 0;  // a longer window limits nothing
   ka.q_mul = a.scale * kLog2e;
   ka.split_tiles = (int)(plan.split_keys / bn), ka.n_splits = plan.n_splits;
-  const int64_t tiles = (a.pos0 + a.T - 1) / bn - key_lo / bn + 1;
+  const int64_t tiles = key_last / bn - key_lo / bn + 1;
   TOPKV_CHECK(plan.n_splits >= 1 && (int64_t)plan.n_splits * ka.split_tiles >= tiles,
               "attention_tc: {} splits of {} keys do not cover the {} key tiles of {}", plan.n_splits,
               plan.split_keys, tiles, bn);
   const size_t n_part = (size_t)a.T * a.n_head * plan.n_splits;
-  if (plan.n_splits > 1) {
+  if (plan.n_splits > 1 || ka.to_parts) {
     TOPKV_CHECK(workspace, "split attention needs {} bytes of work space", plan.workspace_bytes);
     carve_partials(workspace, n_part, ka.part_m, ka.part_l, ka.part_o);
   }
@@ -112,7 +122,10 @@ void attention_tc(const AttentionArgs& a, const AttentionPlan& plan, void* works
     TOPKV_CUDA_CHECK_LAUNCH();
   });
   g_tc_launches.fetch_add(1);
-  if (plan.n_splits > 1)
+  if (ka.to_parts)
+    merge_partials_into(ka.part_m, ka.part_l, ka.part_o, (int64_t)a.T * a.n_head, plan.n_splits, a.head_dim,
+                        a.acc_m, a.acc_l, a.acc_o, stream);
+  else if (plan.n_splits > 1)
     merge_partials(ka.part_m, ka.part_l, ka.part_o, (int64_t)a.T * a.n_head, plan.n_splits, a.head_dim, a.out,
                    stream);
 }

@@ -17,16 +17,21 @@ namespace {
 
 constexpr int kThreads = 128;
 
+// kAcc: the running partial acc (m, l, o of row r) is one more part, and
+// the merged (M, L, unnormalised O) goes back to it instead of out / L.
+template <bool kAcc>
 __global__ void __launch_bounds__(kThreads) merge_partials_kernel(const float* __restrict__ m,
                                                                   const float* __restrict__ l,
                                                                   const float* __restrict__ o, int parts, int dv,
-                                                                  float* __restrict__ out) {
+                                                                  float* __restrict__ out, float* acc_m,
+                                                                  float* acc_l, float* acc_o) {
   extern __shared__ float factor[];  // [parts]: e^(m_p - M), 0 for an empty part
   __shared__ float red[kThreads / 32];
-  __shared__ float M_sh, L_sh;
+  __shared__ float M_sh, L_sh, acc_f;
   const int64_t r = blockIdx.x;
   const float* mr = m + r * parts;
   const float* lr = l + r * parts;
+  const float am = kAcc ? acc_m[r] : 0.f, al = kAcc ? acc_l[r] : 0.f;
   // M = max over non-empty parts (l == 0 marks an empty one, whose m may be -inf).
   float M = -INFINITY;
   for (int p = threadIdx.x; p < parts; p += kThreads)
@@ -35,8 +40,8 @@ __global__ void __launch_bounds__(kThreads) merge_partials_kernel(const float* _
   if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = M;
   __syncthreads();
   if (threadIdx.x == 0) {
-    float x = red[0];
-    for (int i = 1; i < kThreads / 32; ++i) x = fmaxf(x, red[i]);
+    float x = kAcc && al != 0.f ? am : -INFINITY;
+    for (int i = 0; i < kThreads / 32; ++i) x = fmaxf(x, red[i]);
     M_sh = x;
   }
   __syncthreads();
@@ -54,17 +59,25 @@ __global__ void __launch_bounds__(kThreads) merge_partials_kernel(const float* _
   if (threadIdx.x == 0) {
     float x = 0.f;
     for (int i = 0; i < kThreads / 32; ++i) x += red[i];
-    L_sh = x;
+    const float fa = kAcc && al != 0.f ? expf(am - M) : 0.f;
+    acc_f = fa;
+    L_sh = x + al * fa;
   }
   __syncthreads();
-  const float L = L_sh;
+  const float L = L_sh, fa = acc_f;
   const float* orow = o + r * parts * (int64_t)dv;
   for (int d = threadIdx.x; d < dv; d += kThreads) {
     float acc = 0.f;
     for (int p = 0; p < parts; ++p)
       if (factor[p] != 0.f) acc = fmaf(orow[(int64_t)p * dv + d], factor[p], acc);
-    out[r * dv + d] = L > 0.f ? acc / L : 0.f;
+    if constexpr (kAcc) {
+      if (fa != 0.f) acc = fmaf(acc_o[r * dv + d], fa, acc);
+      acc_o[r * dv + d] = acc;  // each thread reads and writes only its own dims
+    } else {
+      out[r * dv + d] = L > 0.f ? acc / L : 0.f;
+    }
   }
+  if (kAcc && threadIdx.x == 0) acc_m[r] = L > 0.f ? M : -INFINITY, acc_l[r] = L;
 }
 
 }  // namespace
@@ -74,8 +87,19 @@ void merge_partials(const float* m, const float* l, const float* o, int64_t rows
   if (rows <= 0 || dv <= 0) return;
   TOPKV_CHECK(parts >= 1 && parts <= 8192, "merge of {} partials per row: 1..8192 supported", parts);
   TOPKV_CHECK(rows < INT32_MAX, "merge over {} rows is too large for one launch", rows);
-  merge_partials_kernel<<<(unsigned)rows, kThreads, (size_t)parts * sizeof(float), stream>>>(m, l, o, parts, dv,
-                                                                                             out);
+  merge_partials_kernel<false><<<(unsigned)rows, kThreads, (size_t)parts * sizeof(float), stream>>>(
+      m, l, o, parts, dv, out, nullptr, nullptr, nullptr);
+  TOPKV_CUDA_CHECK_LAUNCH();
+}
+
+void merge_partials_into(const float* m, const float* l, const float* o, int64_t rows, int parts, int dv,
+                         float* acc_m, float* acc_l, float* acc_o, cudaStream_t stream) {
+  if (rows <= 0 || dv <= 0) return;
+  TOPKV_CHECK(parts >= 1 && parts <= 8192, "merge of {} partials per row: 1..8192 supported", parts);
+  TOPKV_CHECK(rows < INT32_MAX, "merge over {} rows is too large for one launch", rows);
+  TOPKV_CHECK(acc_m && acc_l && acc_o, "merge_partials_into needs the running partial");
+  merge_partials_kernel<true><<<(unsigned)rows, kThreads, (size_t)parts * sizeof(float), stream>>>(
+      m, l, o, parts, dv, nullptr, acc_m, acc_l, acc_o);
   TOPKV_CUDA_CHECK_LAUNCH();
 }
 

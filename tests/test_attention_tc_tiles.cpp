@@ -12,6 +12,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
@@ -46,13 +47,22 @@ struct EmuStats {
 
 // attention_tc, block by block and row by row, on a CPU cache. `wave` stands
 // for the resident blocks of the GPU (sm_count x blocks per SM) the plan
-// fills; `round` applies the kernel's 16-bit rounding.
+// fills; `round` applies the kernel's 16-bit rounding. A key-range call
+// ([key_begin, key_end), AttentionArgs) merges its partials into `into`
+// (one per output row [t][h]) instead of returning outputs.
+struct KeyRange {
+  int64_t begin = 0, end = -1;
+  std::vector<AttnPartial>* into = nullptr;
+};
 std::vector<float> emulate(const std::vector<float>& q, int T, int n_head, int64_t pos0, const KvLayerCache& c,
-                           int64_t window, float scale, int64_t wave, bool round, EmuStats* st) {
+                           int64_t window, float scale, int64_t wave, bool round, EmuStats* st,
+                           const KeyRange& range = {}) {
   const int hd = c.head_dim, n_kv = c.n_kv_heads, group = n_head / n_kv, rows_total = T * group;
   const int bn = tc_tile_keys((int)dtype_size(c.dtype), hd);
   const DType tile = c.dtype == DType::BF16 ? DType::BF16 : DType::F16;
-  const TcSplit sp = tc_plan_split(T, group, n_kv, pos0, window, bn, wave);
+  int64_t key_first = 0, key_last = 0;
+  tc_key_range(pos0, T, window, range.begin, range.end, &key_first, &key_last);
+  const TcSplit sp = tc_plan_split(T, group, n_kv, key_first, key_last, bn, wave);
   st->n_splits = sp.n_splits;
   // Relative positions, as the kernel's launcher sets them up.
   const int64_t kb0 = sp.tile_lo * bn, pos0r = pos0 - kb0, slot0 = kb0 % c.capacity;
@@ -61,7 +71,8 @@ std::vector<float> emulate(const std::vector<float>& q, int T, int n_head, int64
   std::vector<float> out(q.size()), qr(hd), kt_rows((size_t)bn * hd), vt_rows((size_t)bn * hd), s(bn);
   for (int kh = 0; kh < n_kv; ++kh)
     for (int r0 = 0; r0 < rows_total; r0 += kTcRows) {
-      const TcBlockKeys b = tc_block_keys(pos0r, group, rows_total, r0, win);
+      TcBlockKeys b = tc_block_keys(pos0r, group, rows_total, r0, win);
+      tc_clamp_keys(&b, key_first - kb0, key_last - kb0);
       std::vector<AttnPartial> acc;
       for (int row = r0; row < std::min(rows_total, r0 + kTcRows); ++row) acc.emplace_back(hd);
       for (int split = 0; split < sp.n_splits; ++split) {
@@ -122,7 +133,10 @@ std::vector<float> emulate(const std::vector<float>& q, int T, int n_head, int64
       }
       for (size_t ri = 0; ri < acc.size(); ++ri) {
         const int row = r0 + (int)ri, t = row / group, h = kh * group + row % group;
-        partial_finish(acc[ri], out.data() + ((size_t)t * n_head + h) * hd);
+        if (range.into)
+          partial_merge((*range.into)[(size_t)t * n_head + h], acc[ri]);
+        else
+          partial_finish(acc[ri], out.data() + ((size_t)t * n_head + h) * hd);
       }
     }
   return out;
@@ -203,6 +217,57 @@ TEST_CASE("tensor-core attention tile loop, emulated: exact without rounding ove
   std::printf("SUMMARY %-34s cases %5d   max row rel err %.3e   (%d with splits)\n", "tc tile loop (no rounding)",
               2 * idx, worst, split_cases);
   CHECK(split_cases > 10);
+}
+
+// The streamed prefill (gpu/cuda_streamed_attention.cpp): a host-resident
+// cache goes up in blocks of B keys into a staging cache of B slots; each
+// block is a key-range call merging into one running partial per row. The
+// union must be the whole attention, every key once, whatever the blocks'
+// edges do to the chunk (blocks that end before it, that cut it, that hold
+// all of it; rows that see nothing of a block).
+TEST_CASE("tensor-core attention tile loop, emulated: key-range blocks merged equal the whole call") {
+  std::mt19937 rng(73);
+  struct Case {
+    int T, n_head, n_kv, hd;
+    int64_t pos0, block;
+  };
+  const Case cases[] = {{16, 4, 1, 64, 0, 64},      {17, 4, 1, 256, 100, 64},  {64, 2, 2, 128, 130, 128},
+                        {200, 6, 2, 64, 700, 192},  {33, 8, 1, 64, 64, 64},    {129, 4, 1, 256, 1000, 256},
+                        {40, 32, 8, 128, 300, 128}};
+  const DType types[] = {DType::F16, DType::BF16, DType::F32};
+  int idx = 0, blocks = 0;
+  double worst = 0;
+  for (const Case& cs : cases)
+    for (DType dt : types) {
+      ++idx;
+      const int64_t n = cs.pos0 + cs.T;
+      Setup s = make_setup(cs.T, cs.n_head, cs.n_kv, cs.hd, cs.pos0, n, dt, 2.f, rng);
+      std::vector<float> ref(s.q.size());
+      const float scale = 1.f / std::sqrt((float)cs.hd);
+      s.cpu->attention(s.q.data(), cs.T, cs.n_head, cs.pos0, s.cache, 0, scale, ref.data());
+      std::vector<AttnPartial> acc((size_t)cs.T * cs.n_head, AttnPartial(cs.hd));
+      const size_t es = dtype_size(dt), row = (size_t)cs.hd * es;
+      for (int64_t b0 = 0; b0 < n; b0 += cs.block, ++blocks) {
+        const int64_t b1 = std::min(b0 + cs.block, n);
+        KvLayerCache stage = s.cpu->alloc_kv(cs.n_kv, cs.hd, cs.block, dt);
+        for (int kh = 0; kh < cs.n_kv; ++kh)
+          for (int64_t p = b0; p < b1; ++p) {
+            const size_t src = ((size_t)kh * s.cache.capacity + p) * row, dst = ((size_t)kh * cs.block + p % cs.block) * row;
+            std::memcpy(stage.k.as<uint8_t>() + dst, s.cache.k.as<uint8_t>() + src, row);
+            std::memcpy(stage.v.as<uint8_t>() + dst, s.cache.v.as<uint8_t>() + src, row);
+          }
+        EmuStats st;
+        emulate(s.q, cs.T, cs.n_head, cs.pos0, stage, 0, scale, 4, false, &st, KeyRange{b0, b1, &acc});
+      }
+      std::vector<float> got(ref.size());
+      for (size_t r = 0; r < acc.size(); ++r) partial_finish(acc[r], got.data() + r * cs.hd);
+      CAPTURE(cs.T, cs.n_head, cs.n_kv, cs.hd, cs.pos0, cs.block, dtype_name(dt));
+      const double err = max_row_err(got, ref, cs.hd);
+      worst = std::max(worst, err);
+      CHECK(err < 2e-5);
+    }
+  std::printf("SUMMARY %-34s cases %5d   max row rel err %.3e   (%d blocks)\n", "tc key-range blocks (streamed)", idx,
+              worst, blocks);
 }
 
 TEST_CASE("tensor-core attention tile loop, emulated with 16-bit rounding: error within the GPU tolerances") {
