@@ -66,6 +66,9 @@ CudaBackend::~CudaBackend() {
   cancel_recording();
   cudaStreamSynchronize(stream_);  // no throwing here; a fault would have surfaced at an earlier sync
   cudaEventDestroy(step_uploaded_);
+  if (copy_stream_) cudaStreamSynchronize(copy_stream_), cudaStreamDestroy(copy_stream_);
+  for (cudaEvent_t e : stream_ev_)
+    if (e) cudaEventDestroy(e);
   cublasDestroy(cublas_);
   cudaStreamDestroy(stream_);
 }
@@ -117,14 +120,14 @@ void CudaBackend::to_host(const Buffer& src, size_t off, void* dst, size_t bytes
         TOPKV_CUDA_CHECK(cudaMallocHost(&p, kBounceMax));
         bounce_ = std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
       }
-      TOPKV_CUDA_CHECK(
-          cudaMemcpyAsync(bounce_.get(), src.as<uint8_t>() + off, bytes, cudaMemcpyDeviceToHost, stream_));
+      TOPKV_CUDA_CHECK(cudaMemcpyAsync(bounce_.get(), src.as<uint8_t>() + off, bytes, cudaMemcpyDefault, stream_));
       synchronize();
       std::memcpy(dst, bounce_.get(), bytes);
       return;
     }
   }
-  TOPKV_CUDA_CHECK(cudaMemcpyAsync(dst, src.as<uint8_t>() + off, bytes, cudaMemcpyDeviceToHost, stream_));
+  // cudaMemcpyDefault: src may be an in_host cache (pinned host memory, UVA).
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(dst, src.as<uint8_t>() + off, bytes, cudaMemcpyDefault, stream_));
   synchronize();
 }
 
@@ -133,7 +136,7 @@ void CudaBackend::from_host(const void* src, const Buffer& dst, size_t off, size
               "from_host of {} bytes at offset {} writes past a {}-byte device buffer", bytes, off, dst.bytes);
   TOPKV_CHECK(!rec_, "from_host while recording a decode step: host copies cannot be recorded");
   if (bytes == 0) return;
-  TOPKV_CUDA_CHECK(cudaMemcpyAsync(dst.as<uint8_t>() + off, src, bytes, cudaMemcpyHostToDevice, stream_));
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(dst.as<uint8_t>() + off, src, bytes, cudaMemcpyDefault, stream_));
   synchronize();  // src may be pinned: the caller may reuse it as soon as we return
 }
 
@@ -220,10 +223,19 @@ void CudaBackend::glu(GluKind kind, const float* gate, const float* up, int64_t 
 
 void CudaBackend::add(const float* x, int64_t n, float* y) { cuda::add(x, n, y, stream_); }
 
-void CudaBackend::kv_write(KvLayerCache& c, const float* k, const float* v, int T, int64_t pos0) {
+void CudaBackend::check_cache(const KvLayerCache& c, const char* op) const {
+  if (c.in_host) {
+    TOPKV_CHECK(c.k.mem && c.v.mem, "{}: the host-resident cache has no memory (released?)", op);
+    return;  // alloc_kv_host's pinned memory; ops check rec_ and stream it
+  }
   TOPKV_CHECK(c.k.mem && mem_.owns(c.k.mem.get(), MemKind::KvCache) && mem_.owns(c.v.mem.get(), MemKind::KvCache),
-              "kv_write: the cache is not in this CUDA backend's memory; allocate it with its alloc_kv");
+              "{}: the cache is not in this CUDA backend's memory; allocate it with its alloc_kv", op);
+}
+
+void CudaBackend::kv_write(KvLayerCache& c, const float* k, const float* v, int T, int64_t pos0) {
+  check_cache(c, "kv_write");
   TOPKV_CHECK(pos0 >= 0, "kv_write at negative position {}", pos0);
+  if (c.in_host) return kv_write_host(c, k, v, T, pos0);
   cuda::kv_write(c.dtype, c.k.mem.get(), c.v.mem.get(), c.n_kv_heads, c.head_dim, c.capacity, k, v, T, pos0,
                  stream_, step_pos("kv_write", T, pos0));
 }
@@ -232,8 +244,8 @@ void CudaBackend::attention(const float* q, int T, int n_head, int64_t pos0, con
                             float scale, float* out) {
   const int n_kv = c.n_kv_heads, group = n_kv > 0 ? n_head / n_kv : 0;
   TOPKV_CHECK(group > 0 && group * n_kv == n_head, "{} query heads do not split over {} KV heads", n_head, n_kv);
-  TOPKV_CHECK(c.k.mem && mem_.owns(c.k.mem.get(), MemKind::KvCache),
-              "attention: the cache is not in this CUDA backend's memory; allocate it with its alloc_kv");
+  check_cache(c, "attention");
+  if (c.in_host) return streamed_attention(q, T, n_head, pos0, c, window, scale, out);
   const int64_t first_key = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0;
   const int64_t span = pos0 + T - first_key;
   TOPKV_CHECK(span <= c.capacity, "attention over positions {}..{} needs {} cache slots but the cache keeps {}",

@@ -28,6 +28,9 @@ class CudaBackend final : public Backend {
   void from_host(const void* src, const Buffer& dst, size_t offset_bytes, size_t bytes) override;
   Weight prepare_weight(const Weight& src, WeightMode mode) override;  // gpu/cuda_weights.cpp
   KvLayerCache alloc_kv(int n_kv_heads, int head_dim, int64_t capacity, DType dtype) override;
+  // Pinned, device-mapped host memory (gpu/cuda_streamed_attention.cpp).
+  KvLayerCache alloc_kv_host(int n_kv_heads, int head_dim, int64_t capacity, DType dtype) override;
+  int64_t memory_left() const override;
 
   void embed(const Weight& table, const int32_t* ids, int T, float scale, float* out) override;
   void rms_norm(const float* x, const Weight& w, int64_t rows, int dim, float eps, float* out) override;
@@ -63,10 +66,26 @@ class CudaBackend final : public Backend {
   // Backend-owned device work space, one region per purpose, grown as needed
   // (growing waits for queued work first). Valid until the next call for the
   // same purpose.
-  enum class Scratch : int { Ids, Cast, Attention, Sampling, Count };
+  enum class Scratch : int { Ids, Cast, Attention, Sampling, KvStage, Stream, Count };
+  // Keys per block a streamed attention copies up for this cache (a
+  // multiple of kKeyRangeAlign; ~stream_stage_bytes of K and V per block,
+  // 64 MiB unless a test asks for small blocks to cross many block edges).
+  int64_t stream_block_keys(const KvLayerCache& c) const;
+  void set_stream_stage_bytes(size_t bytes) { stream_stage_bytes_ = bytes; }
   void* scratch(Scratch which, size_t bytes);
 
  private:
+  // The cache an op was given: this backend's device memory, or (in_host)
+  // pinned host memory from alloc_kv_host.
+  void check_cache(const KvLayerCache& c, const char* op) const;
+  // kv_write and prefill attention over an in_host cache
+  // (gpu/cuda_streamed_attention.cpp): k, v through a device staging copy;
+  // the keys go up in blocks of stream_block_keys on a copy stream, two
+  // stages in flight, each block a key-range call merged into one running
+  // partial per row (AttentionArgs::key_begin, acc_m).
+  void kv_write_host(KvLayerCache& c, const float* k, const float* v, int T, int64_t pos0);
+  void streamed_attention(const float* q, int T, int n_head, int64_t pos0, const KvLayerCache& c, int64_t window,
+                          float scale, float* out);
   // The device weight a matrix op may use: uploaded by prepare_weight.
   void check_device_weight(const Weight& w, const char* op) const;
   // While recording: the op must be a T = 1 op at the recorded position, and
@@ -111,6 +130,11 @@ class CudaBackend final : public Backend {
     std::vector<std::shared_ptr<void>> owned;
   };
   std::unique_ptr<RecordingState> rec_;
+  // Streamed attention: its copy stream and events (made on first use):
+  // ready (the host cache is written), copied[stage], consumed[stage].
+  cudaStream_t copy_stream_ = nullptr;
+  size_t stream_stage_bytes_ = size_t{64} << 20;
+  cudaEvent_t stream_ev_[5] = {};
 };
 
 }  // namespace topkv::cuda

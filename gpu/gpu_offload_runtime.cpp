@@ -101,6 +101,15 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   }
 
   bool on_device() const override { return true; }
+  // The mirrors (sinks + ring), ~64 MiB of row lists, partials and staging,
+  // and with the device search the tables as the host index estimates them
+  // (fp32; the device's are f16 by default, so this bounds them).
+  int64_t device_bytes_estimate(int64_t n) const override {
+    const double heads = (double)retrieval_layers_.size() * cfg_.n_head_kv;
+    double b = heads * (policy_.sinks + ring_capacity()) * 2.0 * cfg_.head_dim * sizeof(float) + double(64 << 20);
+    if (device_search_) b += heads * (double)n * KvIndex::create(policy_.index)->bytes_per_key_estimate(cfg_.head_dim);
+    return (int64_t)b;
+  }
   void decode_attention(int layer, const float*, const float*, const float*, int64_t, float, float*) override {
     fail("internal: the CUDA offload runtime of layer {} takes device pointers (decode_attention_device)", layer);
   }
@@ -148,6 +157,10 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   void decode_host_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
   void decode_device_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
   void finish_pending(int slot);
+  // set_measure_error: the step's q and output come to the host (a wait);
+  // with the device search the host layer takes its new token now instead
+  // of at the next step, so the exact attention sees what the device did.
+  void measure_step(int slot, const float* q, float scale, const float* out);
   void collect_timing();
   void ensure_capacity(int max_ids);
 
@@ -263,6 +276,7 @@ void GpuOffloadRuntime::decode_attention_device(int layer, const float* q, const
   if (device_search_) decode_device_search(slot, q, k, v, scale, out);
   else decode_host_search(slot, q, k, v, scale, out);
   stats_.attend_s += t_all.seconds();
+  if (measure_error_) measure_step(slot, q, scale, out);
   if (layer == retrieval_layers_.back()) ++stats_.steps;
 }
 
@@ -400,6 +414,16 @@ void GpuOffloadRuntime::finish_pending(int slot) {
   stats_.search_s += search * 1e-3;
   stats_.gpu_s += (search + attend) * 1e-3;
   pd.waiting = false;
+}
+
+void GpuOffloadRuntime::measure_step(int slot, const float* q, float scale, const float* out) {
+  finish_pending(slot);  // device search: the token's k, v into the host layer
+  const size_t n = (size_t)cfg_.n_head * cfg_.head_dim;
+  std::vector<float> hq(n), hout(n);
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hq.data(), q, n * sizeof(float), cudaMemcpyDeviceToHost, be_.stream()));
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hout.data(), out, n * sizeof(float), cudaMemcpyDeviceToHost, be_.stream()));
+  be_.synchronize();
+  record_error(slot, hq.data(), scale, hout.data());
 }
 
 // The device searches: nothing waits for the host. The host's layer trails

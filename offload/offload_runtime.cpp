@@ -268,16 +268,18 @@ void OffloadRuntime::decode_attention(int layer, const float* q, const float* k,
   stats_.far_clusters += st.far_clusters;
   stats_.exact += st.exact;
   if (layer == retrieval_layers_.back()) ++stats_.steps;
-  if (measure_error_) {
-    const size_t n = (size_t)cfg_.n_head * cfg_.head_dim, i = (size_t)slot_[(size_t)layer];
-    std::vector<float> exact(n);
-    l.attend_exact(q, scale, exact.data());
-    err_sq_.resize(layers_.size(), 0.0);
-    ref_sq_.resize(layers_.size(), 0.0);
-    for (size_t j = 0; j < n; ++j) {
-      err_sq_[i] += ((double)out[j] - exact[j]) * ((double)out[j] - exact[j]);
-      ref_sq_[i] += (double)exact[j] * exact[j];
-    }
+  if (measure_error_) record_error(slot_[(size_t)layer], q, scale, out);
+}
+
+void OffloadRuntime::record_error(int i, const float* q, float scale, const float* out) {
+  const size_t n = (size_t)cfg_.n_head * cfg_.head_dim;
+  std::vector<float> exact(n);
+  layers_[(size_t)i]->attend_exact(q, scale, exact.data());
+  err_sq_.resize(layers_.size(), 0.0);
+  ref_sq_.resize(layers_.size(), 0.0);
+  for (size_t j = 0; j < n; ++j) {
+    err_sq_[(size_t)i] += ((double)out[j] - exact[j]) * ((double)out[j] - exact[j]);
+    ref_sq_[(size_t)i] += (double)exact[j] * exact[j];
   }
 }
 

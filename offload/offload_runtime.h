@@ -87,6 +87,10 @@ class OffloadRuntime : public AttentionOverride {
   std::vector<double> attention_rel_error() const;
   const OffloadedLayer* layer(int il) const;
   size_t host_bytes() const;
+  // Device memory this runtime will allocate for a context of n tokens, an
+  // upper bound (ModelOptions::device_reserve: what a prefill must leave
+  // free); 0 for the CPU runtime.
+  virtual int64_t device_bytes_estimate(int64_t n) const { (void)n; return 0; }
   std::string describe() const;  // one paragraph: layers, heads, k, index
 
  protected:
@@ -100,6 +104,9 @@ class OffloadRuntime : public AttentionOverride {
   // parallel (at most in_flight at once) where the model has many KV heads,
   // then runs on_layer_ready for each in order; sets stats_.build_s and keys_indexed.
   void fill_layers(int in_flight, const std::function<void(int, OffloadedLayer&)>& fill);
+  // measure_error: adds retrieval layer i's step (host q and served out,
+  // [n_head][head_dim]) against exact attention over everything it holds.
+  void record_error(int i, const float* q, float scale, const float* out);
   // Every layer holds its context: on_layer_ready for each, in order; build_s
   // (the time since `since`) and keys_indexed set.
   void layers_ready(const Timer& since);

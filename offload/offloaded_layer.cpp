@@ -357,12 +357,20 @@ void OffloadedLayer::attend_exact(const float* queries, float scale, float* out)
       AttnPartial p((int)d);
       add_exact_parts(hd, q, scale, p);
       if (hd.keys && hd.keys->size() > 0) {
-        AttnPartial st((int)d);
-        std::vector<float> ss((size_t)hd.keys->size());
-        std::vector<int64_t> ids(ss.size());
-        for (int64_t r = 0; r < hd.keys->size(); ++r) ss[(size_t)r] = hd.keys->dot(r, q) * scale, ids[(size_t)r] = r;
-        partial_add_rows(st, ss.data(), *hd.values, ids.data(), (int64_t)ids.size());
-        partial_merge(p, st);
+        // Blocks of store rows over the host's threads (a 1M-row head is ~1
+        // GFLOP per query head), merged in block order: deterministic.
+        constexpr int64_t kBlock = 16384;
+        const int64_t n = hd.keys->size(), nb = (n + kBlock - 1) / kBlock;
+        std::vector<AttnPartial> blocks((size_t)nb, AttnPartial((int)d));
+#pragma omp parallel for schedule(dynamic, 1) if (nb > 1)
+        for (int64_t b = 0; b < nb; ++b) {
+          const int64_t lo = b * kBlock, m = std::min(kBlock, n - lo);
+          std::vector<float> ss((size_t)m);
+          std::vector<int64_t> ids((size_t)m);
+          for (int64_t r = 0; r < m; ++r) ss[(size_t)r] = hd.keys->dot(lo + r, q) * scale, ids[(size_t)r] = lo + r;
+          partial_add_rows(blocks[(size_t)b], ss.data(), *hd.values, ids.data(), m);
+        }
+        for (const AttnPartial& b : blocks) partial_merge(p, b);
       }
       partial_finish(p, out + ((size_t)h * G + g) * d);
     }

@@ -38,6 +38,26 @@ TEST_CASE("generate: dense and top-k runs stream tokens and write their statisti
   }
 }
 
+TEST_CASE("generate --measure-error: top-k attention against exact attention, zero when k covers everything") {
+  test::TempDir tmp("topkv_cli_err");
+  for (const std::string spec : {"--index flat --k 100000", "--index quest:page=2 --k 2"}) {
+    INFO(spec);
+    const std::string js = tmp.file("stats.json");
+    auto r = run_topkv("generate -m " + model() + " -p " + kPrompt + " -n 5 --seed 3 --attn topk --window 4 --sinks 2 " +
+                       spec + " --measure-error --json " + js);
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.find("attention error against exact attention") != std::string::npos);
+    const auto err = nlohmann::json::parse(test::slurp(js))["offload"]["attention_rel_error_per_layer"];
+    REQUIRE(err.size() == 2);
+    for (const auto& e : err) {
+      CHECK(e.get<double>() >= 0.0);
+      if (spec.find("flat") != std::string::npos) CHECK(e.get<double>() < 1e-5);  // every row retrieved: exact
+    }
+    if (spec.find("quest") != std::string::npos)  // one page of 2 of the ~10 stored rows: rows left out
+      CHECK(err[0].get<double>() + err[1].get<double>() > 1e-6);
+  }
+}
+
 TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
   test::TempDir tmp("topkv_cli_gen_bad");
   const std::string heads = tmp.file("heads.tsv"), cfg = tmp.file("policy.json");
@@ -64,6 +84,10 @@ TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
       {"-m " + model() + " -p hi --attn topk --device-fold 0", "--device-fold must be at least 1"},
       {"-m " + model() + " -p hi --attn topk --device-table-type f8", "f8"},
       {"-m " + model() + " -p hi --attn topk --overlap-build sometimes", "sometimes"},
+      {"-m " + model() + " -p hi --attn topk --prefill-kv disk", "disk"},
+      {"-m " + model() + " -p hi --backend cpu --attn topk --prefill-kv host", "--prefill-kv host applies to the CUDA"},
+      {"-m " + model() + " -p hi --backend cpu --attn topk --prefill-kv gpu", "--prefill-kv gpu applies to the CUDA"},
+      {"-m " + model() + " -p hi --measure-error", "--measure-error compares top-k attention"},
   };
   if (cuda_device_count() == 0)  // without a device, asking for one is refused with the reason
     cases.push_back({"-m " + model() + " -p hi --backend cuda", "CUDA"});

@@ -34,6 +34,40 @@ void add_backend_options(CLI::App* cmd, BackendArgs& a, const std::string& cuda_
                   "runs on the GPU, whose prefill leaves the host cores free)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
+  cmd->add_option("--prefill-kv", a.prefill_kv, "Top-k on the GPU: where the retrieval layers' KV lives while the "
+                  "model prefills: gpu, host (pinned host memory; each chunk's attention streams it up in blocks), "
+                  "or auto (on the GPU while --gpu-mem-budget or the device's free memory holds it beside what "
+                  "decoding will need, in host memory from the first layer that does not fit)")
+      ->check(CLI::IsMember({"auto", "gpu", "host"}))
+      ->capture_default_str();
+}
+
+void place_prefill_kv(const BackendArgs& a, bool cuda, const OffloadRuntime* rt, ModelOptions& mo) {
+  mo.kv_place = parse_kv_place(a.prefill_kv);
+  if (a.prefill_kv == "auto") {
+    if (!cuda || !rt) return;
+  } else {
+    TOPKV_CHECK(cuda, "--prefill-kv {} applies to the CUDA backend; this run uses the CPU, where every cache is "
+                "host memory already", a.prefill_kv);
+    TOPKV_CHECK(rt, "--prefill-kv {} applies to --attn topk's retrieval layers when the context is prefilled (not "
+                "restored from a pack); this run has none", a.prefill_kv);
+  }
+  mo.host_kv_candidates = rt->retrieval_layers();
+  mo.device_reserve = rt->device_bytes_estimate(mo.n_ctx);
+}
+
+std::string describe_prefill_kv(const Model& model) {
+  const std::vector<int> layers = model.host_kv_layers();
+  if (layers.empty()) return "";
+  double bytes = 0;
+  std::string ids;
+  for (int il : layers) {
+    bytes += 2.0 * (double)model.kv_capacity(il) * model.config().n_head_kv * model.config().head_dim *
+             dtype_size(model.options().kv_dtype);
+    ids += (ids.empty() ? "" : ",") + std::to_string(il);
+  }
+  return fmt::format("topkv: the KV of layers {} ({} pinned) lives in host memory: each prefill chunk streams it "
+                     "up (it does not fit the GPU beside the rest; --prefill-kv)", ids, format_bytes(bytes));
 }
 
 bool overlap_build(const BackendArgs& a, bool cuda) { return a.overlap_build == "on" || (a.overlap_build == "auto" && cuda); }

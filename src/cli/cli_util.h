@@ -18,7 +18,7 @@ namespace topkv::cli {
 
 // Where the model runs (generate, index build): --backend, --gpu-mem-budget, --threads.
 struct BackendArgs {
-  std::string backend = "auto", gpu_mem_budget, overlap_build = "auto";
+  std::string backend = "auto", gpu_mem_budget, overlap_build = "auto", prefill_kv = "auto";
   int threads = 0;
 };
 // Adds the options; `cuda_note` ends --backend's help (what cuda means for this command).
@@ -37,6 +37,14 @@ std::vector<float> prefill_into(Model& model, std::span<const int32_t> ids, int 
 // --overlap-build resolved: auto overlaps when the model runs on the GPU
 // (its prefill leaves the host cores free).
 bool overlap_build(const BackendArgs& a, bool cuda);
+// --prefill-kv: where the retrieval layers' caches live while the model
+// prefills (ModelOptions::host_kv_candidates, kv_place, device_reserve).
+// `rt` is the top-k runtime that will take those layers (null: dense, or a
+// pack, where they get no cache at all). Throws Error on a choice that does
+// not apply to the run.
+void place_prefill_kv(const BackendArgs& a, bool cuda, const OffloadRuntime* rt, ModelOptions& mo);
+// One line on the layers whose prefill streams from host memory, or "".
+std::string describe_prefill_kv(const Model& model);
 
 inline constexpr const char* kDefaultModel = ".models/gemma-3-270m-q4_k_m.gguf";  // scripts/fetch-model.sh
 

@@ -38,7 +38,7 @@ struct GenerateArgs {
   int64_t n_ctx = 0;
   float temp = 0.f, top_p = 1.f;
   uint64_t seed = 0;
-  bool seed_given = false, chat = false, quiet = false;
+  bool seed_given = false, chat = false, quiet = false, measure_error = false;
 };
 
 // One prompt's run: its context work (prefill, index build or pack restore)
@@ -166,6 +166,8 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
               "(the model was trained on {})", n_prompt_max, pack ? fmt::format(" ({} from the pack)", n_pack) : "",
               n_ctx, cfg.n_ctx_train);
 
+  TOPKV_CHECK(!a.measure_error || policy.attn == AttnMode::TopK, "--measure-error compares top-k attention with "
+              "exact attention; this run is dense (add --attn topk)");
   bool cuda = false;
   std::unique_ptr<Backend> backend = make_backend(a.where, cuda);
   ModelOptions mo;
@@ -176,16 +178,20 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
   mo.weights = parse_weight_mode(a.weights);
   const auto new_runtime = [&]() -> std::unique_ptr<OffloadRuntime> {  // the CUDA runtime on a CUDA backend
     if (policy.attn != AttnMode::TopK) return nullptr;
-    return make_offload_runtime(*backend, cfg, policy, !a.quiet);
+    auto rt = make_offload_runtime(*backend, cfg, policy, !a.quiet);
+    rt->set_measure_error(a.measure_error);
+    return rt;
   };
   std::unique_ptr<OffloadRuntime> offload = new_runtime();
   // From a pack the top-k layers never attend densely: they get no cache at all.
   if (pack && offload) mo.override_layers = offload->retrieval_layers();
+  place_prefill_kv(a.where, cuda, pack ? nullptr : offload.get(), mo);
   check_memory_plan(*file, cfg, policy, mo, /*from_pack=*/pack != nullptr, a.quiet);
   Timer load_timer;
   Model model(file, *backend, mo);
   model.touch_weights();  // page the mapped weights in now, not inside the timed prefill
   const double load_s = load_timer.seconds();
+  if (const std::string s = describe_prefill_kv(model); !s.empty()) note(s);
   const char* other = mo.weights == WeightMode::Quant ? "f32" : "quant";
   note(fmt::format("topkv: {}", cfg.summary()));
   note(fmt::format("topkv: weights {} ({}; --weights {} would take {}), KV cache {} ({} positions, {}), "
@@ -260,6 +266,16 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
                      st.gpu_s * 1e3 / st.steps));
   }
   if (cuda) note(fmt::format("topkv: GPU memory at the end: {}", cuda_memory_use(*backend).describe()));
+  std::vector<double> attn_err;
+  if (offload && a.measure_error && offload->stats().steps > 0) {
+    attn_err = offload->attention_rel_error();
+    std::string per;
+    for (size_t i = 0; i < attn_err.size(); ++i)
+      per += fmt::format("{}{}:{:.4f}", i ? " " : "", offload->retrieval_layers()[i], attn_err[i]);
+    note(fmt::format("topkv: attention error against exact attention over all {} tokens held, relative L2 over "
+                     "{} steps, per layer: {}", offload->layer(offload->retrieval_layers()[0])->n_tokens(),
+                     offload->stats().steps, per));
+  }
   note(fmt::format("topkv: prompt {} tokens, prefill {:.2f} s ({:.1f} tok/s), first token after {:.2f} s; generated "
                    "{} tokens, decode {:.1f} tok/s; stop: {}; peak RSS {}", last.prompt_tokens, last.prefill_s,
                    prefill_tps, last.first_token_s, last.n_gen, last.decode_tps(), last.stop, mib(peak_rss_bytes())));
@@ -321,6 +337,7 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
                       {"gpu_wait_ms_per_step", st.steps ? st.wait_s * 1e3 / st.steps : 0.0},
                       {"gpu_copy_ms_per_step", st.steps ? st.transfer_s * 1e3 / st.steps : 0.0},
                       {"gpu_attention_ms_per_step", st.steps ? st.gpu_s * 1e3 / st.steps : 0.0}};
+      if (!attn_err.empty()) j["offload"]["attention_rel_error_per_layer"] = attn_err;
     }
     write_json_atomic(a.json_path, j);
   }
@@ -374,6 +391,9 @@ void register_generate(CLI::App& app) {
                   "Write statistics here: prompt tokens, prefill and decode tok/s, time to first token, peak RSS, "
                   "memory (with --prompts: of the last question at the top, of each under \"questions\")");
   cmd->add_flag("-q,--quiet", a->quiet, "No progress bar or information on stderr (errors still go there)");
+  cmd->add_flag("--measure-error", a->measure_error, "Top-k: each decode step also computes exact attention over "
+                "everything each retrieval layer holds (on the host cores: slow, for evaluation) and reports the "
+                "relative L2 error of the served attention per layer (stderr and --json)");
   auto pol = std::make_shared<PolicyArgs>();
   add_policy_options(cmd, pol);
   cmd->callback([a, pol, cmd] { run_generate(*a, *pol, *cmd); });

@@ -85,10 +85,12 @@ void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
     rt = std::make_unique<OffloadRuntime>(cfg, policy, !a.quiet);
     rt->build_extra_indexes(extra);
   }
+  place_prefill_kv(a.where, cuda, rt.get(), mo);  // rt decodes nothing on the device: no reserve
   check_memory_plan(*file, cfg, policy, mo, /*from_pack=*/false, a.quiet, extra);
   Model model(file, *backend, mo);
   model.touch_weights();
   note(fmt::format("topkv: {}; document {} tokens ({})", cfg.summary(), n, source));
+  if (const std::string s = describe_prefill_kv(model); !s.empty()) note(s);
 
   Timer prefill_timer;
   const bool overlap = overlap_build(a.where, cuda);

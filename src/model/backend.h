@@ -72,11 +72,18 @@ enum class GluKind { SiLU, GeluTanh };  // out = act(gate) * up
 // a ring of capacity >= window + chunk - 1 (the chunk's keys are written
 // before its queries attend, and the oldest key its first query needs must
 // not be overwritten by its last token).
+//
+// in_host: k and v are host memory a device backend reaches over the bus
+// (Backend::alloc_kv_host: pinned and device-mapped on CUDA). kv_write goes
+// through a device staging copy and prefill attention streams the cache up
+// in blocks (gpu/cuda_streamed_attention.cpp): a retrieval layer's prefill
+// whose KV does not fit the GPU budget.
 struct KvLayerCache {
   DType dtype = DType::F32;
   int n_kv_heads = 0, head_dim = 0;
   int64_t capacity = 0;
   Buffer k, v;
+  bool in_host = false;
   size_t head_stride() const { return (size_t)capacity * head_dim; }  // elements
   size_t bytes() const { return 2 * (size_t)n_kv_heads * head_stride() * dtype_size(dtype); }
 };
@@ -96,6 +103,14 @@ class Backend {
   // and must outlive the returned weight when it is kept quantised).
   virtual Weight prepare_weight(const Weight& src, WeightMode mode) = 0;
   virtual KvLayerCache alloc_kv(int n_kv_heads, int head_dim, int64_t capacity, DType dtype) = 0;
+  // A cache in host memory (KvLayerCache::in_host) for a device backend whose
+  // memory cannot hold it; the CPU backend's caches are host memory already.
+  virtual KvLayerCache alloc_kv_host(int n_kv_heads, int head_dim, int64_t capacity, DType dtype) {
+    return alloc_kv(n_kv_heads, head_dim, capacity, dtype);
+  }
+  // Bytes alloc and alloc_kv may still take (a device backend: its budget
+  // less what it holds, or the device's free memory); -1: no limit known.
+  virtual int64_t memory_left() const { return -1; }
 
   // ---- ops (out may alias x where noted) ------------------------------------
   // out[t][:] = scale * dequant(table.row(ids[t])), t < T. ids are host values.

@@ -42,14 +42,29 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
     TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "override layer {} is out of range (the model has layers 0..{})", il,
                 cfg_.n_layer - 1);
   cache_.resize(cfg_.n_layer);
-  for (int il = 0; il < cfg_.n_layer; ++il) {
-    const int64_t cap = planned_kv_capacity(cfg_, opt_, il);
-    if (cap == 0) {  // described but not allocated: an override holds this layer's KV
-      cache_[il].dtype = opt_.kv_dtype, cache_[il].n_kv_heads = cfg_.n_head_kv, cache_[il].head_dim = cfg_.head_dim;
-      continue;
+  const auto candidate = [&](int il) {
+    return std::find(opt_.host_kv_candidates.begin(), opt_.host_kv_candidates.end(), il) !=
+           opt_.host_kv_candidates.end();
+  };
+  // The layers that must be on the backend first, then the candidates while they fit.
+  for (int pass = 0; pass < 2; ++pass)
+    for (int il = 0; il < cfg_.n_layer; ++il) {
+      if (candidate(il) != (pass == 1)) continue;
+      const int64_t cap = planned_kv_capacity(cfg_, opt_, il);
+      if (cap == 0) {  // described but not allocated: an override holds this layer's KV
+        cache_[il].dtype = opt_.kv_dtype, cache_[il].n_kv_heads = cfg_.n_head_kv, cache_[il].head_dim = cfg_.head_dim;
+        continue;
+      }
+      bool in_host = pass == 1 && opt_.kv_place == ModelOptions::KvPlace::Host;
+      if (pass == 1 && opt_.kv_place == ModelOptions::KvPlace::Auto) {
+        const int64_t left = be_.memory_left();
+        const double need = 2.0 * cap * cfg_.n_head_kv * cfg_.head_dim * dtype_size(opt_.kv_dtype) +
+                            (double)planned_scratch_bytes(cfg_, opt_) + (double)opt_.device_reserve;
+        in_host = left >= 0 && need > (double)left;
+      }
+      cache_[il] = in_host ? be_.alloc_kv_host(cfg_.n_head_kv, cfg_.head_dim, cap, opt_.kv_dtype)
+                           : be_.alloc_kv(cfg_.n_head_kv, cfg_.head_dim, cap, opt_.kv_dtype);
     }
-    cache_[il] = be_.alloc_kv(cfg_.n_head_kv, cfg_.head_dim, cap, opt_.kv_dtype);
-  }
 
   const size_t C = (size_t)opt_.max_chunk, f = sizeof(float);
   const size_t qd = (size_t)cfg_.n_head * cfg_.head_dim, kvd = (size_t)cfg_.n_head_kv * cfg_.head_dim;
@@ -250,6 +265,20 @@ void Model::release_kv(int il) {
   ++kv_epoch_;
   KvLayerCache& c = cache_[(size_t)il];
   c.k = {}, c.v = {}, c.capacity = 0;
+}
+
+std::vector<int> Model::host_kv_layers() const {
+  std::vector<int> out;
+  for (int il = 0; il < cfg_.n_layer; ++il)
+    if (cache_[(size_t)il].in_host && cache_[(size_t)il].capacity > 0) out.push_back(il);
+  return out;
+}
+
+ModelOptions::KvPlace parse_kv_place(const std::string& s) {
+  if (s == "auto") return ModelOptions::KvPlace::Auto;
+  if (s == "gpu") return ModelOptions::KvPlace::Device;
+  if (s == "host") return ModelOptions::KvPlace::Host;
+  fail("--prefill-kv must be auto, gpu or host, not '{}'", s);
 }
 
 int64_t Model::kv_capacity(int il) const {

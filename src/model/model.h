@@ -40,7 +40,23 @@ struct ModelOptions {
   // (capacity 0), so a long context is not allocated twice. Running such a
   // layer without an override that serves it is an Error.
   std::vector<int> override_layers;
+  // Layers whose cache may live in host memory (KvLayerCache::in_host; the
+  // prefill then streams it, backend.h): the retrieval layers, whose cache
+  // serves only the prefill. kv_place says where their caches go:
+  //   Device  on the backend (a cache that does not fit is an Error);
+  //   Host    all in host memory (Backend::alloc_kv_host);
+  //   Auto    on the backend while Backend::memory_left(), less the
+  //           activations and device_reserve, holds them; in host memory
+  //           from the first that does not fit.
+  // device_reserve: what else will need backend memory later (the offload
+  // runtime's tables and buffers, OffloadRuntime::device_bytes_estimate).
+  enum class KvPlace { Auto, Device, Host };
+  std::vector<int> host_kv_candidates;
+  KvPlace kv_place = KvPlace::Auto;
+  int64_t device_reserve = 0;
 };
+// "auto" | "gpu" | "host" (--prefill-kv); throws Error.
+ModelOptions::KvPlace parse_kv_place(const std::string& s);
 
 class Model {
  public:
@@ -112,6 +128,8 @@ class Model {
   void set_n_past(int64_t n);
   // Slots of a layer's cache: n_ctx, a sliding window's ring, or 0 (override layer / released).
   int64_t kv_capacity(int layer) const;
+  // The layers whose cache lives in host memory (ModelOptions::kv_place).
+  std::vector<int> host_kv_layers() const;
   // What a model with these options will allocate, known before it is built
   // (benchmarks skip what cannot fit a memory budget): one layer's cache
   // slots, and the bytes of the activation scratch.
