@@ -19,26 +19,36 @@ inline void round_through(DType t, std::vector<float>& v) {
   to_f32(t, raw.data(), v.data(), v.size());
 }
 
-// Gives `ref` (CPU runtime) and `got` (on the device) the same random context
-// of n tokens on each of cfg's layers (keys with a shared offset, as real keys
-// have), then `steps` decode steps of random q, k, v on every layer; each
-// step's output difference goes to `sum`. f16_exact: keys and values are
-// rounded to f16 values, so that rows the device attends from its fp32 ring
-// equal the CPU's f16 store rows.
-inline void compare_offload_steps(OffloadRuntime& ref, OffloadRuntime& got, const ModelConfig& cfg, int64_t n,
-                                  int steps, bool f16_exact, OpSummary& sum) {
+// A random context of n tokens on each of cfg's layers (keys with a shared
+// offset, as real keys have), per layer [kv][n][hd]. f16_exact: keys and
+// values are rounded to f16 values, so that rows the device attends from its
+// fp32 ring equal the CPU's f16 store rows.
+struct RandomContext {
+  std::vector<std::vector<float>> k, v;
+  KvReader reader() const {
+    return [this](int il, std::vector<float>& kk, std::vector<float>& vv) { kk = k[(size_t)il], vv = v[(size_t)il]; };
+  }
+};
+inline RandomContext random_context(const ModelConfig& cfg, int64_t n, bool f16_exact, std::mt19937& rng) {
+  RandomContext c;
+  c.k.resize((size_t)cfg.n_layer), c.v.resize((size_t)cfg.n_layer);
+  for (int il = 0; il < cfg.n_layer; ++il) {
+    c.k[(size_t)il] = randn((size_t)cfg.n_head_kv * n * cfg.head_dim, rng, 1.f, 0.3f);
+    c.v[(size_t)il] = randn(c.k[(size_t)il].size(), rng);
+    if (f16_exact) round_through(DType::F16, c.k[(size_t)il]), round_through(DType::F16, c.v[(size_t)il]);
+  }
+  return c;
+}
+
+// `steps` decode steps through both runtimes, which hold the same n tokens.
+inline void compare_decode_steps(OffloadRuntime& ref, OffloadRuntime& got, const ModelConfig& cfg, int64_t n,
+                                 int steps, bool f16_exact, OpSummary& sum, std::mt19937& rng) {
   Backend& be = gpu();
   const int kv = cfg.n_head_kv, hd = cfg.head_dim;
-  std::mt19937 rng(7);
   auto draw_kv = [&](size_t count, std::vector<float>& k, std::vector<float>& v) {
     k = randn(count, rng, 1.f, 0.3f), v = randn(count, rng);
     if (f16_exact) round_through(DType::F16, k), round_through(DType::F16, v);
   };
-  std::vector<std::vector<float>> ctx_k((size_t)cfg.n_layer), ctx_v((size_t)cfg.n_layer);  // [kv][n][hd]
-  for (int il = 0; il < cfg.n_layer; ++il) draw_kv((size_t)kv * n * hd, ctx_k[(size_t)il], ctx_v[(size_t)il]);
-  auto reader = [&](int il, std::vector<float>& k, std::vector<float>& v) { k = ctx_k[(size_t)il], v = ctx_v[(size_t)il]; };
-  ref.take_context(n, reader);
-  got.take_context(n, reader);
   const size_t qn = (size_t)cfg.n_head * hd, kn = (size_t)kv * hd;
   Buffer dq = be.alloc(qn * 4), dk = be.alloc(kn * 4), dv = be.alloc(kn * 4), dout = be.alloc(qn * 4);
   const float scale = 1.f / std::sqrt((float)hd);
@@ -55,6 +65,18 @@ inline void compare_offload_steps(OffloadRuntime& ref, OffloadRuntime& got, cons
       sum.check(rel_err(download(be, dout, qn), want));
     }
   CHECK(got.stats().steps == ref.stats().steps);
+}
+
+// Gives `ref` (CPU runtime) and `got` (on the device) the same random context
+// of n tokens, then `steps` decode steps of random q, k, v on every layer; each
+// step's output difference goes to `sum`.
+inline void compare_offload_steps(OffloadRuntime& ref, OffloadRuntime& got, const ModelConfig& cfg, int64_t n,
+                                  int steps, bool f16_exact, OpSummary& sum) {
+  std::mt19937 rng(7);
+  const RandomContext ctx = random_context(cfg, n, f16_exact, rng);
+  ref.take_context(n, ctx.reader());
+  got.take_context(n, ctx.reader());
+  compare_decode_steps(ref, got, cfg, n, steps, f16_exact, sum, rng);
 }
 
 }  // namespace topkv::test

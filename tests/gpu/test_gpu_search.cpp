@@ -13,9 +13,11 @@
 #include "gpu/gpu_offload_runtime.h"
 #include "gpu/partial_attention.h"
 #include "gpu/summary_search_ref.h"
+#include "offload/pack_file.h"
 #include "tests/clustered_keys.h"
 #include "tests/gpu/cuda_test_util.h"
 #include "tests/gpu/offload_test_util.h"
+#include "tests/test_util.h"
 
 using namespace topkv;
 using namespace topkv::test;
@@ -196,5 +198,47 @@ TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtim
     // k, v exactly representable in the f16 store: the device attends the
     // rows not yet folded from its fp32 ring, the CPU from the store.
     compare_offload_steps(ref, *got, cfg, c.n, 3 * c.window + 2 * std::min(c.fold, 50) + 5, /*f16_exact=*/true, sum);
+  }
+}
+
+// Issue 6: a context pack's store is used in place on the GPU. The pack's
+// mapping is registered with the device (gpu/pack_registration.h), so every
+// whole store chunk is the mapping itself and kernels read it there; the
+// decode steps must still equal a CPU runtime restored from the same pack.
+TEST_CASE("GpuOffloadRuntime restored from a pack reads its store in place and decodes like the CPU", "[search]") {
+  auto& be = cuda_be();
+  OpSummary sum("pack in place: device search vs CPU runtime", 1e-4);
+  TempDir td;
+  for (const std::string index : {"multipole", "quest:page=16"}) {
+    CAPTURE(index);
+    ModelConfig cfg;
+    cfg.n_layer = 1, cfg.n_head = 4, cfg.n_head_kv = 2, cfg.head_dim = 64;
+    cfg.layers.resize(1);
+    OffloadPolicy pol;
+    pol.attn = AttnMode::TopK, pol.index = index, pol.search.k = 512, pol.sinks = 4, pol.window = 64;
+    pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32, pol.device_fold = 1000;  // no fold in 20 steps
+    const int64_t n = 2 * RowStore::kChunkRows + 777;  // two whole chunks in place, a tail copied
+    std::mt19937 rng(19);
+    const RandomContext ctx = random_context(cfg, n, /*f16_exact=*/true, rng);
+    const std::string path = (td.dir / "p.tkv").string();
+    {
+      OffloadRuntime built(cfg, pol, false);
+      built.take_context(n, ctx.reader());
+      PackWriter w;
+      built.save(w);
+      w.write(path);
+    }
+    PackReader r(path);
+    FoldingRuntime ref(cfg, pol, 1000);
+    ref.take_pack(r);
+    auto got = make_gpu_offload_runtime(be, cfg, pol, false);
+    got->take_pack(r);
+    const auto* base = static_cast<const uint8_t*>(r.map_base());
+    for (int h = 0; h < cfg.n_head_kv; ++h) {
+      const RowStore& keys = *got->layer(0)->key_store(h);
+      CHECK(keys.mapped_bytes() == 2 * RowStore::kChunkRows * keys.row_bytes());
+      CHECK((keys.chunk(0) >= base && keys.chunk(0) < base + r.map_bytes()));  // the mapping itself
+    }
+    compare_decode_steps(ref, *got, cfg, n, 20, /*f16_exact=*/true, sum, rng);
   }
 }
