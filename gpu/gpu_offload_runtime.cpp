@@ -21,7 +21,6 @@ std::unique_ptr<OffloadRuntime> make_gpu_offload_runtime(Backend& be, const Mode
 #include "gpu/cuda_check.h"
 #include "gpu/cuda_kernels.h"
 #include "gpu/device_search_tables.h"
-#include "gpu/pack_registration.h"
 #include "src/common/timer.h"
 
 namespace topkv {
@@ -120,18 +119,9 @@ class GpuOffloadRuntime final : public OffloadRuntime {
  protected:
   OffloadedLayer::Config layer_config(int i) const override {
     OffloadedLayer::Config c = OffloadRuntime::layer_config(i);
-    if (!policy_.stage_rows) c.store_alloc = pinned_chunk_allocator(), c.pack_registration = pack_registration_;
+    if (!policy_.stage_rows) c.store_alloc = pinned_chunk_allocator();
     if (device_search_) c.fold_every = policy_.device_fold;
     return c;
-  }
-  // The pack's stores in place: its mapping registered with the device.
-  void before_restore(const PackReader& r) override {
-    if (policy_.stage_rows) return;  // staged rows are copied by the host anyway: the mapping serves as it is
-    std::string why;
-    pack_registration_ = register_pack_mapping(r, why);
-    if (!pack_registration_ && progress_)
-      fmt::print(stderr, "topkv: the pack's rows are copied into pinned memory: its mapping cannot be read by the "
-                 "device in place ({})\n", why);
   }
   void on_layer_ready(int i) override;
 
@@ -152,7 +142,6 @@ class GpuOffloadRuntime final : public OffloadRuntime {
     PinnedBuffer kv, counts;
     cudaEvent_t ev[4] = {};  // search start, search end, attention end, everything copied
   };
-  std::shared_ptr<const void> pack_registration_;  // before_restore
   int ring_capacity() const { return policy_.window + (device_search_ ? policy_.device_fold : 0); }
   // Partial slots of sinks + ring: 1 + the ring's splits for its longest head.
   static int exact_parts(const OffloadedLayer& L, const std::vector<int64_t>& tail) {

@@ -38,14 +38,13 @@ void RowStore::append_raw(const void* rows, int64_t n) {
   size_.store(at + n, std::memory_order_release);
 }
 
-void RowStore::append_mapped(const void* rows, int64_t n, const std::shared_ptr<const void>& owner,
-                             bool device_visible) {
+void RowStore::append_mapped(const void* rows, int64_t n, const std::shared_ptr<const void>& owner) {
   const auto* src = static_cast<const uint8_t*>(rows);
   int64_t at = size_.load(std::memory_order_relaxed);
   TOPKV_CHECK(at + n <= kMaxChunks * kChunkRows, "row store full: {} + {} rows exceeds {} rows per head", at, n,
               kMaxChunks * kChunkRows);
   int64_t done = 0;
-  while ((!alloc_ || device_visible) && (at & kChunkMask) == 0 && n - done >= kChunkRows) {
+  while (!alloc_ && (at & kChunkMask) == 0 && n - done >= kChunkRows) {
     // Aliasing shared_ptr: shares ownership of the mapping, points at the chunk.
     chunks_.push_back(std::shared_ptr<uint8_t>(owner, const_cast<uint8_t*>(src + (size_t)done * row_bytes_)));
     ++mapped_chunks_;

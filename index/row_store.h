@@ -51,11 +51,8 @@ class RowStore {
   // chunk allocator, every whole chunk that starts on a chunk boundary of the
   // store is used in place, not copied (the mapping is read-only: such a
   // chunk is full, so no later append writes to it); the rest is copied, as
-  // everything is when an allocator is set (pinned memory must be ours) —
-  // unless `device_visible`: the caller has registered the mapping with the
-  // device as the allocator's memory is (gpu/pack_registration.h).
-  void append_mapped(const void* rows, int64_t n, const std::shared_ptr<const void>& owner,
-                     bool device_visible = false);
+  // everything is when an allocator is set (pinned memory must be ours).
+  void append_mapped(const void* rows, int64_t n, const std::shared_ptr<const void>& owner);
 
   const void* row(int64_t i) const {
     return chunks_[(size_t)(i >> kChunkShift)].get() + (size_t)(i & kChunkMask) * row_bytes_;

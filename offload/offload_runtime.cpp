@@ -247,7 +247,6 @@ void OffloadRuntime::take_pack(const PackReader& r) {
   start_context(n);
   for (size_t i = 0; i < streaming.size(); ++i) streaming_[i].assign(streaming[i].begin(), streaming[i].end());
   // Restoring stages nothing: the stores are mapped, only tails and indexes are copied.
-  before_restore(r);
   fill_layers(std::max(1, std::min((int)layers_.size(), omp_get_max_threads())), [&](int i, OffloadedLayer& layer) {
     layer.restore(r, fmt::format("offload.L{}.", retrieval_layers_[(size_t)i]), n, slot);
   });

@@ -99,9 +99,6 @@ class OffloadRuntime : public AttentionOverride {
   // holds the context (the GPU runtime uploads sinks + window there).
   virtual OffloadedLayer::Config layer_config(int i) const;
   virtual void on_layer_ready(int i) { (void)i; }
-  // take_pack, before the layers restore: the GPU runtime registers the
-  // pack's mapping with the device here (Config::pack_registration).
-  virtual void before_restore(const PackReader& r) { (void)r; }
   void start_context(int64_t n);  // k per layer for a context of n tokens; layers_ sized
   // Builds every layer (layer_config, then fill(i, layer)), layers in
   // parallel (at most in_flight at once) where the model has many KV heads,

@@ -190,10 +190,8 @@ void OffloadedLayer::restore(const PackReader& r, const std::string& prefix, int
                 hd.streaming ? "streaming" : "retrieval");
     if (hd.streaming || stored == 0) continue;
     const StDType st = st_dtype_of(cfg_.store_dtype);
-    const std::shared_ptr<const void> owner = cfg_.pack_registration ? cfg_.pack_registration : r.owner();
-    const bool visible = cfg_.pack_registration != nullptr;
-    hd.keys->append_mapped(r.tensor(name + "keys", st, {stored, d}), stored, owner, visible);
-    hd.values->append_mapped(r.tensor(name + "values", st, {stored, d}), stored, owner, visible);
+    hd.keys->append_mapped(r.tensor(name + "keys", st, {stored, d}), stored, r.owner());
+    hd.values->append_mapped(r.tensor(name + "values", st, {stored, d}), stored, r.owner());
     const std::string index = fmt::format("{}index.{}", name, index_slot);
     auto [blob, bytes] = r.blob(index);
     hd.index = KvIndex::load_bytes(r.path() + ":" + index, blob, bytes, hd.keys, hd.values, cfg_.build);

@@ -50,10 +50,6 @@ class OffloadedLayer {
     int search_threads = 1;         // threads each head's search may use (heads already run in parallel)
     BuildOptions build;
     RowStore::ChunkAllocator store_alloc;  // where store chunks live (empty: heap; GPU runtime: pinned)
-    // restore(): when set, the pack's mapping is registered with the device
-    // and this keeps the registration alive; the store rows are used in place
-    // (RowStore::append_mapped, device_visible) despite store_alloc.
-    std::shared_ptr<const void> pack_registration;
     // More index specs built beside `index` at prefill, for a context pack
     // (`topkv index build --index A --index B`): saved, never searched.
     std::vector<std::string> extra_indexes;

@@ -67,10 +67,6 @@ class PackReader {
   std::pair<const uint8_t*, size_t> blob(const std::string& name) const;
   // Keeps the mapping alive for as long as a row store uses it in place.
   std::shared_ptr<const void> owner() const { return st_; }
-  // The file's mapping (read-only, page-aligned): a device backend may
-  // register it to read the stores in place (gpu/pack_registration.h).
-  const void* map_base() const { return st_->map_base(); }
-  size_t map_bytes() const { return st_->map_bytes(); }
   // Checks every tensor against its checksum (all of them, in parallel: a
   // pack is read whole once); Error naming the first bad one. Returns the
   // bytes checked.

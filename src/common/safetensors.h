@@ -61,9 +61,6 @@ class SafetensorsReader {
   const TensorInfo* find(const std::string& name) const;  // null when absent
   const TensorInfo& get(const std::string& name) const;   // throws Error naming the file and the tensors it has
   const uint8_t* data(const TensorInfo& t) const { return data_ + t.begin; }
-  // The whole file mapping (read-only, page-aligned).
-  const void* map_base() const { return map_; }
-  size_t map_bytes() const { return map_bytes_; }
 
   // Elements [first, first + count) of a F32/F16/BF16 tensor as fp32.
   void read_f32(const TensorInfo& t, int64_t first, int64_t count, float* out) const;

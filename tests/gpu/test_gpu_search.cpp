@@ -201,13 +201,15 @@ TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtim
   }
 }
 
-// Issue 6: a context pack's store is used in place on the GPU. The pack's
-// mapping is registered with the device (gpu/pack_registration.h), so every
-// whole store chunk is the mapping itself and kernels read it there; the
-// decode steps must still equal a CPU runtime restored from the same pack.
-TEST_CASE("GpuOffloadRuntime restored from a pack reads its store in place and decodes like the CPU", "[search]") {
+// A runtime restored from a context pack decodes like a CPU runtime restored
+// from the same pack. The GPU runtime copies the pack's store into pinned
+// memory (the kernels read rows there); registering the file mapping with the
+// device instead (cudaHostRegister, read-only) hung in the driver on the
+// H200 host (bench/results/gpu_h100_session4/h200_pack_in_place/), as
+// reported for llama.cpp and vLLM, so the copy stays and this test pins it.
+TEST_CASE("GpuOffloadRuntime restored from a pack decodes like the CPU restored from it", "[search]") {
   auto& be = cuda_be();
-  OpSummary sum("pack in place: device search vs CPU runtime", 1e-4);
+  OpSummary sum("from a pack: device search vs CPU runtime", 1e-4);
   TempDir td;
   for (const std::string index : {"multipole", "quest:page=16"}) {
     CAPTURE(index);
@@ -217,7 +219,7 @@ TEST_CASE("GpuOffloadRuntime restored from a pack reads its store in place and d
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = index, pol.search.k = 512, pol.sinks = 4, pol.window = 64;
     pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32, pol.device_fold = 1000;  // no fold in 20 steps
-    const int64_t n = 2 * RowStore::kChunkRows + 777;  // two whole chunks in place, a tail copied
+    const int64_t n = 2 * RowStore::kChunkRows + 777;  // whole chunks (the CPU maps them) and a tail
     std::mt19937 rng(19);
     const RandomContext ctx = random_context(cfg, n, /*f16_exact=*/true, rng);
     const std::string path = (td.dir / "p.tkv").string();
@@ -233,11 +235,9 @@ TEST_CASE("GpuOffloadRuntime restored from a pack reads its store in place and d
     ref.take_pack(r);
     auto got = make_gpu_offload_runtime(be, cfg, pol, false);
     got->take_pack(r);
-    const auto* base = static_cast<const uint8_t*>(r.map_base());
     for (int h = 0; h < cfg.n_head_kv; ++h) {
-      const RowStore& keys = *got->layer(0)->key_store(h);
-      CHECK(keys.mapped_bytes() == 2 * RowStore::kChunkRows * keys.row_bytes());
-      CHECK((keys.chunk(0) >= base && keys.chunk(0) < base + r.map_bytes()));  // the mapping itself
+      CHECK(ref.layer(0)->key_store(h)->mapped_bytes() > 0);   // the CPU runtime reads the mapping in place
+      CHECK(got->layer(0)->key_store(h)->mapped_bytes() == 0); // the GPU runtime's rows are pinned copies
     }
     compare_decode_steps(ref, *got, cfg, n, 20, /*f16_exact=*/true, sum, rng);
   }
