@@ -2,7 +2,9 @@
 // over a union of disjoint parts"), twin of partial_merge + partial_finish in
 // gpu/partial_attention.h. Split-KV attention uses it to combine its key
 // ranges; the offloaded decode combines the window part with the retrieved
-// part (and multipole summaries) the same way.
+// part (and multipole summaries) the same way; a streamed prefill
+// (gpu/cuda_streamed_attention.cpp) folds each key block into a running
+// partial with merge_partials_into.
 //
 // One block per row: the block computes the per-part factors e^(m_p - M) once
 // into shared memory, then each thread sums its output dims over the parts.
