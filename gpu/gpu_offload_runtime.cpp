@@ -1,3 +1,7 @@
+// GpuOffloadRuntime (gpu/gpu_offload_runtime.h; class in
+// gpu/gpu_offload_runtime_impl.h): set-up, the device mirrors of sinks and
+// window, their exact partials, and the step with the search on the host.
+// The step with the search on the device: gpu/gpu_offload_device_search.cpp.
 #include "gpu/gpu_offload_runtime.h"
 
 #include "src/common/error.h"
@@ -11,23 +15,16 @@ std::unique_ptr<OffloadRuntime> make_gpu_offload_runtime(Backend& be, const Mode
 }  // namespace topkv
 #else
 
-#include <cuda_runtime.h>
 #include <omp.h>
 
-#include <algorithm>
 #include <cstring>
 
-#include "gpu/cuda_backend_impl.h"
-#include "gpu/cuda_check.h"
-#include "gpu/cuda_kernels.h"
-#include "gpu/device_search_tables.h"
+#include "gpu/gpu_offload_runtime_impl.h"
 #include "src/common/timer.h"
 
 namespace topkv {
-namespace {
+namespace gpu_offload {
 
-// Pinned, device-mapped chunks for the host stores: with unified addressing
-// the host pointer is also the device pointer, which the row lists rely on.
 RowStore::ChunkAllocator pinned_chunk_allocator() {
   return [](size_t bytes) {
     void* p = nullptr;
@@ -41,35 +38,6 @@ RowStore::ChunkAllocator pinned_chunk_allocator() {
   };
 }
 
-// A pinned host buffer that grows (contents are not kept).
-struct PinnedBuffer {
-  std::shared_ptr<uint8_t> mem;
-  size_t bytes = 0;
-  uint8_t* get(size_t need) {
-    if (need > bytes) {
-      void* p = nullptr;
-      TOPKV_CUDA_CHECK(cudaHostAlloc(&p, need, cudaHostAllocDefault));
-      mem.reset(static_cast<uint8_t*>(p), [](uint8_t* q) { cudaFreeHost(q); });
-      bytes = need;
-    }
-    return mem.get();
-  }
-};
-
-// Splits of a head's row list over blocks: enough blocks to keep reads over
-// PCIe in flight for the retrieved rows, fewer for the device-resident
-// sinks + window, and for the far rows (device search) enough to read the
-// value means at full bandwidth.
-constexpr int kIdsRowsPerSplit = 32, kMaxIdsSplits = 64, kExactRowsPerSplit = 64, kMaxExactSplits = 8;
-constexpr int kFarGroupsPerSplit = 128, kMaxFarSplits = 512;
-constexpr int kMaxParts = 1 + kMaxExactSplits + kMaxIdsSplits + kMaxFarSplits;  // sinks, window, ids, far
-int splits_for(int64_t rows, int per_split, int max_splits) {
-  return (int)std::clamp<int64_t>((rows + per_split - 1) / per_split, 1, max_splits);
-}
-
-// Whether `policy` asks for the search on the device (gpu, or auto where the
-// index and options allow it). Decided before any layer exists: it sets
-// where evicted rows wait (the device window ring) and how often they fold.
 bool wants_device_search(const OffloadPolicy& p) {
   if (p.search_on == SearchOn::Host) return false;
   const bool able = !p.stage_rows && p.search.threshold == 0.0 && p.search.gqa == GqaMode::Union &&
@@ -81,106 +49,6 @@ bool wants_device_search(const OffloadPolicy& p) {
               p.stage_rows ? ", --stage-rows" : "");
   return able;
 }
-
-class GpuOffloadRuntime final : public OffloadRuntime {
- public:
-  GpuOffloadRuntime(cuda::CudaBackend& be, const ModelConfig& cfg, const OffloadPolicy& policy, bool progress)
-      : OffloadRuntime(cfg, policy, progress), be_(be), device_search_(wants_device_search(policy)) {
-    TOPKV_CHECK(cuda::attention_head_dim_supported(cfg.head_dim) &&
-                    (cfg.head_dim == 64 || cfg.head_dim == 128 || cfg.head_dim == 256),
-                "the CUDA offload runtime supports head_dim 64, 128 and 256, not {}", cfg.head_dim);
-    TOPKV_CHECK(cfg.n_head_kv <= cuda::kMaxRingHeads, "the CUDA offload runtime supports at most {} KV heads, "
-                "not {}", cuda::kMaxRingHeads, cfg.n_head_kv);
-    for (auto& e : ev_) TOPKV_CUDA_CHECK(cudaEventCreate(&e));
-  }
-  ~GpuOffloadRuntime() override {
-    cudaStreamSynchronize(be_.stream());
-    for (auto& e : ev_) cudaEventDestroy(e);
-    for (auto& p : pending_)
-      for (auto& e : p.ev) cudaEventDestroy(e);
-  }
-
-  bool on_device() const override { return true; }
-  // The mirrors (sinks + ring), ~64 MiB of row lists, partials and staging,
-  // and with the device search the tables as the host index estimates them
-  // (fp32; the device's are f16 by default, so this bounds them).
-  int64_t device_bytes_estimate(int64_t n) const override {
-    const double heads = (double)retrieval_layers_.size() * cfg_.n_head_kv;
-    double b = heads * (policy_.sinks + ring_capacity()) * 2.0 * cfg_.head_dim * sizeof(float) + double(64 << 20);
-    if (device_search_) b += heads * (double)n * KvIndex::create(policy_.index)->bytes_per_key_estimate(cfg_.head_dim);
-    return (int64_t)b;
-  }
-  void decode_attention(int layer, const float*, const float*, const float*, int64_t, float, float*) override {
-    fail("internal: the CUDA offload runtime of layer {} takes device pointers (decode_attention_device)", layer);
-  }
-  void decode_attention_device(int layer, const float* q, const float* k, const float* v, int64_t pos, float scale,
-                               float* out) override;
-
- protected:
-  OffloadedLayer::Config layer_config(int i) const override {
-    OffloadedLayer::Config c = OffloadRuntime::layer_config(i);
-    if (!policy_.stage_rows) c.store_alloc = pinned_chunk_allocator();
-    if (device_search_) c.fold_every = policy_.device_fold;
-    return c;
-  }
-  void on_layer_ready(int i) override;
-
- private:
-  // Sinks and the recent tokens on the device, fp32 [n_kv][capacity][head_dim]:
-  // sink i at slot i, position p at ring slot p % ring capacity. The ring
-  // holds the window, and with the device search also the evicted rows its
-  // tables do not cover yet (at most device_fold - 1 of them).
-  struct Mirror {
-    KvLayerCache sinks, ring;
-  };
-  // Device search: the newest token's k, v on their way to the host (which
-  // fills them into its layer at the next step), the step's row counts, and
-  // the events that time the step's kernels.
-  struct Pending {
-    bool waiting = false;
-    OffloadedLayer::Placement at;
-    PinnedBuffer kv, counts;
-    cudaEvent_t ev[4] = {};  // search start, search end, attention end, everything copied
-  };
-  int ring_capacity() const { return policy_.window + (device_search_ ? policy_.device_fold : 0); }
-  // Partial slots of sinks + ring: 1 + the ring's splits for its longest head.
-  static int exact_parts(const OffloadedLayer& L, const std::vector<int64_t>& tail) {
-    int64_t most = 0;
-    for (int64_t t : tail) most = std::max(most, t + L.window_len());
-    return 1 + splits_for(most, kExactRowsPerSplit, kMaxExactSplits);
-  }
-  void write_mirror(Mirror& mir, const OffloadedLayer::Placement& at, const float* k, const float* v);
-  // Partials of sinks (slot 0) and ring (slots 1 .. exact_parts) for every
-  // query head; tail[h]: evicted rows before the window to attend too.
-  void attend_exact(const Mirror& mir, const OffloadedLayer& L, const std::vector<int64_t>& tail,
-                   cuda::RowListArgs a);
-  void decode_host_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
-  void decode_device_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
-  void finish_pending(int slot);
-  // set_measure_error: the step's q and output come to the host (a wait);
-  // with the device search the host layer takes its new token now instead
-  // of at the next step, so the exact attention sees what the device did.
-  void measure_step(int slot, const float* q, float scale, const float* out);
-  void collect_timing();
-  void ensure_capacity(int max_ids);
-
-  cuda::CudaBackend& be_;
-  const bool device_search_;
-  std::vector<Mirror> mirrors_;               // per retrieval layer
-  std::vector<DeviceSearchTables> tables_;    // per retrieval layer (device search)
-  std::vector<Pending> pending_;              // per retrieval layer (device search)
-  // Device work space, sized by ensure_capacity: the retrieved rows' pointer
-  // lists [2][n_kv][ids_cap_] (k, then v) and counts [n_kv]; partials
-  // [n_head][kMaxParts] (m, l, then o x head_dim); staged rows; the device
-  // search's work space.
-  Buffer lists_, parts_, staged_, search_ws_;
-  int ids_cap_ = 0;
-  PinnedBuffer host_lists_, host_qkv_, host_far_, host_rows_;
-  std::vector<OffloadedLayer::Retrieved> found_;
-  std::vector<int64_t> tail_;  // per KV head: evicted rows before the window the step attends exactly
-  cudaEvent_t ev_[5] = {};
-  bool timing_pending_ = false;
-};
 
 void GpuOffloadRuntime::on_layer_ready(int i) {
   const OffloadedLayer& L = *layers_[(size_t)i];
@@ -395,110 +263,13 @@ void GpuOffloadRuntime::decode_host_search(int slot, const float* q, const float
   timing_pending_ = true;
 }
 
-// The previous step's token of layer `slot` reaches the host layer; its
-// kernels' times and row counts are added to the statistics.
-void GpuOffloadRuntime::finish_pending(int slot) {
-  Pending& pd = pending_[(size_t)slot];
-  if (!pd.waiting) return;
-  Timer t_wait;
-  TOPKV_CUDA_CHECK(cudaEventSynchronize(pd.ev[3]));
-  stats_.wait_s += t_wait.seconds();
-  const int nkv = cfg_.n_head_kv, d = cfg_.head_dim;
-  const auto* kv = reinterpret_cast<const float*>(pd.kv.mem.get());
-  layers_[(size_t)slot]->fill_appended(pd.at, kv, kv + (size_t)nkv * d);
-  const auto* counts = reinterpret_cast<const int32_t*>(pd.counts.mem.get());
-  for (int h = 0; h < nkv; ++h) stats_.retrieved += counts[h];
-  float search = 0, attend = 0;
-  TOPKV_CUDA_CHECK(cudaEventElapsedTime(&search, pd.ev[0], pd.ev[1]));
-  TOPKV_CUDA_CHECK(cudaEventElapsedTime(&attend, pd.ev[1], pd.ev[2]));
-  stats_.search_s += search * 1e-3;
-  stats_.gpu_s += (search + attend) * 1e-3;
-  pd.waiting = false;
-}
-
-void GpuOffloadRuntime::measure_step(int slot, const float* q, float scale, const float* out) {
-  finish_pending(slot);  // device search: the token's k, v into the host layer
-  const size_t n = (size_t)cfg_.n_head * cfg_.head_dim;
-  std::vector<float> hq(n), hout(n);
-  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hq.data(), q, n * sizeof(float), cudaMemcpyDeviceToHost, be_.stream()));
-  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hout.data(), out, n * sizeof(float), cudaMemcpyDeviceToHost, be_.stream()));
-  be_.synchronize();
-  record_error(slot, hq.data(), scale, hout.data());
-}
-
-// The device searches: nothing waits for the host. The host's layer trails
-// by one token: the new token's bookkeeping (eviction, folds) happens now,
-// its data arrives with the next step (OffloadedLayer::begin_append).
-void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const float* k, const float* v, float scale,
-                                             float* out) {
-  OffloadedLayer& L = *layers_[(size_t)slot];
-  Mirror& mir = mirrors_[(size_t)slot];
-  DeviceSearchTables& tab = tables_[(size_t)slot];
-  Pending& pd = pending_[(size_t)slot];
-  const cudaStream_t st = be_.stream();
-  const int nh = cfg_.n_head, nkv = cfg_.n_head_kv, d = cfg_.head_dim, G = nh / nkv;
-
-  finish_pending(slot);
-  pd.at = L.begin_append();
-  if (tab.stale(L)) tab.upload(be_, L, policy_.device_table_type);  // an index folded rows in
-  const int cap = tab.row_cap(k_[(size_t)slot], G);
-  ensure_capacity(cap);
-  const size_t ws = cuda::summary_search_workspace_bytes(nkv, G, tab.max_n());
-  if (search_ws_.bytes < ws) be_.synchronize(), search_ws_ = be_.alloc(ws);
-
-  // The new token: into the device mirror now, to the host for the next step.
-  write_mirror(mir, pd.at, k, v);
-  auto* hkv = reinterpret_cast<float*>(pd.kv.get(2 * (size_t)nkv * d * sizeof(float)));
-  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hkv, k, (size_t)nkv * d * 4, cudaMemcpyDeviceToHost, st));
-  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hkv + (size_t)nkv * d, v, (size_t)nkv * d * 4, cudaMemcpyDeviceToHost, st));
-
-  // Partial slots: sinks, ring, retrieved rows, far rows.
-  tail_.resize((size_t)nkv);
-  for (int h = 0; h < nkv; ++h) tail_[(size_t)h] = L.stored_rows(h) - tab.covered(h);
-  const int n_exact = exact_parts(L, tail_);
-  const int ids_splits = splits_for(cap, kIdsRowsPerSplit, kMaxIdsSplits);
-  const int far_splits = tab.far_field() ? splits_for(tab.max_n(), kFarGroupsPerSplit, kMaxFarSplits) : 0;
-  const int parts = n_exact + ids_splits + far_splits;
-  float *pm, *pl, *po;
-  cuda::carve_partials(parts_.mem.get(), (size_t)nh * parts, pm, pl, po);
-  const size_t n_ptr = (size_t)nkv * cap;
-  auto* dl = lists_.as<const void*>();
-  auto* dcounts = reinterpret_cast<int32_t*>(dl + 2 * n_ptr);
-
-  TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[0], st));
-  cuda::SummarySearchArgs s;
-  s.heads = tab.heads(), s.n_kv = nkv, s.group = G, s.head_dim = d, s.max_n = tab.max_n();
-  s.page_bounds = tab.page_bounds(), s.table_type = policy_.device_table_type, s.store_type = policy_.store_dtype;
-  s.q = q, s.k = k_[(size_t)slot], s.scale = scale, s.workspace = search_ws_.mem.get();
-  s.k_rows = const_cast<const void**>(dl), s.v_rows = const_cast<const void**>(dl + n_ptr), s.counts = dcounts;
-  s.cap = cap;
-  s.far_splits = far_splits, s.part0 = n_exact + ids_splits, s.parts = parts;
-  s.part_m = pm, s.part_l = pl, s.part_o = po;
-  cuda::summary_search(s, st);
-  TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[1], st));
-
-  cuda::RowListArgs a;
-  a.q = q, a.n_kv = nkv, a.group = G, a.head_dim = d, a.scale = scale;
-  a.parts = parts, a.part_m = pm, a.part_l = pl, a.part_o = po;
-  attend_exact(mir, L, tail_, a);
-  a.row_type = policy_.store_dtype, a.k_rows = dl, a.v_rows = dl + n_ptr, a.counts = dcounts, a.max_rows = cap;
-  a.n_splits = ids_splits, a.part0 = n_exact;
-  cuda::row_list_attention(a, st);
-  cuda::merge_partials(pm, pl, po, nh, parts, d, out, st);
-  TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[2], st));
-  auto* hcounts = pd.counts.get((size_t)nkv * sizeof(int32_t));
-  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hcounts, dcounts, (size_t)nkv * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
-  TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[3], st));
-  pd.waiting = true;
-}
-
-}  // namespace
+}  // namespace gpu_offload
 
 std::unique_ptr<OffloadRuntime> make_gpu_offload_runtime(Backend& be, const ModelConfig& cfg,
                                                          const OffloadPolicy& policy, bool progress) {
   auto* cb = dynamic_cast<cuda::CudaBackend*>(&be);
   TOPKV_CHECK(cb, "the CUDA offload runtime needs the CUDA backend, not '{}'", be.name());
-  return std::make_unique<GpuOffloadRuntime>(*cb, cfg, policy, progress);
+  return std::make_unique<gpu_offload::GpuOffloadRuntime>(*cb, cfg, policy, progress);
 }
 
 }  // namespace topkv

@@ -1,0 +1,110 @@
+// GpuOffloadRuntime's step with the search on the device (RetroInfer-style;
+// docs/AS_BUILT.md): the summary tables are on the GPU, cuda::summary_search
+// scores, cuts, gathers and adds the far rows, and nothing waits for the host,
+// whose layer trails by one token. The class: gpu/gpu_offload_runtime_impl.h.
+// CUDA builds only: the file is empty without CUDA.
+#ifdef TOPKV_HAVE_CUDA
+#include "gpu/gpu_offload_runtime_impl.h"
+#include "src/common/timer.h"
+
+namespace topkv::gpu_offload {
+
+// The previous step's token of layer `slot` reaches the host layer; its
+// kernels' times and row counts are added to the statistics.
+void GpuOffloadRuntime::finish_pending(int slot) {
+  Pending& pd = pending_[(size_t)slot];
+  if (!pd.waiting) return;
+  Timer t_wait;
+  TOPKV_CUDA_CHECK(cudaEventSynchronize(pd.ev[3]));
+  stats_.wait_s += t_wait.seconds();
+  const int nkv = cfg_.n_head_kv, d = cfg_.head_dim;
+  const auto* kv = reinterpret_cast<const float*>(pd.kv.mem.get());
+  layers_[(size_t)slot]->fill_appended(pd.at, kv, kv + (size_t)nkv * d);
+  const auto* counts = reinterpret_cast<const int32_t*>(pd.counts.mem.get());
+  for (int h = 0; h < nkv; ++h) stats_.retrieved += counts[h];
+  float search = 0, attend = 0;
+  TOPKV_CUDA_CHECK(cudaEventElapsedTime(&search, pd.ev[0], pd.ev[1]));
+  TOPKV_CUDA_CHECK(cudaEventElapsedTime(&attend, pd.ev[1], pd.ev[2]));
+  stats_.search_s += search * 1e-3;
+  stats_.gpu_s += (search + attend) * 1e-3;
+  pd.waiting = false;
+}
+
+void GpuOffloadRuntime::measure_step(int slot, const float* q, float scale, const float* out) {
+  finish_pending(slot);  // device search: the token's k, v into the host layer
+  const size_t n = (size_t)cfg_.n_head * cfg_.head_dim;
+  std::vector<float> hq(n), hout(n);
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hq.data(), q, n * sizeof(float), cudaMemcpyDeviceToHost, be_.stream()));
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hout.data(), out, n * sizeof(float), cudaMemcpyDeviceToHost, be_.stream()));
+  be_.synchronize();
+  record_error(slot, hq.data(), scale, hout.data());
+}
+
+// The device searches: nothing waits for the host. The host's layer trails
+// by one token: the new token's bookkeeping (eviction, folds) happens now,
+// its data arrives with the next step (OffloadedLayer::begin_append).
+void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const float* k, const float* v, float scale,
+                                             float* out) {
+  OffloadedLayer& L = *layers_[(size_t)slot];
+  Mirror& mir = mirrors_[(size_t)slot];
+  DeviceSearchTables& tab = tables_[(size_t)slot];
+  Pending& pd = pending_[(size_t)slot];
+  const cudaStream_t st = be_.stream();
+  const int nh = cfg_.n_head, nkv = cfg_.n_head_kv, d = cfg_.head_dim, G = nh / nkv;
+
+  finish_pending(slot);
+  pd.at = L.begin_append();
+  if (tab.stale(L)) tab.upload(be_, L, policy_.device_table_type);  // an index folded rows in
+  const int cap = tab.row_cap(k_[(size_t)slot], G);
+  ensure_capacity(cap);
+  const size_t ws = cuda::summary_search_workspace_bytes(nkv, G, tab.max_n());
+  if (search_ws_.bytes < ws) be_.synchronize(), search_ws_ = be_.alloc(ws);
+
+  // The new token: into the device mirror now, to the host for the next step.
+  write_mirror(mir, pd.at, k, v);
+  auto* hkv = reinterpret_cast<float*>(pd.kv.get(2 * (size_t)nkv * d * sizeof(float)));
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hkv, k, (size_t)nkv * d * 4, cudaMemcpyDeviceToHost, st));
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hkv + (size_t)nkv * d, v, (size_t)nkv * d * 4, cudaMemcpyDeviceToHost, st));
+
+  // Partial slots: sinks, ring, retrieved rows, far rows.
+  tail_.resize((size_t)nkv);
+  for (int h = 0; h < nkv; ++h) tail_[(size_t)h] = L.stored_rows(h) - tab.covered(h);
+  const int n_exact = exact_parts(L, tail_);
+  const int ids_splits = splits_for(cap, kIdsRowsPerSplit, kMaxIdsSplits);
+  const int far_splits = tab.far_field() ? splits_for(tab.max_n(), kFarGroupsPerSplit, kMaxFarSplits) : 0;
+  const int parts = n_exact + ids_splits + far_splits;
+  float *pm, *pl, *po;
+  cuda::carve_partials(parts_.mem.get(), (size_t)nh * parts, pm, pl, po);
+  const size_t n_ptr = (size_t)nkv * cap;
+  auto* dl = lists_.as<const void*>();
+  auto* dcounts = reinterpret_cast<int32_t*>(dl + 2 * n_ptr);
+
+  TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[0], st));
+  cuda::SummarySearchArgs s;
+  s.heads = tab.heads(), s.n_kv = nkv, s.group = G, s.head_dim = d, s.max_n = tab.max_n();
+  s.page_bounds = tab.page_bounds(), s.table_type = policy_.device_table_type, s.store_type = policy_.store_dtype;
+  s.q = q, s.k = k_[(size_t)slot], s.scale = scale, s.workspace = search_ws_.mem.get();
+  s.k_rows = const_cast<const void**>(dl), s.v_rows = const_cast<const void**>(dl + n_ptr), s.counts = dcounts;
+  s.cap = cap;
+  s.far_splits = far_splits, s.part0 = n_exact + ids_splits, s.parts = parts;
+  s.part_m = pm, s.part_l = pl, s.part_o = po;
+  cuda::summary_search(s, st);
+  TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[1], st));
+
+  cuda::RowListArgs a;
+  a.q = q, a.n_kv = nkv, a.group = G, a.head_dim = d, a.scale = scale;
+  a.parts = parts, a.part_m = pm, a.part_l = pl, a.part_o = po;
+  attend_exact(mir, L, tail_, a);
+  a.row_type = policy_.store_dtype, a.k_rows = dl, a.v_rows = dl + n_ptr, a.counts = dcounts, a.max_rows = cap;
+  a.n_splits = ids_splits, a.part0 = n_exact;
+  cuda::row_list_attention(a, st);
+  cuda::merge_partials(pm, pl, po, nh, parts, d, out, st);
+  TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[2], st));
+  auto* hcounts = pd.counts.get((size_t)nkv * sizeof(int32_t));
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hcounts, dcounts, (size_t)nkv * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+  TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[3], st));
+  pd.waiting = true;
+}
+
+}  // namespace topkv::gpu_offload
+#endif  // TOPKV_HAVE_CUDA

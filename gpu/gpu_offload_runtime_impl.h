@@ -1,0 +1,155 @@
+// GpuOffloadRuntime's class and helpers, shared by its two source files:
+// gpu/gpu_offload_runtime.cpp (set-up, mirrors, the host-search step) and
+// gpu/gpu_offload_device_search.cpp (the device-search step). Internal: the
+// public surface is gpu/gpu_offload_runtime.h. CUDA builds only.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "gpu/cuda_backend_impl.h"
+#include "gpu/cuda_check.h"
+#include "gpu/cuda_kernels.h"
+#include "gpu/device_search_tables.h"
+#include "offload/offload_runtime.h"
+
+namespace topkv::gpu_offload {
+
+// Pinned, device-mapped chunks for the host stores: with unified addressing
+// the host pointer is also the device pointer, which the row lists rely on.
+RowStore::ChunkAllocator pinned_chunk_allocator();
+
+// A pinned host buffer that grows (contents are not kept).
+struct PinnedBuffer {
+  std::shared_ptr<uint8_t> mem;
+  size_t bytes = 0;
+  uint8_t* get(size_t need) {
+    if (need > bytes) {
+      void* p = nullptr;
+      TOPKV_CUDA_CHECK(cudaHostAlloc(&p, need, cudaHostAllocDefault));
+      mem.reset(static_cast<uint8_t*>(p), [](uint8_t* q) { cudaFreeHost(q); });
+      bytes = need;
+    }
+    return mem.get();
+  }
+};
+
+// Splits of a head's row list over blocks: enough blocks to keep reads over
+// PCIe in flight for the retrieved rows, fewer for the device-resident
+// sinks + window, and for the far rows (device search) enough to read the
+// value means at full bandwidth.
+inline constexpr int kIdsRowsPerSplit = 32, kMaxIdsSplits = 64, kExactRowsPerSplit = 64, kMaxExactSplits = 8;
+inline constexpr int kFarGroupsPerSplit = 128, kMaxFarSplits = 512;
+inline constexpr int kMaxParts = 1 + kMaxExactSplits + kMaxIdsSplits + kMaxFarSplits;  // sinks, window, ids, far
+inline int splits_for(int64_t rows, int per_split, int max_splits) {
+  return (int)std::clamp<int64_t>((rows + per_split - 1) / per_split, 1, max_splits);
+}
+
+// Whether `policy` asks for the search on the device (gpu, or auto where the
+// index and options allow it). Decided before any layer exists: it sets
+// where evicted rows wait (the device window ring) and how often they fold.
+bool wants_device_search(const OffloadPolicy& p);
+
+class GpuOffloadRuntime final : public OffloadRuntime {
+ public:
+  GpuOffloadRuntime(cuda::CudaBackend& be, const ModelConfig& cfg, const OffloadPolicy& policy, bool progress)
+      : OffloadRuntime(cfg, policy, progress), be_(be), device_search_(wants_device_search(policy)) {
+    TOPKV_CHECK(cuda::attention_head_dim_supported(cfg.head_dim) &&
+                    (cfg.head_dim == 64 || cfg.head_dim == 128 || cfg.head_dim == 256),
+                "the CUDA offload runtime supports head_dim 64, 128 and 256, not {}", cfg.head_dim);
+    TOPKV_CHECK(cfg.n_head_kv <= cuda::kMaxRingHeads, "the CUDA offload runtime supports at most {} KV heads, "
+                "not {}", cuda::kMaxRingHeads, cfg.n_head_kv);
+    for (auto& e : ev_) TOPKV_CUDA_CHECK(cudaEventCreate(&e));
+  }
+  ~GpuOffloadRuntime() override {
+    cudaStreamSynchronize(be_.stream());
+    for (auto& e : ev_) cudaEventDestroy(e);
+    for (auto& p : pending_)
+      for (auto& e : p.ev) cudaEventDestroy(e);
+  }
+
+  bool on_device() const override { return true; }
+  // The mirrors (sinks + ring), ~64 MiB of row lists, partials and staging,
+  // and with the device search the tables as the host index estimates them
+  // (fp32; the device's are f16 by default, so this bounds them).
+  int64_t device_bytes_estimate(int64_t n) const override {
+    const double heads = (double)retrieval_layers_.size() * cfg_.n_head_kv;
+    double b = heads * (policy_.sinks + ring_capacity()) * 2.0 * cfg_.head_dim * sizeof(float) + double(64 << 20);
+    if (device_search_) b += heads * (double)n * KvIndex::create(policy_.index)->bytes_per_key_estimate(cfg_.head_dim);
+    return (int64_t)b;
+  }
+  void decode_attention(int layer, const float*, const float*, const float*, int64_t, float, float*) override {
+    fail("internal: the CUDA offload runtime of layer {} takes device pointers (decode_attention_device)", layer);
+  }
+  void decode_attention_device(int layer, const float* q, const float* k, const float* v, int64_t pos, float scale,
+                               float* out) override;
+
+ protected:
+  OffloadedLayer::Config layer_config(int i) const override {
+    OffloadedLayer::Config c = OffloadRuntime::layer_config(i);
+    if (!policy_.stage_rows) c.store_alloc = pinned_chunk_allocator();
+    if (device_search_) c.fold_every = policy_.device_fold;
+    return c;
+  }
+  void on_layer_ready(int i) override;
+
+ private:
+  // Sinks and the recent tokens on the device, fp32 [n_kv][capacity][head_dim]:
+  // sink i at slot i, position p at ring slot p % ring capacity. The ring
+  // holds the window, and with the device search also the evicted rows its
+  // tables do not cover yet (at most device_fold - 1 of them).
+  struct Mirror {
+    KvLayerCache sinks, ring;
+  };
+  // Device search: the newest token's k, v on their way to the host (which
+  // fills them into its layer at the next step), the step's row counts, and
+  // the events that time the step's kernels.
+  struct Pending {
+    bool waiting = false;
+    OffloadedLayer::Placement at;
+    PinnedBuffer kv, counts;
+    cudaEvent_t ev[4] = {};  // search start, search end, attention end, everything copied
+  };
+  int ring_capacity() const { return policy_.window + (device_search_ ? policy_.device_fold : 0); }
+  // Partial slots of sinks + ring: 1 + the ring's splits for its longest head.
+  static int exact_parts(const OffloadedLayer& L, const std::vector<int64_t>& tail) {
+    int64_t most = 0;
+    for (int64_t t : tail) most = std::max(most, t + L.window_len());
+    return 1 + splits_for(most, kExactRowsPerSplit, kMaxExactSplits);
+  }
+  void write_mirror(Mirror& mir, const OffloadedLayer::Placement& at, const float* k, const float* v);
+  // Partials of sinks (slot 0) and ring (slots 1 .. exact_parts) for every
+  // query head; tail[h]: evicted rows before the window to attend too.
+  void attend_exact(const Mirror& mir, const OffloadedLayer& L, const std::vector<int64_t>& tail,
+                   cuda::RowListArgs a);
+  void decode_host_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
+  void decode_device_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
+  void finish_pending(int slot);
+  // set_measure_error: the step's q and output come to the host (a wait);
+  // with the device search the host layer takes its new token now instead
+  // of at the next step, so the exact attention sees what the device did.
+  void measure_step(int slot, const float* q, float scale, const float* out);
+  void collect_timing();
+  void ensure_capacity(int max_ids);
+
+  cuda::CudaBackend& be_;
+  const bool device_search_;
+  std::vector<Mirror> mirrors_;               // per retrieval layer
+  std::vector<DeviceSearchTables> tables_;    // per retrieval layer (device search)
+  std::vector<Pending> pending_;              // per retrieval layer (device search)
+  // Device work space, sized by ensure_capacity: the retrieved rows' pointer
+  // lists [2][n_kv][ids_cap_] (k, then v) and counts [n_kv]; partials
+  // [n_head][kMaxParts] (m, l, then o x head_dim); staged rows; the device
+  // search's work space.
+  Buffer lists_, parts_, staged_, search_ws_;
+  int ids_cap_ = 0;
+  PinnedBuffer host_lists_, host_qkv_, host_far_, host_rows_;
+  std::vector<OffloadedLayer::Retrieved> found_;
+  std::vector<int64_t> tail_;  // per KV head: evicted rows before the window the step attends exactly
+  cudaEvent_t ev_[5] = {};
+  bool timing_pending_ = false;
+};
+
+}  // namespace topkv::gpu_offload
