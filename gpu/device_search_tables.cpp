@@ -30,32 +30,16 @@ int DeviceSearchTables::row_cap(int64_t k, int group) const {
   return (int)std::max<int64_t>(1, std::min<int64_t>(max_covered_, per_head * group));
 }
 
-void DeviceSearchTables::upload(cuda::CudaBackend& be, const OffloadedLayer& L, DType table_type) {
-  be.synchronize();
-  owned_.clear();
+DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, DType table_type) {
   const int nkv = L.config().kv_heads, d = L.config().head_dim;
-  std::vector<cuda::SummaryHead> heads((size_t)nkv);
-  covered_.assign((size_t)nkv, 0);
-  max_n_ = 0, max_count_ = 0, max_covered_ = 0, bytes_ = 0;
-  page_bounds_ = parse_spec(L.config().index).name == "quest";
-  far_field_ = false;
-  auto put = [&](const void* src, size_t bytes) -> const void* {
-    if (bytes == 0) return nullptr;
-    Buffer b = be.alloc(bytes);
-    be.from_host(src, b, 0, bytes);
-    owned_.push_back(b);
-    bytes_ += bytes;
-    return b.mem.get();
-  };
-  auto put_typed = [&](const std::vector<float>& v) {
+  Staged s;
+  s.heads.resize((size_t)nkv);
+  s.table_type = table_type;
+  s.page_bounds = parse_spec(L.config().index).name == "quest";
+  auto typed = [&](const std::vector<float>& v) {
     std::vector<uint8_t> raw(v.size() * dtype_size(table_type));
     from_f32(table_type, v.data(), raw.data(), v.size());
-    return put(raw.data(), raw.size());
-  };
-  auto chunk_table = [&](const RowStore& s) {
-    std::vector<const uint8_t*> p(s.n_chunks());
-    for (size_t c = 0; c < p.size(); ++c) p[c] = s.chunk(c);
-    return static_cast<const uint8_t* const*>(put(p.data(), p.size() * sizeof(void*)));
+    return raw;
   };
   for (int h = 0; h < nkv; ++h) {
     const KvIndex* index = L.index(h);
@@ -67,20 +51,58 @@ void DeviceSearchTables::upload(cuda::CudaBackend& be, const OffloadedLayer& L, 
                 "internal: {} summary tables of dimension {} for head_dim {}", index->name(), t.dim, d);
     TOPKV_CHECK(t.size() <= INT32_MAX && t.covered <= INT32_MAX, "the device search holds at most 2^31 groups "
                 "and rows per head ({} groups over {} rows)", t.size(), t.covered);
+    Staged::Head& sh = s.heads[(size_t)h];
+    sh.present = true;
+    sh.n = (int32_t)t.size(), sh.page = (int32_t)t.page, sh.max_count = t.max_count(), sh.covered = t.covered;
+    sh.rows = typed(t.rows);
+    sh.value_means = typed(t.value_means);
+    sh.counts = std::move(t.counts), sh.offsets = std::move(t.offsets), sh.members = std::move(t.members);
+  }
+  return s;
+}
+
+void DeviceSearchTables::upload(cuda::CudaBackend& be, const OffloadedLayer& L, const Staged& s) {
+  be.synchronize();
+  owned_.clear();
+  const int nkv = L.config().kv_heads;
+  TOPKV_CHECK(s.heads.size() == (size_t)nkv, "internal: tables staged for {} heads, the layer has {}",
+              s.heads.size(), nkv);
+  std::vector<cuda::SummaryHead> heads((size_t)nkv);
+  covered_.assign((size_t)nkv, 0);
+  max_n_ = 0, max_count_ = 0, max_covered_ = 0, bytes_ = 0;
+  page_bounds_ = s.page_bounds;
+  far_field_ = false;
+  auto put = [&](const void* src, size_t bytes) -> const void* {
+    if (bytes == 0) return nullptr;
+    Buffer b = be.alloc(bytes);
+    be.from_host(src, b, 0, bytes);
+    owned_.push_back(b);
+    bytes_ += bytes;
+    return b.mem.get();
+  };
+  // Chunk tables of the stores as they are now: they cover every row the
+  // staged tables name (stores only grow, their chunks never move).
+  auto chunk_table = [&](const RowStore& st) {
+    std::vector<const uint8_t*> p(st.n_chunks());
+    for (size_t c = 0; c < p.size(); ++c) p[c] = st.chunk(c);
+    return static_cast<const uint8_t* const*>(put(p.data(), p.size() * sizeof(void*)));
+  };
+  for (int h = 0; h < nkv; ++h) {
+    const Staged::Head& t = s.heads[(size_t)h];
+    if (!t.present) continue;
     cuda::SummaryHead& sh = heads[(size_t)h];
-    sh.n = (int32_t)t.size();
-    sh.page = (int32_t)t.page;
-    sh.rows = put_typed(t.rows);
+    sh.n = t.n, sh.page = t.page;
+    sh.rows = put(t.rows.data(), t.rows.size());
     sh.counts = static_cast<const int32_t*>(put(t.counts.data(), t.counts.size() * 4));
     sh.offsets = static_cast<const int32_t*>(put(t.offsets.data(), t.offsets.size() * 4));
     sh.members = static_cast<const int32_t*>(put(t.members.data(), t.members.size() * 4));
-    sh.value_means = put_typed(t.value_means);
+    sh.value_means = put(t.value_means.data(), t.value_means.size());
     sh.k_chunks = chunk_table(*L.key_store(h));
     sh.v_chunks = chunk_table(*L.value_store(h));
     far_field_ |= !t.value_means.empty();
     covered_[(size_t)h] = t.covered;
     max_n_ = std::max(max_n_, sh.n);
-    max_count_ = std::max(max_count_, t.max_count());
+    max_count_ = std::max(max_count_, t.max_count);
     max_covered_ = std::max(max_covered_, t.covered);
   }
   heads_ = be.alloc(heads.size() * sizeof(cuda::SummaryHead));

@@ -24,9 +24,27 @@ class DeviceSearchTables {
   // The index backends with a device search: those that export SummaryTables.
   static bool backend_supported(const std::string& index_spec);
 
+  // Every head's tables exported and converted to the table type on the
+  // host: what upload() copies. Safe on any thread while the decode thread
+  // runs (the indexes are read under their locks): a fold on a host thread
+  // stages the new tables this way.
+  struct Staged {
+    struct Head {
+      bool present = false;
+      int32_t n = 0, page = 0, max_count = 0;
+      int64_t covered = 0;
+      std::vector<uint8_t> rows, value_means;  // table type
+      std::vector<int32_t> counts, offsets, members;
+    };
+    std::vector<Head> heads;
+    DType table_type = DType::F16;
+    bool page_bounds = false;
+  };
+  static Staged stage(const OffloadedLayer& L, DType table_type);
   // (Re)uploads every head's tables; waits for queued work first (the old
   // tables may still be read). Device memory comes from `be` (the budget).
-  void upload(cuda::CudaBackend& be, const OffloadedLayer& L, DType table_type);
+  void upload(cuda::CudaBackend& be, const OffloadedLayer& L, DType table_type) { upload(be, L, stage(L, table_type)); }
+  void upload(cuda::CudaBackend& be, const OffloadedLayer& L, const Staged& s);
   bool stale(const OffloadedLayer& L) const;  // some index covers other rows than uploaded
 
   const cuda::SummaryHead* heads() const { return heads_.as<cuda::SummaryHead>(); }

@@ -40,6 +40,43 @@ void GpuOffloadRuntime::measure_step(int slot, const float* q, float scale, cons
   record_error(slot, hq.data(), scale, hout.data());
 }
 
+// Folds off the decode path: the device attends the rows its tables do not
+// cover exactly from its ring (room for two folds' worth), so a fold may take
+// as long as the next device_fold steps do (~3 s at 1024) without a wait;
+// one still running when the ring would overflow is waited for. At 1M a fold
+// of 1024 rows took ~0.7 s on the decode path (assignment to 65,536
+// clusters, export, conversion; bench/results/gpu_h100_session4/).
+void GpuOffloadRuntime::manage_folds(int slot) {
+  OffloadedLayer& L = *layers_[(size_t)slot];
+  DeviceSearchTables& tab = tables_[(size_t)slot];
+  std::future<DeviceSearchTables::Staged>& fold = folds_[(size_t)slot];
+  if (policy_.sync_folds) {
+    if (tab.stale(L)) tab.upload(be_, L, policy_.device_table_type);  // the layer folded rows in
+    return;
+  }
+  int64_t uncovered = 0;  // rows the uploaded tables do not cover, most over the heads
+  for (int h = 0; h < cfg_.n_head_kv; ++h) uncovered = std::max(uncovered, L.stored_rows(h) - tab.covered(h));
+  if (fold.valid()) {
+    const bool ring_full = uncovered >= 2 * (int64_t)policy_.device_fold - 1;
+    if (!ring_full && fold.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+    Timer t;
+    const DeviceSearchTables::Staged staged = fold.get();  // rethrows what the fold threw
+    stats_.wait_s += t.seconds();
+    tab.upload(be_, L, staged);
+    return;
+  }
+  if (tab.stale(L) && uncovered < policy_.device_fold) {  // an index built since (the store's first rows)
+    tab.upload(be_, L, policy_.device_table_type);
+    return;
+  }
+  if (uncovered < policy_.device_fold) return;
+  const DType type = policy_.device_table_type;
+  fold = std::async(std::launch::async, [&L, type] {
+    L.fold_pending();
+    return DeviceSearchTables::stage(L, type);
+  });
+}
+
 // The device searches: nothing waits for the host. The host's layer trails
 // by one token: the new token's bookkeeping (eviction, folds) happens now,
 // its data arrives with the next step (OffloadedLayer::begin_append).
@@ -54,7 +91,7 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
 
   finish_pending(slot);
   pd.at = L.begin_append();
-  if (tab.stale(L)) tab.upload(be_, L, policy_.device_table_type);  // an index folded rows in
+  manage_folds(slot);
   const int cap = tab.row_cap(k_[(size_t)slot], G);
   ensure_capacity(cap);
   const size_t ws = cuda::summary_search_workspace_bytes(nkv, G, tab.max_n());

@@ -73,7 +73,8 @@ void GpuOffloadRuntime::on_layer_ready(int i) {
   be_.from_host(ring_k.data(), m.ring.k, 0, ring_k.size() * 4);
   be_.from_host(ring_v.data(), m.ring.v, 0, ring_v.size() * 4);
   if (!device_search_) return;  // (the constructor checked that the policy's index has a device search)
-  if (tables_.size() < layers_.size()) tables_.resize(layers_.size()), pending_.resize(layers_.size());
+  if (tables_.size() < layers_.size())
+    tables_.resize(layers_.size()), pending_.resize(layers_.size()), folds_.resize(layers_.size());
   tables_[(size_t)i].upload(be_, L, policy_.device_table_type);
   for (auto& e : pending_[(size_t)i].ev)
     if (!e) TOPKV_CUDA_CHECK(cudaEventCreate(&e));

@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <future>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -64,6 +66,8 @@ class GpuOffloadRuntime final : public OffloadRuntime {
     for (auto& e : ev_) TOPKV_CUDA_CHECK(cudaEventCreate(&e));
   }
   ~GpuOffloadRuntime() override {
+    for (auto& f : folds_)
+      if (f.valid()) f.wait();  // a fold thread reads the layers the base class frees
     cudaStreamSynchronize(be_.stream());
     for (auto& e : ev_) cudaEventDestroy(e);
     for (auto& p : pending_)
@@ -90,7 +94,9 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   OffloadedLayer::Config layer_config(int i) const override {
     OffloadedLayer::Config c = OffloadRuntime::layer_config(i);
     if (!policy_.stage_rows) c.store_alloc = pinned_chunk_allocator();
-    if (device_search_) c.fold_every = policy_.device_fold;
+    // Device search: the runtime folds (manage_folds), on a host thread
+    // unless sync_folds; the layer then never folds by itself.
+    if (device_search_) c.fold_every = policy_.sync_folds ? policy_.device_fold : std::numeric_limits<int>::max();
     return c;
   }
   void on_layer_ready(int i) override;
@@ -112,7 +118,11 @@ class GpuOffloadRuntime final : public OffloadRuntime {
     PinnedBuffer kv, counts;
     cudaEvent_t ev[4] = {};  // search start, search end, attention end, everything copied
   };
-  int ring_capacity() const { return policy_.window + (device_search_ ? policy_.device_fold : 0); }
+  // The window, and with the device search the rows its tables do not cover
+  // yet: fewer than device_fold, or twice that while a fold runs on a host thread.
+  int ring_capacity() const {
+    return policy_.window + (device_search_ ? (policy_.sync_folds ? 1 : 2) * policy_.device_fold : 0);
+  }
   // Partial slots of sinks + ring: 1 + the ring's splits for its longest head.
   static int exact_parts(const OffloadedLayer& L, const std::vector<int64_t>& tail) {
     int64_t most = 0;
@@ -127,6 +137,11 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   void decode_host_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
   void decode_device_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
   void finish_pending(int slot);
+  // Device search, before the step's kernels: uploads tables a fold has
+  // staged, starts a fold on a host thread when a head has device_fold rows
+  // the tables do not cover (sync_folds: the layer folded them itself; the
+  // tables are uploaded again now).
+  void manage_folds(int slot);
   // set_measure_error: the step's q and output come to the host (a wait);
   // with the device search the host layer takes its new token now instead
   // of at the next step, so the exact attention sees what the device did.
@@ -139,6 +154,7 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   std::vector<Mirror> mirrors_;               // per retrieval layer
   std::vector<DeviceSearchTables> tables_;    // per retrieval layer (device search)
   std::vector<Pending> pending_;              // per retrieval layer (device search)
+  std::vector<std::future<DeviceSearchTables::Staged>> folds_;  // per retrieval layer: a fold running
   // Device work space, sized by ensure_capacity: the retrieved rows' pointer
   // lists [2][n_kv][ids_cap_] (k, then v) and counts [n_kv]; partials
   // [n_head][kMaxParts] (m, l, then o x head_dim); staged rows; the device

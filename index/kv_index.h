@@ -18,6 +18,7 @@
 // reader/writer lock (hnswlib's addPoint is not safe beside searchKnn), so a
 // runtime may fold rows in from another thread at any time.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -223,7 +224,9 @@ class KvIndex {
   Params params_;
   BuildOptions opt_;
   std::shared_ptr<const RowStore> keys_, values_;
-  int64_t indexed_ = 0;
+  // Atomic: a device runtime folds on a host thread (add_new_rows under mu_)
+  // while the decode thread asks how far the index reaches.
+  std::atomic<int64_t> indexed_{0};
   int64_t build_total_ = -1;  // rows of a streaming build in progress (-1: none)
   mutable RwLock mu_;  // writer-preferring: add_new_rows() is not starved by searches
 };

@@ -238,6 +238,11 @@ OffloadedLayer::Placement OffloadedLayer::begin_append() {
   return {pos, to_sink ? n_sinks_ - 1 : -1};
 }
 
+void OffloadedLayer::fold_pending() {
+  for (Head& hd : heads_)
+    if (!hd.streaming && hd.index && hd.index->attached()) hd.index->add_new_rows();
+}
+
 void OffloadedLayer::fill_appended(const Placement& at, const float* key, const float* value) {
   const size_t d = (size_t)cfg_.head_dim;
   for (int h = 0; h < cfg_.kv_heads; ++h) {

@@ -102,6 +102,12 @@ class OffloadedLayer {
     int sink = -1;    // its sink index, or -1: it is in the window
   };
   Placement begin_append();
+  // Folds each retrieval head's store rows its index does not hold yet
+  // (KvIndex::add_new_rows). A device runtime calls it on a host thread while
+  // the decode thread goes on with begin_append / fill_appended: with
+  // Config::fold_every out of reach those never touch a built index, and the
+  // stores take appends while their earlier rows are read.
+  void fold_pending();
   void fill_appended(const Placement& at, const float* key, const float* value);
   // Attention output of each query head over sinks + window + retrieved (+ far).
   void attend(const float* queries, float scale, float* out, AttendStats* stats = nullptr) const;

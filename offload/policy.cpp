@@ -119,6 +119,7 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
       else if (key == "search_on") search_on = parse_search_on(v.get<std::string>());
       else if (key == "device_table_type") device_table_type = parse_dtype(v.get<std::string>());
       else if (key == "device_fold") device_fold = v.get<int>();
+      else if (key == "sync_folds") sync_folds = v.get<bool>();
       else if (key == "heads_file") heads_file = v.get<std::string>();
       else if (key == "heads_threshold") heads_threshold = v.get<double>();
       else if (key == "heads_sparsity") heads_sparsity = v.get<double>();
@@ -157,6 +158,7 @@ std::string OffloadPolicy::to_json() const {
                       {"search_on", search_on_name(search_on)},
                       {"device_table_type", dtype_name(device_table_type)},
                       {"device_fold", device_fold},
+                      {"sync_folds", sync_folds},
                       {"heads_file", heads_file},
                       {"heads_threshold", heads_threshold},
                       {"heads_sparsity", heads_sparsity}};

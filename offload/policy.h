@@ -45,6 +45,9 @@ struct OffloadPolicy {
   int device_fold = 1024;  // Gpu search: rows evicted from the window are attended exactly from the
                            // device until this many are pending, then folded into the index (and its
                            // tables uploaded again)
+  bool sync_folds = false;  // Gpu search: fold on the decode path (the step waits, as the CPU runtime's
+                            // does) instead of on a host thread while the device keeps attending the
+                            // rows exactly
   std::string heads_file;       // DuoAttention pattern; empty = every head retrieves
   double heads_threshold = 0.5; // gate < threshold -> streaming head
   double heads_sparsity = -1.0; // in [0,1]: this fraction of heads stream (overrides threshold)

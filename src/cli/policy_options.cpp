@@ -51,6 +51,10 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
   cmd->add_option("--device-fold", p.device_fold, "CUDA, --search-on gpu: evicted rows attended exactly on the "
                   "device before they are folded into the index and its tables are uploaded again")
       ->group(g)->capture_default_str();
+  cmd->add_flag("--sync-folds", p.sync_folds, "CUDA, --search-on gpu: fold evicted rows into the index on the "
+                "decode path (the step waits for it, as on the CPU runtime) instead of on a host thread while "
+                "the device keeps attending them exactly")
+      ->group(g);
   cmd->add_option("--heads", p.heads_file, "DuoAttention head pattern (TSV of gate values, one row per layer, one "
                   "column per KV head); heads below --heads-threshold keep only sinks + window")
       ->group(g)->check(CLI::ExistingFile);
@@ -104,6 +108,7 @@ OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd, const OffloadPolicy& base
   if (given("--search-on")) out.search_on = parse_search_on(search_on);
   if (given("--device-table-type")) out.device_table_type = parse_dtype(device_table_type);
   if (given("--device-fold")) out.device_fold = policy.device_fold;
+  if (given("--sync-folds")) out.sync_folds = policy.sync_folds;
   if (given("--heads")) out.heads_file = policy.heads_file;
   if (given("--heads-threshold")) out.heads_threshold = policy.heads_threshold;
   if (given("--heads-sparsity")) out.heads_sparsity = policy.heads_sparsity;

@@ -193,6 +193,7 @@ TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtim
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = c.k, pol.sinks = c.sinks, pol.window = c.window;
     pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32, pol.device_fold = c.fold;
+    pol.sync_folds = true;  // the CPU runtime folds on its step too: the same rows covered at every step
     FoldingRuntime ref(cfg, pol, c.fold);
     auto got = make_gpu_offload_runtime(be, cfg, pol, false);
     // k, v exactly representable in the f16 store: the device attends the
@@ -219,6 +220,7 @@ TEST_CASE("GpuOffloadRuntime restored from a pack decodes like the CPU restored 
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = index, pol.search.k = 512, pol.sinks = 4, pol.window = 64;
     pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32, pol.device_fold = 1000;  // no fold in 20 steps
+    pol.sync_folds = true;
     const int64_t n = 2 * RowStore::kChunkRows + 777;  // whole chunks (the CPU maps them) and a tail
     std::mt19937 rng(19);
     const RandomContext ctx = random_context(cfg, n, /*f16_exact=*/true, rng);
@@ -240,5 +242,33 @@ TEST_CASE("GpuOffloadRuntime restored from a pack decodes like the CPU restored 
       CHECK(got->layer(0)->key_store(h)->mapped_bytes() == 0); // the GPU runtime's rows are pinned copies
     }
     compare_decode_steps(ref, *got, cfg, n, 20, /*f16_exact=*/true, sum, rng);
+  }
+}
+
+// Folds on a host thread (the default): while a fold runs, the device keeps
+// attending the rows its tables do not cover exactly, so when k covers every
+// row the output is exact attention whatever the folds' timing. Against a CPU
+// runtime that retrieves everything exactly (flat index, k above the context),
+// over enough steps for many folds (device_fold 7..64) to start and land.
+TEST_CASE("GpuOffloadRuntime folds on a host thread and stays exact while the folds run", "[search]") {
+  auto& be = cuda_be();
+  OpSummary sum("async folds, k covers all: device vs exact", 1e-4);
+  struct Case { std::string index; int hd, heads, kv, n, window, fold; };
+  const std::vector<Case> cases = {{"multipole", 128, 4, 1, 600, 16, 7}, {"quest:page=4", 64, 8, 2, 900, 8, 13},
+                                   {"centroid", 256, 8, 1, 400, 32, 64}};
+  for (const Case& c : cases) {
+    CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, c.fold);
+    ModelConfig cfg;
+    cfg.n_layer = 2, cfg.n_head = c.heads, cfg.n_head_kv = c.kv, cfg.head_dim = c.hd;
+    cfg.layers.resize(2);
+    OffloadPolicy pol;
+    pol.attn = AttnMode::TopK, pol.search.k = 1 << 20, pol.sinks = 4, pol.window = c.window;
+    OffloadPolicy exact = pol;
+    exact.index = "flat";
+    pol.index = c.index, pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32;
+    pol.device_fold = c.fold;  // sync_folds stays off
+    OffloadRuntime ref(cfg, exact, false);
+    auto got = make_gpu_offload_runtime(be, cfg, pol, false);
+    compare_offload_steps(ref, *got, cfg, c.n, 6 * c.fold + 20, /*f16_exact=*/true, sum);
   }
 }
