@@ -31,7 +31,7 @@ void GpuOffloadRuntime::finish_pending(int slot) {
 }
 
 void GpuOffloadRuntime::measure_step(int slot, const float* q, float scale, const float* out) {
-  finish_pending(slot);  // device search: the token's k, v into the host layer
+  if (device_search_) finish_pending(slot);  // the token's k, v into the host layer now
   const size_t n = (size_t)cfg_.n_head * cfg_.head_dim;
   std::vector<float> hq(n), hout(n);
   TOPKV_CUDA_CHECK(cudaMemcpyAsync(hq.data(), q, n * sizeof(float), cudaMemcpyDeviceToHost, be_.stream()));
@@ -46,30 +46,49 @@ void GpuOffloadRuntime::measure_step(int slot, const float* q, float scale, cons
 // one still running when the ring would overflow is waited for. At 1M a fold
 // of 1024 rows took ~0.7 s on the decode path (assignment to 65,536
 // clusters, export, conversion; bench/results/gpu_h100_session4/).
+int64_t GpuOffloadRuntime::count_tail(int slot) {
+  const OffloadedLayer& L = *layers_[(size_t)slot];
+  const DeviceSearchTables& tab = tables_[(size_t)slot];
+  tail_.resize((size_t)cfg_.n_head_kv);
+  int64_t most = 0;
+  for (int h = 0; h < cfg_.n_head_kv; ++h) {
+    tail_[(size_t)h] = L.stored_rows(h) - tab.covered(h);
+    most = std::max(most, tail_[(size_t)h]);
+  }
+  return most;
+}
+
 void GpuOffloadRuntime::manage_folds(int slot) {
   OffloadedLayer& L = *layers_[(size_t)slot];
   DeviceSearchTables& tab = tables_[(size_t)slot];
   std::future<DeviceSearchTables::Staged>& fold = folds_[(size_t)slot];
+  // The tables again, from the layer's indexes (sync_folds: it folded rows
+  // in; or an index was built since, over the store's first rows) or from
+  // what a fold staged. Timed as a copy.
+  const auto upload = [&](auto&& source) {
+    Timer t;
+    tab.upload(be_, L, source);
+    stats_.transfer_s += t.seconds();
+    count_tail(slot);
+  };
+  const int64_t uncovered = count_tail(slot);  // most over the heads
   if (policy_.sync_folds) {
-    if (tab.stale(L)) tab.upload(be_, L, policy_.device_table_type);  // the layer folded rows in
+    if (tab.stale(L)) upload(policy_.device_table_type);
     return;
   }
-  int64_t uncovered = 0;  // rows the uploaded tables do not cover, most over the heads
-  for (int h = 0; h < cfg_.n_head_kv; ++h) uncovered = std::max(uncovered, L.stored_rows(h) - tab.covered(h));
   if (fold.valid()) {
     const bool ring_full = uncovered >= 2 * (int64_t)policy_.device_fold - 1;
     if (!ring_full && fold.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
     Timer t;
     const DeviceSearchTables::Staged staged = fold.get();  // rethrows what the fold threw
-    stats_.wait_s += t.seconds();
-    tab.upload(be_, L, staged);
+    stats_.wait_s += t.seconds();                          // ~0 unless the ring was full
+    upload(staged);
     return;
   }
-  if (tab.stale(L) && uncovered < policy_.device_fold) {  // an index built since (the store's first rows)
-    tab.upload(be_, L, policy_.device_table_type);
+  if (uncovered < policy_.device_fold) {
+    if (tab.stale(L)) upload(policy_.device_table_type);
     return;
   }
-  if (uncovered < policy_.device_fold) return;
   const DType type = policy_.device_table_type;
   fold = std::async(std::launch::async, [&L, type] {
     L.fold_pending();
@@ -103,9 +122,7 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   TOPKV_CUDA_CHECK(cudaMemcpyAsync(hkv, k, (size_t)nkv * d * 4, cudaMemcpyDeviceToHost, st));
   TOPKV_CUDA_CHECK(cudaMemcpyAsync(hkv + (size_t)nkv * d, v, (size_t)nkv * d * 4, cudaMemcpyDeviceToHost, st));
 
-  // Partial slots: sinks, ring, retrieved rows, far rows.
-  tail_.resize((size_t)nkv);
-  for (int h = 0; h < nkv; ++h) tail_[(size_t)h] = L.stored_rows(h) - tab.covered(h);
+  // Partial slots: sinks, ring (tail_: manage_folds), retrieved rows, far rows.
   const int n_exact = exact_parts(L, tail_);
   const int ids_splits = splits_for(cap, kIdsRowsPerSplit, kMaxIdsSplits);
   const int far_splits = tab.far_field() ? splits_for(tab.max_n(), kFarGroupsPerSplit, kMaxFarSplits) : 0;
@@ -128,14 +145,7 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   cuda::summary_search(s, st);
   TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[1], st));
 
-  cuda::RowListArgs a;
-  a.q = q, a.n_kv = nkv, a.group = G, a.head_dim = d, a.scale = scale;
-  a.parts = parts, a.part_m = pm, a.part_l = pl, a.part_o = po;
-  attend_exact(mir, L, tail_, a);
-  a.row_type = policy_.store_dtype, a.k_rows = dl, a.v_rows = dl + n_ptr, a.counts = dcounts, a.max_rows = cap;
-  a.n_splits = ids_splits, a.part0 = n_exact;
-  cuda::row_list_attention(a, st);
-  cuda::merge_partials(pm, pl, po, nh, parts, d, out, st);
+  attend_parts(mir, L, q, scale, parts, n_exact, ids_splits, cap, out);
   TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[2], st));
   auto* hcounts = pd.counts.get((size_t)nkv * sizeof(int32_t));
   TOPKV_CUDA_CHECK(cudaMemcpyAsync(hcounts, dcounts, (size_t)nkv * sizeof(int32_t), cudaMemcpyDeviceToHost, st));

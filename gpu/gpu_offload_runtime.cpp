@@ -123,6 +123,22 @@ void GpuOffloadRuntime::attend_exact(const Mirror& mir, const OffloadedLayer& L,
   cuda::row_list_attention(a, be_.stream());
 }
 
+void GpuOffloadRuntime::attend_parts(const Mirror& mir, const OffloadedLayer& L, const float* q, float scale,
+                                     int parts, int n_exact, int ids_splits, int stride, float* out) {
+  const int nh = cfg_.n_head, nkv = cfg_.n_head_kv, d = cfg_.head_dim;
+  cuda::RowListArgs a;
+  a.q = q, a.n_kv = nkv, a.group = nh / nkv, a.head_dim = d, a.scale = scale, a.parts = parts;
+  cuda::carve_partials(parts_.mem.get(), (size_t)nh * parts, a.part_m, a.part_l, a.part_o);
+  attend_exact(mir, L, tail_, a);
+  const auto* dl = lists_.as<const void*>();
+  const size_t n_ptr = (size_t)nkv * stride;
+  a.row_type = policy_.store_dtype, a.k_rows = dl, a.v_rows = dl + n_ptr;
+  a.counts = reinterpret_cast<const int32_t*>(dl + 2 * n_ptr), a.max_rows = stride;
+  a.n_splits = ids_splits, a.part0 = n_exact;
+  cuda::row_list_attention(a, be_.stream());
+  cuda::merge_partials(a.part_m, a.part_l, a.part_o, nh, parts, d, out, be_.stream());
+}
+
 void GpuOffloadRuntime::collect_timing() {
   if (!timing_pending_) return;
   float t01 = 0, t23 = 0, t34 = 0;
@@ -251,15 +267,7 @@ void GpuOffloadRuntime::decode_host_search(int slot, const float* q, const float
   TOPKV_CUDA_CHECK(cudaEventRecord(ev_[3], st));
 
   // 5. Partials over sinks + window and over the retrieved rows, then the merge.
-  cuda::RowListArgs a;
-  a.q = q, a.n_kv = nkv, a.group = G, a.head_dim = d, a.scale = scale;
-  a.parts = parts, a.part_m = pm, a.part_l = pl, a.part_o = po;
-  attend_exact(mir, L, tail_, a);
-  a.row_type = policy_.store_dtype, a.k_rows = dl, a.v_rows = dl + n_ptr;
-  a.counts = reinterpret_cast<const int32_t*>(dl + 2 * n_ptr), a.max_rows = ic;
-  a.n_splits = ids_splits, a.part0 = n_exact;
-  cuda::row_list_attention(a, st);
-  cuda::merge_partials(pm, pl, po, nh, parts, d, out, st);
+  attend_parts(mir, L, q, scale, parts, n_exact, ids_splits, ic, out);
   TOPKV_CUDA_CHECK(cudaEventRecord(ev_[4], st));
   timing_pending_ = true;
 }

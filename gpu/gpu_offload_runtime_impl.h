@@ -58,9 +58,7 @@ class GpuOffloadRuntime final : public OffloadRuntime {
  public:
   GpuOffloadRuntime(cuda::CudaBackend& be, const ModelConfig& cfg, const OffloadPolicy& policy, bool progress)
       : OffloadRuntime(cfg, policy, progress), be_(be), device_search_(wants_device_search(policy)) {
-    TOPKV_CHECK(cuda::attention_head_dim_supported(cfg.head_dim) &&
-                    (cfg.head_dim == 64 || cfg.head_dim == 128 || cfg.head_dim == 256),
-                "the CUDA offload runtime supports head_dim 64, 128 and 256, not {}", cfg.head_dim);
+    TOPKV_CHECK(cfg.head_dim == 64 || cfg.head_dim == 128 || cfg.head_dim == 256, "the CUDA offload runtime supports head_dim 64, 128 and 256, not {}", cfg.head_dim);
     TOPKV_CHECK(cfg.n_head_kv <= cuda::kMaxRingHeads, "the CUDA offload runtime supports at most {} KV heads, "
                 "not {}", cuda::kMaxRingHeads, cfg.n_head_kv);
     for (auto& e : ev_) TOPKV_CUDA_CHECK(cudaEventCreate(&e));
@@ -105,7 +103,7 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   // Sinks and the recent tokens on the device, fp32 [n_kv][capacity][head_dim]:
   // sink i at slot i, position p at ring slot p % ring capacity. The ring
   // holds the window, and with the device search also the evicted rows its
-  // tables do not cover yet (at most device_fold - 1 of them).
+  // tables do not cover yet (ring_capacity).
   struct Mirror {
     KvLayerCache sinks, ring;
   };
@@ -134,6 +132,12 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   // query head; tail[h]: evicted rows before the window to attend too.
   void attend_exact(const Mirror& mir, const OffloadedLayer& L, const std::vector<int64_t>& tail,
                    cuda::RowListArgs a);
+  // The end of either step: partials over sinks + ring (tail_ rows before the
+  // window), over the rows in the pointer lists (lists_: [2][n_kv][stride]
+  // then counts [n_kv]) into slots n_exact .. + ids_splits of `parts`, then
+  // the exact merge of all `parts` (the search's far slots included) into out.
+  void attend_parts(const Mirror& mir, const OffloadedLayer& L, const float* q, float scale, int parts, int n_exact,
+                    int ids_splits, int stride, float* out);
   void decode_host_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
   void decode_device_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
   void finish_pending(int slot);
@@ -142,6 +146,9 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   // the tables do not cover (sync_folds: the layer folded them itself; the
   // tables are uploaded again now).
   void manage_folds(int slot);
+  // tail_[h] = layer `slot`'s evicted rows its uploaded tables do not cover
+  // (the ring attends them exactly); returns the most over the heads.
+  int64_t count_tail(int slot);
   // set_measure_error: the step's q and output come to the host (a wait);
   // with the device search the host layer takes its new token now instead
   // of at the next step, so the exact attention sees what the device did.

@@ -21,9 +21,11 @@
 #include "gpu/partial_attention.h"
 #include "src/common/dtype.h"
 #include "src/model/backend.h"
+#include "tests/test_util.h"
 
 using namespace topkv;
 using namespace topkv::cuda;
+using topkv::test::max_row_rel_err;
 
 namespace {
 
@@ -142,21 +144,6 @@ std::vector<float> emulate(const std::vector<float>& q, int T, int n_head, int64
   return out;
 }
 
-// The worst row's ||got - ref|| / ||ref||.
-double max_row_err(const std::vector<float>& got, const std::vector<float>& ref, int hd) {
-  double worst = 0;
-  for (size_t r = 0; r < ref.size() / hd; ++r) {
-    double num = 0, den = 0;
-    for (int d = 0; d < hd; ++d) {
-      const double x = ref[r * hd + d], e = got[r * hd + d] - x;
-      num += e * e, den += x * x;
-    }
-    const double err = std::sqrt(num / std::max(den, 1e-30));
-    if (!(err <= worst)) worst = err;  // NaN sticks
-  }
-  return worst;
-}
-
 struct Setup {
   std::unique_ptr<Backend> cpu = make_cpu_backend();
   KvLayerCache cache;
@@ -209,7 +196,7 @@ TEST_CASE("tensor-core attention tile loop, emulated: exact without rounding ove
           EmuStats st;
           const auto got = emulate(s.q, T, hh.n_head, pos0, s.cache, window, scale, wave, false, &st);
           split_cases += st.n_splits > 1;
-          const double err = max_row_err(got, ref, hd);
+          const double err = max_row_rel_err(got, ref, hd);
           worst = std::max(worst, err);
           CHECK(err < 2e-5);
         }
@@ -262,7 +249,7 @@ TEST_CASE("tensor-core attention tile loop, emulated: key-range blocks merged eq
       std::vector<float> got(ref.size());
       for (size_t r = 0; r < acc.size(); ++r) partial_finish(acc[r], got.data() + r * cs.hd);
       CAPTURE(cs.T, cs.n_head, cs.n_kv, cs.hd, cs.pos0, cs.block, dtype_name(dt));
-      const double err = max_row_err(got, ref, cs.hd);
+      const double err = max_row_rel_err(got, ref, cs.hd);
       worst = std::max(worst, err);
       CHECK(err < 2e-5);
     }
@@ -295,7 +282,7 @@ TEST_CASE("tensor-core attention tile loop, emulated with 16-bit rounding: error
     s.cpu->attention(s.q.data(), c.T, c.n_head, c.pos0, s.cache, c.window, scale, ref.data());
     EmuStats st;
     const auto got = emulate(s.q, c.T, c.n_head, c.pos0, s.cache, c.window, scale, 8, true, &st);
-    const double err = max_row_err(got, ref, c.hd);
+    const double err = max_row_rel_err(got, ref, c.hd);
     std::printf("SUMMARY tc rounding hd %3d %-4s q_sd %4.1f window %3ld   max row rel err %.3e   (GPU tol %.1e)\n",
                 c.hd, dtype_name(c.dt), c.q_sd, (long)c.window, err, c.tol);
     // The GPU adds its own summation order and ex2.approx: keep a 2x margin.

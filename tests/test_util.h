@@ -4,13 +4,16 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace topkv::test {
 
@@ -33,6 +36,24 @@ struct TempDir {
   TempDir& operator=(const TempDir&) = delete;
   std::string file(const std::string& name) const { return (dir / name).string(); }
 };
+
+// The worst row's ||got - ref|| / ||ref|| over rows of `width` values;
+// infinity when got holds a NaN or an infinity (an unwritten, poisoned
+// element shows up this way) or the two differ in size.
+inline double max_row_rel_err(const std::vector<float>& got, const std::vector<float>& ref, int width) {
+  if (got.size() != ref.size() || width <= 0) return INFINITY;
+  double worst = 0;
+  for (size_t r = 0; r < ref.size() / (size_t)width; ++r) {
+    double num = 0, den = 0;
+    for (int d = 0; d < width; ++d) {
+      const double x = ref[r * width + d], g = got[r * width + d];
+      if (!std::isfinite(g)) return INFINITY;
+      num += (g - x) * (g - x), den += x * x;
+    }
+    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+  }
+  return worst;
+}
 
 inline std::string slurp(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gpu/cuda_backend.h"
+#include "gpu/cuda_backend_impl.h"
 #include "src/model/backend.h"
 
 namespace topkv::test {
@@ -21,6 +22,9 @@ inline Backend& gpu() {
   static std::unique_ptr<Backend> be = make_cuda_backend();
   return *be;
 }
+
+// The same backend as the CUDA class: its stream, scratch and the kernel-level calls.
+inline cuda::CudaBackend& cuda_be() { return dynamic_cast<cuda::CudaBackend&>(gpu()); }
 
 inline std::vector<float> randn(size_t n, std::mt19937& rng, float sd = 1.f, float mean = 0.f) {
   std::normal_distribution<float> nd(mean, sd);

@@ -18,29 +18,12 @@
 #include "src/common/error.h"
 #include "src/model/backend.h"
 #include "tests/gpu/cuda_test_util.h"
+#include "tests/test_util.h"
 
 using namespace topkv;
 using namespace topkv::test;
 
 namespace {
-
-cuda::CudaBackend& cuda_be() { return dynamic_cast<cuda::CudaBackend&>(gpu()); }
-
-// The worst row's ||got - ref|| / ||ref|| (infinity for a NaN / unwritten element).
-double max_row_err(const std::vector<float>& got, const std::vector<float>& ref, int hd) {
-  REQUIRE(got.size() == ref.size());
-  double worst = 0;
-  for (size_t r = 0; r < ref.size() / hd; ++r) {
-    double num = 0, den = 0;
-    for (int d = 0; d < hd; ++d) {
-      const double x = ref[r * hd + d], g = got[r * hd + d];
-      if (!std::isfinite(g)) return INFINITY;
-      num += (g - x) * (g - x), den += x * x;
-    }
-    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
-  }
-  return worst;
-}
 
 // The same positions 0 .. n-1 of random k, v written into a CPU and a GPU cache.
 struct Caches {
@@ -98,7 +81,7 @@ TEST_CASE("tensor-core attention equals the CPU: T x offset x window, GQA, head 
         const int64_t before = cuda::attention_tc_launches();
         be.attention(dq.f32(), T, hh.n_head, pos0, c.dev, window, scale, dout.f32());
         CHECK(cuda::attention_tc_launches() == before + 1);  // the tensor-core path ran, once
-        (dt == DType::BF16 ? sbf : s16).check(max_row_err(download(be, dout, q.size()), ref, hd));
+        (dt == DType::BF16 ? sbf : s16).check(max_row_rel_err(download(be, dout, q.size()), ref, hd));
       }
 }
 
@@ -130,7 +113,7 @@ TEST_CASE("tensor-core attention: large scores, tiny rings, chunked prefill of a
     cpu->attention(q.data(), c.T, c.n_head, c.pos0, kc.host, c.window, scale, ref.data());
     Buffer dq = upload(be, q), dout = poisoned(be, q.size());
     be.attention(dq.f32(), c.T, c.n_head, c.pos0, kc.dev, c.window, scale, dout.f32());
-    const double err = max_row_err(download(be, dout, q.size()), ref, c.hd);
+    const double err = max_row_rel_err(download(be, dout, q.size()), ref, c.hd);
     CHECK(err <= tolerance(c.dt, c.q_sd));
     s.check(err);
   }
@@ -151,7 +134,7 @@ TEST_CASE("tensor-core attention: large scores, tiny rings, chunked prefill of a
     cpu->attention(q.data(), chunk, n_head, pos, hc, window, scale, ref.data());
     Buffer dq = upload(be, q), dout = poisoned(be, q.size());
     be.attention(dq.f32(), chunk, n_head, pos, dc, window, scale, dout.f32());
-    const double err = max_row_err(download(be, dout, q.size()), ref, hd);
+    const double err = max_row_rel_err(download(be, dout, q.size()), ref, hd);
     CHECK(err <= 3e-3);
     s.check(err);
   }
@@ -188,7 +171,7 @@ TEST_CASE("tensor-core attention: any key split merges exactly (one tile per spl
         Buffer ws = be.alloc(plan.workspace_bytes), dout = poisoned(be, q.size());
         a.out = dout.f32();
         cuda::attention_tc(a, plan, plan.n_splits > 1 ? ws.mem.get() : nullptr, be.stream());
-        s.check(max_row_err(download(be, dout, q.size()), ref, hd));
+        s.check(max_row_rel_err(download(be, dout, q.size()), ref, hd));
       }
       // A plan whose splits do not cover every key tile is refused.
       cuda::AttentionPlan short_plan;
@@ -219,6 +202,6 @@ TEST_CASE("attention dispatch: T >= 16 with head_dim 64/128/256 on the tensor co
     CHECK(cuda::attention_tc_launches() - before == (c.tc ? 1 : 0));
     std::vector<float> ref(q.size());
     cpu->attention(q.data(), c.T, n_head, pos0, kc.host, 0, 0.1f, ref.data());
-    CHECK(max_row_err(download(be, dout, q.size()), ref, c.hd) <= (c.tc ? 3e-3 : 2e-5));
+    CHECK(max_row_rel_err(download(be, dout, q.size()), ref, c.hd) <= (c.tc ? 3e-3 : 2e-5));
   }
 }

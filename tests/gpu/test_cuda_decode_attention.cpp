@@ -24,8 +24,6 @@ using namespace topkv::test;
 
 namespace {
 
-cuda::CudaBackend& cuda_be() { return dynamic_cast<cuda::CudaBackend&>(gpu()); }
-
 // The same random rows (uniform in [-1, 1) + bias, in the cache type) in a
 // host cache and a device cache.
 struct CachePair {

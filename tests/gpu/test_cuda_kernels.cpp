@@ -19,7 +19,6 @@ using namespace topkv;
 using namespace topkv::test;
 
 namespace {
-cuda::CudaBackend& cuda_be() { return dynamic_cast<cuda::CudaBackend&>(gpu()); }
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 }  // namespace
 
@@ -58,6 +57,63 @@ TEST_CASE("merge_partials equals partial_merge + partial_finish, empty parts ski
         cuda::merge_partials(dm.f32(), dl.f32(), dov.f32(), rows, parts, dv, dout.f32(), be.stream());
         s.check(rel_err(download(be, dout, ref.size()), ref));
       }
+}
+
+// The streamed prefill's running merge (gpu/cuda_streamed_attention.cpp):
+// merge_partials_into folds `parts` partials into an accumulator that may be
+// empty, keeping it unnormalised. Twin: partial_merge. Compared as the
+// finished output and the log-sum-exp m + ln l of each row.
+TEST_CASE("merge_partials_into equals partial_merge into a running partial, empty ones included") {
+  auto& be = cuda_be();
+  std::mt19937 rng(27);
+  std::uniform_real_distribution<float> um(-8.f, 8.f), ul(0.5f, 20.f), u01(0.f, 1.f);
+  OpSummary s_out("merge_partials_into (output)", 1e-5), s_lse("merge_partials_into (log-sum-exp)", 1e-5);
+  for (int parts : {1, 5, 300})
+    for (int dv : {64, 256}) {
+      CAPTURE(parts, dv);
+      const int64_t rows = 37;
+      const size_t np = (size_t)rows * parts;
+      std::vector<float> m(np), l(np), o(np * dv), am(rows), al(rows), ao((size_t)rows * dv);
+      std::vector<float> ref_out((size_t)rows * dv), ref_lse(rows);
+      auto random_part = [&](float& pm, float& pl, float* po, AttnPartial& part, bool empty) {
+        if (empty) {
+          pm = -INFINITY, pl = 0.f;
+          for (int d = 0; d < dv; ++d) po[d] = kNaN;  // never read
+          return;
+        }
+        pm = um(rng), pl = ul(rng);
+        part.m = pm, part.l = pl;
+        for (int d = 0; d < dv; ++d) part.o[d] = po[d] = um(rng) * pl;
+      };
+      for (int64_t r = 0; r < rows; ++r) {
+        AttnPartial acc(dv);
+        random_part(am[r], al[r], ao.data() + r * dv, acc, /*empty=*/r % 3 == 0);  // some start empty
+        for (int p = 0; p < parts; ++p) {
+          const size_t i = (size_t)r * parts + p;
+          AttnPartial part(dv);
+          random_part(m[i], l[i], o.data() + i * dv, part, r == 1 || u01(rng) < 0.2f);  // row 1: all empty
+          partial_merge(acc, part);
+        }
+        partial_finish(acc, ref_out.data() + r * dv);
+        ref_lse[r] = acc.l > 0.f ? acc.m + std::log(acc.l) : -INFINITY;
+      }
+      Buffer dm = upload(be, m), dl = upload(be, l), dov = upload(be, o);
+      Buffer dam = upload(be, am), dal = upload(be, al), dao = upload(be, ao);
+      cuda::merge_partials_into(dm.f32(), dl.f32(), dov.f32(), rows, parts, dv, dam.f32(), dal.f32(), dao.f32(),
+                                be.stream());
+      const auto gm = download(be, dam, rows), gl = download(be, dal, rows), go = download(be, dao, ao.size());
+      std::vector<float> got_out(ref_out.size()), got_lse(rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int d = 0; d < dv; ++d) got_out[r * dv + d] = gl[r] > 0.f ? go[r * dv + d] / gl[r] : 0.f;
+        got_lse[r] = gl[r] > 0.f ? gm[r] + std::log(gl[r]) : -INFINITY;
+      }
+      s_out.check(rel_err(got_out, ref_out));
+      for (int64_t r = 0; r < rows; ++r) {
+        CAPTURE(r);
+        if (std::isinf(ref_lse[r])) CHECK(std::isinf(got_lse[r]));  // nothing merged: stays empty
+        else s_lse.check(std::abs(got_lse[r] - ref_lse[r]) / std::max(1.f, std::abs(ref_lse[r])));
+      }
+    }
 }
 
 TEST_CASE("argmax on the device: lowest index on ties, -inf entries, NaN never wins") {

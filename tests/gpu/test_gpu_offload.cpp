@@ -25,8 +25,6 @@ using namespace topkv::test;
 
 namespace {
 
-cuda::CudaBackend& cuda_be() { return dynamic_cast<cuda::CudaBackend&>(gpu()); }
-
 // Host memory the device reads in place (pinned, mapped; same address on both).
 std::shared_ptr<uint8_t> pinned_mapped(size_t bytes) {
   void* p = nullptr;
@@ -137,9 +135,7 @@ TEST_CASE("GpuOffloadRuntime serves the CPU OffloadRuntime's attention, step by 
   };
   for (const Case& c : cases) {
     CAPTURE(c.index, c.stage, c.hd, c.heads, c.kv, c.n);
-    ModelConfig cfg;
-    cfg.n_layer = 2, cfg.n_head = c.heads, cfg.n_head_kv = c.kv, cfg.head_dim = c.hd;
-    cfg.layers.resize(2);
+    const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = c.k, pol.sinks = c.sinks, pol.window = c.window;
     pol.stage_rows = c.stage;
@@ -215,5 +211,90 @@ TEST_CASE("GpuOffloadRuntime decodes like the CPU OffloadRuntime (synthetic llam
     // sinks + window mirrors (+ gemma's rings), far below the 256-position caches.
     const size_t full_cache = 2 * (size_t)256 * sc.kv_heads * sc.head_dim * 4 * sc.layers;
     CHECK(kv_dev < full_cache / 2);
+  }
+}
+
+// Ring mode of the same kernel (the runtime's sinks and window ring on the
+// device): head h attends rows ring_first[h] .. + ring_count[h] of its ring,
+// slots taken modulo the ring's capacity. Twin: partial_add over those rows.
+TEST_CASE("row_list_attention in ring mode matches partial_add over the ring's rows, wrapping", "[offload]") {
+  auto& be = cuda_be();
+  OpSummary sum("row-list attention, ring mode", 1e-4);
+  std::mt19937 rng(19);
+  struct Case { DType type; int hd, group, cap, splits; std::vector<int> first, count; };
+  const std::vector<Case> cases = {
+      {DType::F32, 256, 4, 50, 3, {45}, {20}},                        // wraps past the end
+      {DType::F32, 128, 4, 1, 1, {0, 0}, {1, 0}},                      // a one-row ring; an empty head
+      {DType::F16, 64, 8, 300, 8, {0, 299, 17}, {300, 300, 5}},       // full rings, one starting at the last slot
+      {DType::BF16, 128, 1, 64, 2, {10, 63, 0, 32}, {54, 2, 64, 33}},  // no GQA
+  };
+  for (const Case& c : cases) {
+    const int nkv = (int)c.first.size(), nh = nkv * c.group;
+    CAPTURE(dtype_name(c.type), c.hd, c.group, c.cap, nkv);
+    std::vector<float> kf = randn((size_t)nkv * c.cap * c.hd, rng), vf = randn(kf.size(), rng);
+    round_through(c.type, kf), round_through(c.type, vf);  // the reference sees the ring's values
+    std::vector<uint8_t> raw(kf.size() * dtype_size(c.type));
+    Buffer dk = be.alloc(raw.size()), dv = be.alloc(raw.size());
+    from_f32(c.type, kf.data(), raw.data(), kf.size());
+    be.from_host(raw.data(), dk, 0, raw.size());
+    from_f32(c.type, vf.data(), raw.data(), vf.size());
+    be.from_host(raw.data(), dv, 0, raw.size());
+    const std::vector<float> q = randn((size_t)nh * c.hd, rng, 0.5f);
+    Buffer dq = upload(be, q);
+    const int parts = c.splits + 1;  // slot 0 stays empty
+    std::vector<float> m0((size_t)nh * parts, -INFINITY), l0((size_t)nh * parts, 0.f),
+        o0((size_t)nh * parts * c.hd, 0.f);
+    Buffer pm = upload(be, m0), pl = upload(be, l0), po = upload(be, o0), out = poisoned(be, (size_t)nh * c.hd);
+    cuda::RowListArgs a;
+    a.q = dq.f32(), a.row_type = c.type, a.n_kv = nkv, a.group = c.group, a.head_dim = c.hd, a.scale = 0.125f;
+    a.k_ring = dk.mem.get(), a.v_ring = dv.mem.get(), a.ring_cap = c.cap;
+    for (int h = 0; h < nkv; ++h) a.ring_first[h] = c.first[(size_t)h], a.ring_count[h] = c.count[(size_t)h];
+    a.n_splits = c.splits, a.part0 = 1, a.parts = parts;
+    a.part_m = pm.f32(), a.part_l = pl.f32(), a.part_o = po.f32();
+    cuda::row_list_attention(a, be.stream());
+    cuda::merge_partials(pm.f32(), pl.f32(), po.f32(), nh, parts, c.hd, out.f32(), be.stream());
+    std::vector<float> ref((size_t)nh * c.hd);
+    for (int h = 0; h < nkv; ++h)
+      for (int g = 0; g < c.group; ++g) {
+        const float* qr = q.data() + ((size_t)h * c.group + g) * c.hd;
+        const int n = c.count[(size_t)h];
+        std::vector<float> s((size_t)n), vv((size_t)n * c.hd);
+        for (int j = 0; j < n; ++j) {
+          const size_t row = (size_t)h * c.cap + (size_t)((c.first[(size_t)h] + j) % c.cap);
+          double acc = 0;
+          for (int i = 0; i < c.hd; ++i) acc += (double)qr[i] * kf[row * c.hd + i];
+          s[(size_t)j] = (float)acc * a.scale;
+          std::copy_n(vf.data() + row * c.hd, c.hd, vv.data() + (size_t)j * c.hd);
+        }
+        AttnPartial p(c.hd);
+        partial_add(p, s.data(), nullptr, vv.data(), n);
+        partial_finish(p, ref.data() + ((size_t)h * c.group + g) * c.hd);
+      }
+    sum.check(rel_err(download(be, out, ref.size()), ref));
+  }
+}
+
+// --measure-error on the GPU runtime with the search on the host (its
+// pending-token state exists only with the device search): with k covering
+// every row the served attention is exact, so the measured error is ~0.
+TEST_CASE("GpuOffloadRuntime measures its attention error with either search", "[offload]") {
+  auto& be = cuda_be();
+  for (SearchOn where : {SearchOn::Host, SearchOn::Gpu}) {
+    CAPTURE((int)where);
+    const ModelConfig cfg = runtime_test_config(2, 8, 2, 64);
+    OffloadPolicy pol;
+    pol.attn = AttnMode::TopK, pol.index = "quest:page=4", pol.search.k = 1 << 20, pol.sinks = 2, pol.window = 8;
+    pol.search_on = where, pol.device_table_type = DType::F32;
+    OffloadPolicy exact = pol;
+    exact.index = "flat", exact.search_on = SearchOn::Host;
+    OffloadRuntime ref(cfg, exact, false);
+    auto got = make_gpu_offload_runtime(be, cfg, pol, false);
+    got->set_measure_error(true);
+    OpSummary sum(where == SearchOn::Host ? "measured runtime, host search" : "measured runtime, device search",
+                  1e-4);
+    compare_offload_steps(ref, *got, cfg, 300, 12, /*f16_exact=*/true, sum);
+    const std::vector<double> err = got->attention_rel_error();
+    REQUIRE(err.size() == 2);
+    for (double e : err) CHECK(e < 1e-4);
   }
 }

@@ -24,8 +24,6 @@ using namespace topkv::test;
 
 namespace {
 
-cuda::CudaBackend& cuda_be() { return dynamic_cast<cuda::CudaBackend&>(gpu()); }
-
 RowStore::ChunkAllocator pinned_alloc() {
   return [](size_t bytes) {
     void* p = nullptr;
@@ -187,9 +185,7 @@ TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtim
   };
   for (const Case& c : cases) {
     CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, c.fold);
-    ModelConfig cfg;
-    cfg.n_layer = 2, cfg.n_head = c.heads, cfg.n_head_kv = c.kv, cfg.head_dim = c.hd;
-    cfg.layers.resize(2);
+    const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = c.k, pol.sinks = c.sinks, pol.window = c.window;
     pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32, pol.device_fold = c.fold;
@@ -214,9 +210,7 @@ TEST_CASE("GpuOffloadRuntime restored from a pack decodes like the CPU restored 
   TempDir td;
   for (const std::string index : {"multipole", "quest:page=16"}) {
     CAPTURE(index);
-    ModelConfig cfg;
-    cfg.n_layer = 1, cfg.n_head = 4, cfg.n_head_kv = 2, cfg.head_dim = 64;
-    cfg.layers.resize(1);
+    const ModelConfig cfg = runtime_test_config(1, 4, 2, 64);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = index, pol.search.k = 512, pol.sinks = 4, pol.window = 64;
     pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32, pol.device_fold = 1000;  // no fold in 20 steps
@@ -258,9 +252,7 @@ TEST_CASE("GpuOffloadRuntime folds on a host thread and stays exact while the fo
                                    {"centroid", 256, 8, 1, 400, 32, 64}};
   for (const Case& c : cases) {
     CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, c.fold);
-    ModelConfig cfg;
-    cfg.n_layer = 2, cfg.n_head = c.heads, cfg.n_head_kv = c.kv, cfg.head_dim = c.hd;
-    cfg.layers.resize(2);
+    const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.search.k = 1 << 20, pol.sinks = 4, pol.window = c.window;
     OffloadPolicy exact = pol;
