@@ -87,9 +87,12 @@ class Report {
   double copy_gbps_ = 0;
 };
 
-// `elems` random values of type t in device memory (a random block, tiled).
-inline Buffer random_device(CudaBackend& be, DType t, size_t elems, uint32_t seed, float sd = 0.05f) {
-  const size_t es = dtype_size(t), block = std::min<size_t>(elems, size_t{4} << 20);
+// `elems` random values of type t in device memory (a random block of `tile`
+// values, repeated; tile >= elems: all distinct, as a table that must have no
+// ties needs).
+inline Buffer random_device(CudaBackend& be, DType t, size_t elems, uint32_t seed, float sd = 0.05f,
+                            size_t tile = size_t{4} << 20) {
+  const size_t es = dtype_size(t), block = std::max<size_t>(1, std::min(elems, tile));
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.f, sd);
   std::vector<float> f(block);

@@ -6,6 +6,7 @@
 #ifdef TOPKV_HAVE_CUDA
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <numeric>
 #include <random>
 #include <string>
@@ -15,21 +16,6 @@
 #include "gpu/cuda_kernels.h"
 
 namespace topkv::cli {
-
-namespace {
-
-Buffer upload_random(CudaBackend& be, DType t, size_t n, std::mt19937& rng) {
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<float> f(n);
-  for (auto& x : f) x = nd(rng);
-  std::vector<uint8_t> raw(n * dtype_size(t));
-  from_f32(t, f.data(), raw.data(), n);
-  Buffer b = be.alloc(raw.size());
-  be.from_host(raw.data(), b, 0, raw.size());
-  return b;
-}
-
-}  // namespace
 
 void bench_device_search(CudaBackend& be, EventTimer& tm, Report& rep, int reps) {
   struct Shape {
@@ -66,9 +52,12 @@ void bench_device_search(CudaBackend& be, EventTimer& tm, Report& rep, int reps)
       return b.mem.get();
     };
     for (auto& h : heads) {
-      keep.push_back(upload_random(be, DType::F16, (size_t)s.n * len, rng));
+      keep.push_back(random_device(be, DType::F16, (size_t)s.n * len, rng(), 1.f, SIZE_MAX));
       h.rows = keep.back().mem.get();
-      if (s.far) keep.push_back(upload_random(be, DType::F16, (size_t)s.n * s.hd, rng)), h.value_means = keep.back().mem.get();
+      if (s.far) {
+        keep.push_back(random_device(be, DType::F16, (size_t)s.n * s.hd, rng(), 1.f, SIZE_MAX));
+        h.value_means = keep.back().mem.get();
+      }
       h.counts = static_cast<const int32_t*>(put(counts.data(), counts.size() * 4));
       if (!s.pages) {
         h.offsets = static_cast<const int32_t*>(put(offsets.data(), offsets.size() * 4));
@@ -81,7 +70,7 @@ void bench_device_search(CudaBackend& be, EventTimer& tm, Report& rep, int reps)
     a.heads = static_cast<const cuda::SummaryHead*>(put(heads.data(), heads.size() * sizeof(cuda::SummaryHead)));
     a.n_kv = s.n_kv, a.group = s.group, a.head_dim = s.hd, a.max_n = s.n, a.page_bounds = s.pages;
     a.table_type = DType::F16, a.store_type = DType::F16;
-    keep.push_back(upload_random(be, DType::F32, (size_t)s.n_kv * s.group * s.hd, rng));
+    keep.push_back(random_device(be, DType::F32, (size_t)s.n_kv * s.group * s.hd, rng(), 1.f, SIZE_MAX));
     a.q = keep.back().f32();
     a.k = s.k, a.scale = 1.f / std::sqrt((float)s.hd);
     Buffer ws = be.alloc(cuda::summary_search_workspace_bytes(s.n_kv, s.group, s.n));

@@ -142,11 +142,7 @@ void CudaBackend::from_host(const void* src, const Buffer& dst, size_t off, size
 
 KvLayerCache CudaBackend::alloc_kv(int n_kv_heads, int head_dim, int64_t capacity, DType dtype) {
   TOPKV_CHECK(!rec_, "alloc_kv while recording a decode step: allocate caches before recording");
-  TOPKV_CHECK(n_kv_heads > 0 && head_dim > 0 && capacity > 0,
-              "a KV cache needs positive heads, head_dim and capacity, got {}, {}, {}", n_kv_heads, head_dim,
-              capacity);
-  KvLayerCache c;
-  c.dtype = dtype, c.n_kv_heads = n_kv_heads, c.head_dim = head_dim, c.capacity = capacity;
+  KvLayerCache c = kv_cache_shape(n_kv_heads, head_dim, capacity, dtype);
   const size_t half = c.bytes() / 2;
   c.k = Buffer{mem_.alloc(half, MemKind::KvCache, "KV cache keys"), half};
   c.v = Buffer{mem_.alloc(half, MemKind::KvCache, "KV cache values"), half};

@@ -40,11 +40,8 @@ namespace topkv::cuda {
 
 KvLayerCache CudaBackend::alloc_kv_host(int n_kv_heads, int head_dim, int64_t capacity, DType dtype) {
   TOPKV_CHECK(!rec_, "alloc_kv_host while recording a decode step: allocate caches before recording");
-  TOPKV_CHECK(n_kv_heads > 0 && head_dim > 0 && capacity > 0,
-              "a KV cache needs positive heads, head_dim and capacity, got {}, {}, {}", n_kv_heads, head_dim,
-              capacity);
-  KvLayerCache c;
-  c.dtype = dtype, c.n_kv_heads = n_kv_heads, c.head_dim = head_dim, c.capacity = capacity, c.in_host = true;
+  KvLayerCache c = kv_cache_shape(n_kv_heads, head_dim, capacity, dtype);
+  c.in_host = true;
   const size_t half = c.bytes() / 2;
   auto pinned = [&](const char* what) {
     void* p = nullptr;

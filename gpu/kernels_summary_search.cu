@@ -36,23 +36,25 @@ struct Work {
   uint32_t* offset;  // a selected group's first slot in the row lists
   uint8_t* selected;
 };
-Work carve(void* ws, int n_kv, int group, int max_n) {
+// The layout above over the work space at `ws` (null: offsets only);
+// `bytes` gets its size (summary_search_workspace_bytes).
+Work carve(void* ws, int n_kv, int group, int max_n, size_t* bytes = nullptr) {
   const size_t rows = (size_t)n_kv * group;
-  auto* b = static_cast<uint8_t*>(ws);
+  size_t at = 0;
+  const auto take = [&](size_t n) {
+    const size_t o = at;
+    at += align256(n);
+    return ws ? static_cast<uint8_t*>(ws) + o : nullptr;
+  };
   Work w;
-  w.scores = reinterpret_cast<float*>(b);
-  b += align256(rows * max_n * sizeof(float));
-  w.lo = reinterpret_cast<float*>(b);
-  b += align256(rows * sizeof(float));
-  w.inv = reinterpret_cast<float*>(b);
-  b += align256(rows * sizeof(float));
-  w.cut = reinterpret_cast<uint32_t*>(b);
-  b += align256(rows * sizeof(uint32_t));
-  w.minmax = reinterpret_cast<uint32_t*>(b);
-  b += align256(2 * rows * sizeof(uint32_t));
-  w.offset = reinterpret_cast<uint32_t*>(b);
-  b += align256((size_t)n_kv * max_n * sizeof(uint32_t));
-  w.selected = b;
+  w.scores = reinterpret_cast<float*>(take(rows * max_n * sizeof(float)));
+  w.lo = reinterpret_cast<float*>(take(rows * sizeof(float)));
+  w.inv = reinterpret_cast<float*>(take(rows * sizeof(float)));
+  w.cut = reinterpret_cast<uint32_t*>(take(rows * sizeof(uint32_t)));
+  w.minmax = reinterpret_cast<uint32_t*>(take(2 * rows * sizeof(uint32_t)));
+  w.offset = reinterpret_cast<uint32_t*>(take((size_t)n_kv * max_n * sizeof(uint32_t)));
+  w.selected = take((size_t)n_kv * max_n);
+  if (bytes) *bytes = at;
   return w;
 }
 
@@ -336,11 +338,9 @@ template <class F> void with_head_dim(int hd, F&& f) {
 }  // namespace
 
 size_t summary_search_workspace_bytes(int n_kv, int group, int max_n) {
-  const size_t rows = (size_t)n_kv * group;
-  return align256(rows * max_n * sizeof(float)) + 2 * align256(rows * sizeof(float)) +
-         align256(rows * sizeof(uint32_t)) + align256(2 * rows * sizeof(uint32_t)) +
-         align256((size_t)n_kv * max_n * sizeof(uint32_t)) +
-         align256((size_t)n_kv * max_n);
+  size_t bytes = 0;
+  carve(nullptr, n_kv, group, max_n, &bytes);
+  return bytes;
 }
 
 const float* summary_scores(const SummarySearchArgs& a) { return carve(a.workspace, a.n_kv, a.group, a.max_n).scores; }

@@ -40,7 +40,9 @@ void partial_merge(AttnPartial& a, const AttnPartial& b);
 void partial_finish(const AttnPartial& p, float* out);
 
 // Exact softmax attention of one query over rows [0, n) of the stores:
-// the reference every sparse path is measured against.
+// the reference every sparse path is measured against. partial_exact gives
+// it as a partial (to merge with more parts: sinks, window).
+AttnPartial partial_exact(const float* q, float scale, const RowStore& keys, const RowStore& values, int64_t n);
 void attention_exact(const float* q, float scale, const RowStore& keys, const RowStore& values, int64_t n,
                      float* out);
 

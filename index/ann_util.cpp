@@ -1,5 +1,7 @@
 #include "index/ann_util.h"
 
+#include <dlfcn.h>
+
 #include <mutex>
 
 #include "src/common/progress.h"

@@ -2,7 +2,6 @@
 // copying keys out of the store as fp32, scoping OpenMP's thread count to one
 // call, and embedding a Faiss index in a topkv file.
 #pragma once
-#include <dlfcn.h>
 #include <omp.h>
 
 #include <cstdint>

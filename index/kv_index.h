@@ -72,7 +72,7 @@ struct ClusterSummaries {
 };
 
 // A budget-mode search as flat tables, for a search that runs elsewhere (the
-// GPU's, gpu/device_search.h): each group of keys (a cluster, a Quest page)
+// GPU's, gpu/device_search_tables.h): each group of keys (a cluster, a Quest page)
 // has one summary row that scores it against a query, and the rows it holds.
 // Groups are taken by score, largest first, until the token budget k is
 // covered, per query head; every group not taken is a far row when

@@ -361,22 +361,7 @@ void OffloadedLayer::attend_exact(const float* queries, float scale, float* out)
       const float* q = queries + ((size_t)h * G + g) * d;
       AttnPartial p((int)d);
       add_exact_parts(hd, q, scale, p);
-      if (hd.keys && hd.keys->size() > 0) {
-        // Blocks of store rows over the host's threads (a 1M-row head is ~1
-        // GFLOP per query head), merged in block order: deterministic.
-        constexpr int64_t kBlock = 16384;
-        const int64_t n = hd.keys->size(), nb = (n + kBlock - 1) / kBlock;
-        std::vector<AttnPartial> blocks((size_t)nb, AttnPartial((int)d));
-#pragma omp parallel for schedule(dynamic, 1) if (nb > 1)
-        for (int64_t b = 0; b < nb; ++b) {
-          const int64_t lo = b * kBlock, m = std::min(kBlock, n - lo);
-          std::vector<float> ss((size_t)m);
-          std::vector<int64_t> ids((size_t)m);
-          for (int64_t r = 0; r < m; ++r) ss[(size_t)r] = hd.keys->dot(lo + r, q) * scale, ids[(size_t)r] = lo + r;
-          partial_add_rows(blocks[(size_t)b], ss.data(), *hd.values, ids.data(), m);
-        }
-        for (const AttnPartial& b : blocks) partial_merge(p, b);
-      }
+      if (hd.keys && hd.keys->size() > 0) partial_merge(p, partial_exact(q, scale, *hd.keys, *hd.values, hd.keys->size()));
       partial_finish(p, out + ((size_t)h * G + g) * d);
     }
   }

@@ -1,5 +1,7 @@
 #include "src/cli/cli_util.h"
 
+#include <fmt/ranges.h>
+
 #include "src/common/progress.h"
 
 #include <sys/resource.h>
@@ -59,15 +61,9 @@ void place_prefill_kv(const BackendArgs& a, bool cuda, const OffloadRuntime* rt,
 std::string describe_prefill_kv(const Model& model) {
   const std::vector<int> layers = model.host_kv_layers();
   if (layers.empty()) return "";
-  double bytes = 0;
-  std::string ids;
-  for (int il : layers) {
-    bytes += 2.0 * (double)model.kv_capacity(il) * model.config().n_head_kv * model.config().head_dim *
-             dtype_size(model.options().kv_dtype);
-    ids += (ids.empty() ? "" : ",") + std::to_string(il);
-  }
   return fmt::format("topkv: the KV of layers {} ({} pinned) lives in host memory: each prefill chunk streams it "
-                     "up (it does not fit the GPU beside the rest; --prefill-kv)", ids, format_bytes(bytes));
+                     "up (it does not fit the GPU beside the rest; --prefill-kv)", fmt::join(layers, ","),
+                     format_bytes((double)model.host_kv_bytes()));
 }
 
 bool overlap_build(const BackendArgs& a, bool cuda) { return a.overlap_build == "on" || (a.overlap_build == "auto" && cuda); }

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "src/common/dtype.h"
+#include "src/common/error.h"
 #include "src/model/ggml_types.h"
 
 namespace topkv {
@@ -87,6 +88,16 @@ struct KvLayerCache {
   size_t head_stride() const { return (size_t)capacity * head_dim; }  // elements
   size_t bytes() const { return 2 * (size_t)n_kv_heads * head_stride() * dtype_size(dtype); }
 };
+// A cache's shape without its memory (what every alloc_kv fills in); Error
+// on a non-positive size.
+inline KvLayerCache kv_cache_shape(int n_kv_heads, int head_dim, int64_t capacity, DType dtype) {
+  TOPKV_CHECK(n_kv_heads > 0 && head_dim > 0 && capacity > 0,
+              "a KV cache needs positive heads, head_dim and capacity, got {}, {}, {}", n_kv_heads, head_dim,
+              capacity);
+  KvLayerCache c;
+  c.dtype = dtype, c.n_kv_heads = n_kv_heads, c.head_dim = head_dim, c.capacity = capacity;
+  return c;
+}
 
 class Backend {
  public:

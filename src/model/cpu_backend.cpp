@@ -76,8 +76,7 @@ class CpuBackend final : public Backend {
   }
 
   KvLayerCache alloc_kv(int n_kv_heads, int head_dim, int64_t capacity, DType dtype) override {
-    KvLayerCache c;
-    c.dtype = dtype, c.n_kv_heads = n_kv_heads, c.head_dim = head_dim, c.capacity = capacity;
+    KvLayerCache c = kv_cache_shape(n_kv_heads, head_dim, capacity, dtype);
     const size_t half = c.bytes() / 2;
     c.k = host_alloc(half);
     c.v = host_alloc(half);

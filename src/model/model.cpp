@@ -58,7 +58,7 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
       bool in_host = pass == 1 && opt_.kv_place == ModelOptions::KvPlace::Host;
       if (pass == 1 && opt_.kv_place == ModelOptions::KvPlace::Auto) {
         const int64_t left = be_.memory_left();
-        const double need = 2.0 * cap * cfg_.n_head_kv * cfg_.head_dim * dtype_size(opt_.kv_dtype) +
+        const double need = (double)kv_cache_shape(cfg_.n_head_kv, cfg_.head_dim, cap, opt_.kv_dtype).bytes() +
                             (double)planned_scratch_bytes(cfg_, opt_) + (double)opt_.device_reserve;
         in_host = left >= 0 && need > (double)left;
       }
@@ -265,6 +265,13 @@ void Model::release_kv(int il) {
   ++kv_epoch_;
   KvLayerCache& c = cache_[(size_t)il];
   c.k = {}, c.v = {}, c.capacity = 0;
+}
+
+size_t Model::host_kv_bytes() const {
+  size_t b = 0;
+  for (const KvLayerCache& c : cache_)
+    if (c.in_host) b += c.bytes();
+  return b;
 }
 
 std::vector<int> Model::host_kv_layers() const {

@@ -130,6 +130,7 @@ class Model {
   int64_t kv_capacity(int layer) const;
   // The layers whose cache lives in host memory (ModelOptions::kv_place).
   std::vector<int> host_kv_layers() const;
+  size_t host_kv_bytes() const;  // what they hold (pinned host memory on a CUDA backend)
   // What a model with these options will allocate, known before it is built
   // (benchmarks skip what cannot fit a memory budget): one layer's cache
   // slots, and the bytes of the activation scratch.
