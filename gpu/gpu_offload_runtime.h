@@ -8,6 +8,11 @@
 //   - the host stores are pinned, device-mapped memory, so a kernel reads the
 //     retrieved rows in place over PCIe, or (policy.stage_rows) the host
 //     copies them into a pinned staging buffer that goes over in one copy.
+//     Restored from a context pack, a pinned store is a copy of the pack's
+//     (a kernel cannot read the file's pages: registering the mapping hung
+//     the driver, and the GPU host has no pageable memory access,
+//     scripts/probes/pageable_store_probe.cu); with stage_rows the store
+//     needs no pinning and its whole chunks are used in place from the pack.
 // Two ways to search (policy.search_on):
 //   - on the device (multipole, centroid, quest; the default where allowed):
 //     the index's summary tables are on the GPU (gpu/device_search_tables.h)

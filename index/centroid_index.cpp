@@ -251,8 +251,10 @@ void ClusterIndex::finish_build(const BlockPlan& plan, const std::vector<int32_t
   const int64_t n = plan.n;
   sum_ = ClusterSummaries{};
   inv_norm_.clear();
-  members_.clear();
-  parent_.clear();
+  member_rows_ = {};
+  member_begin_.assign(1, 0);
+  member_added_.clear();
+  parent_ = {};
   children_.clear();
   sum_.dim = keys_->dim();
   if (n == 0) return;
@@ -263,13 +265,18 @@ void ClusterIndex::finish_build(const BlockPlan& plan, const std::vector<int32_t
   int32_t nf = 0;
   for (int64_t j = 0; j < k; ++j)
     if (size[(size_t)j] > 0) remap[(size_t)j] = nf++;
-  members_.resize((size_t)nf);
-  for (int64_t j = 0; j < k; ++j)
-    if (remap[(size_t)j] >= 0) members_[(size_t)remap[(size_t)j]].reserve((size_t)size[(size_t)j]);
-  for (int64_t i = 0; i < n; ++i) members_[(size_t)remap[(size_t)assign[(size_t)i]]].push_back((int32_t)i);
+  // Counting sort into CSR: each cluster's rows in ascending order.
   sum_.n_fine = nf;
-  sum_.counts.resize((size_t)nf);
-  for (int32_t j = 0; j < nf; ++j) sum_.counts[(size_t)j] = (int64_t)members_[(size_t)j].size();
+  std::vector<int64_t> counts((size_t)nf);
+  for (int64_t j = 0; j < k; ++j)
+    if (remap[(size_t)j] >= 0) counts[(size_t)remap[(size_t)j]] = size[(size_t)j];
+  member_begin_.assign((size_t)nf + 1, 0);
+  for (int32_t j = 0; j < nf; ++j) member_begin_[(size_t)j + 1] = member_begin_[(size_t)j] + counts[(size_t)j];
+  std::vector<int32_t> rows((size_t)n);
+  std::vector<int64_t> at(member_begin_.begin(), member_begin_.end() - 1);
+  for (int64_t i = 0; i < n; ++i) rows[(size_t)at[(size_t)remap[(size_t)assign[(size_t)i]]]++] = (int32_t)i;
+  member_rows_ = std::move(rows);
+  sum_.counts = std::move(counts);
   sum_.key_centroids = cluster_means(*keys_);
 
   if (levels_ == 2) build_coarse();
@@ -300,17 +307,19 @@ void ClusterIndex::build_coarse() {
     auto& r = remap[(size_t)std::max<faiss::Index::idx_t>(label[(size_t)j], 0)];
     if (r < 0) r = nc++;
   }
-  parent_.resize((size_t)nf);
+  std::vector<int32_t> parent((size_t)nf);
   children_.assign((size_t)nc, {});
-  sum_.counts.reserve((size_t)(nf + nc));
-  sum_.counts.resize((size_t)(nf + nc), 0);
+  std::vector<int64_t>& counts = sum_.counts.vec();
+  counts.reserve((size_t)(nf + nc));
+  counts.resize((size_t)(nf + nc), 0);
   for (int64_t j = 0; j < nf; ++j) {
     int32_t c = remap[(size_t)std::max<faiss::Index::idx_t>(label[(size_t)j], 0)];
-    parent_[(size_t)j] = c;
+    parent[(size_t)j] = c;
     children_[(size_t)c].push_back((int32_t)j);
-    sum_.counts[(size_t)(nf + c)] += sum_.counts[(size_t)j];
+    counts[(size_t)(nf + c)] += counts[(size_t)j];
   }
-  append_coarse_means(sum_.key_centroids, d);
+  parent_ = std::move(parent);
+  append_coarse_means(sum_.key_centroids.vec(), d);
 }
 
 std::vector<float> ClusterIndex::cluster_means(const RowStore& store) const {
@@ -320,8 +329,10 @@ std::vector<float> ClusterIndex::cluster_means(const RowStore& store) const {
 #pragma omp parallel for schedule(dynamic, 64) num_threads(n_threads())
   for (int64_t j = 0; j < nf; ++j) {
     float* mu = means.data() + (size_t)j * dv;
-    for (int32_t r : members_[(size_t)j]) axpy_row(store.dtype(), 1.f, store.row(r), mu, (size_t)dv);
-    float inv = 1.f / (float)members_[(size_t)j].size();
+    for_each_member_run(j, [&](const int32_t* rows, size_t m) {
+      for (size_t t = 0; t < m; ++t) axpy_row(store.dtype(), 1.f, store.row(rows[t]), mu, (size_t)dv);
+    });
+    float inv = 1.f / (float)sum_.counts[(size_t)j];
     for (int t = 0; t < dv; ++t) mu[t] *= inv;
   }
   append_coarse_means(means, dv);
@@ -382,22 +393,23 @@ void ClusterIndex::add_impl(int64_t from, int64_t to) {
     for (int i = 0; i < m; ++i) {
       const int64_t row = lo + i;
       const int32_t j = assign[(size_t)i];
-      members_[(size_t)j].push_back((int32_t)row);
+      if (member_added_.empty()) member_added_.resize((size_t)nf);
+      member_added_[(size_t)j].push_back((int32_t)row);
       ++sum_.counts[(size_t)j];
       if (levels_ == 2) ++sum_.counts[(size_t)(nf + parent_[(size_t)j])];
-      add_to_means(sum_.key_centroids, *keys_, row, j);
+      add_to_means(sum_.key_centroids.data(), *keys_, row, j);
       after_add(row, j);
       inv_norm[(size_t)j] = inv_norm_of(j);
     }
   }
 }
 
-void ClusterIndex::add_to_means(std::vector<float>& means, const RowStore& store, int64_t row, int32_t fine) const {
+void ClusterIndex::add_to_means(float* means, const RowStore& store, int64_t row, int32_t fine) const {
   const int dv = store.dim();
   std::vector<float> x((size_t)dv);
   store.row_f32(row, x.data());
   auto update = [&](int64_t r) {  // mu += (x - mu) / N
-    float* mu = means.data() + (size_t)r * dv;
+    float* mu = means + (size_t)r * dv;
     float inv = 1.f / (float)sum_.counts[(size_t)r];
     for (int t = 0; t < dv; ++t) mu[t] += (x[(size_t)t] - mu[t]) * inv;
   };
@@ -497,7 +509,8 @@ void ClusterIndex::search_impl(const float* q, int nq, const SearchParams& p, Ca
     for (int32_t c : expanded[(size_t)g]) lk.coarse_expanded[(size_t)c] = 1;
   }
   for (int64_t j = 0; j < nf; ++j)
-    if (lk.fine_selected[(size_t)j]) out.ids.insert(out.ids.end(), members_[(size_t)j].begin(), members_[(size_t)j].end());
+    if (lk.fine_selected[(size_t)j])
+      for_each_member_run(j, [&](const int32_t* rows, size_t m) { out.ids.insert(out.ids.end(), rows, rows + m); });
   out.summaries = &sum_;
   after_lookup(q, lk, out);
 }
@@ -505,12 +518,18 @@ void ClusterIndex::search_impl(const float* q, int nq, const SearchParams& p, Ca
 // ---- memory, save, load -----------------------------------------------------
 
 MemoryReport ClusterIndex::memory_impl() const {
-  size_t lists = 0;
-  for (auto& m : members_) lists += m.capacity() * sizeof(int32_t) + sizeof(m);
+  size_t lists = member_rows_.owned_bytes() + member_begin_.capacity() * sizeof(int64_t) +
+                 member_added_.capacity() * sizeof(std::vector<int32_t>);
+  for (auto& m : member_added_) lists += m.capacity() * sizeof(int32_t);
   for (auto& c : children_) lists += c.capacity() * sizeof(int32_t) + sizeof(c);
-  size_t bytes = sum_.counts.capacity() * sizeof(int64_t) + sum_.key_centroids.capacity() * sizeof(float) +
-                 parent_.capacity() * sizeof(int32_t) + lists + extra_bytes();
-  return {bytes, 0, 0, "centroids (fp32), counts and member lists; keys read in place from the store"};
+  MemoryReport m;
+  m.structure_bytes = sum_.counts.owned_bytes() + sum_.key_centroids.owned_bytes() +
+                      sum_.value_means.owned_bytes() + parent_.owned_bytes() + inv_norm_.capacity() * sizeof(float) +
+                      lists;
+  m.mapped_bytes = sum_.counts.mapped_bytes() + sum_.key_centroids.mapped_bytes() +
+                   sum_.value_means.mapped_bytes() + parent_.mapped_bytes() + member_rows_.mapped_bytes();
+  m.note = "centroids (fp32), counts and member lists; keys read in place from the store";
+  return m;
 }
 
 bool ClusterIndex::export_impl(SummaryTables& out) const {
@@ -524,9 +543,9 @@ bool ClusterIndex::export_impl(SummaryTables& out) const {
   out.members.reserve((size_t)indexed_);
   out.offsets[0] = 0;
   for (int64_t j = 0; j < nf; ++j) {
-    out.counts[(size_t)j] = (int32_t)members_[(size_t)j].size();
-    out.members.insert(out.members.end(), members_[(size_t)j].begin(), members_[(size_t)j].end());
+    for_each_member_run(j, [&](const int32_t* rows, size_t m) { out.members.insert(out.members.end(), rows, rows + m); });
     out.offsets[(size_t)j + 1] = (int32_t)out.members.size();
+    out.counts[(size_t)j] = out.offsets[(size_t)j + 1] - out.offsets[(size_t)j];
   }
   if (needs_values()) {
     const int dv = sum_.value_dim;
@@ -536,51 +555,60 @@ bool ClusterIndex::export_impl(SummaryTables& out) const {
   return true;
 }
 
-void ClusterIndex::save_impl(BinaryWriter& w) const {
-  w.pod<int64_t>(n_fine());
-  w.pod<int64_t>(n_coarse());
-  w.vec(sum_.counts);
-  w.vec(sum_.key_centroids);
-  std::vector<int32_t> flat;
-  flat.reserve((size_t)indexed_);
-  for (auto& m : members_) flat.insert(flat.end(), m.begin(), m.end());
-  w.vec(flat);
-  w.vec(parent_);
-  save_extra(w);
+// Arrays (index/index_arrays.h), in this order: counts [nf + nc],
+// key_centroids [nf + nc][dim], members [indexed] (cluster after cluster, as
+// many as each count says), parent [nf, or 0 with one level]; then the
+// subclass's (save_extra).
+void ClusterIndex::save_impl(BinaryWriter& w, IndexArrayWriter& arrays) const {
+  const int64_t nf = n_fine(), nc = n_coarse(), d = sum_.dim;
+  w.pod<int64_t>(nf);
+  w.pod<int64_t>(nc);
+  arrays.put<int64_t>("counts", {nf + nc}, sum_.counts);
+  arrays.put<float>("key_centroids", {nf + nc, d}, sum_.key_centroids);
+  if (member_added_.empty()) {
+    arrays.put<int32_t>("members", {indexed_}, member_rows_);
+  } else {  // rows folded in since the build: the lists in cluster order
+    std::vector<int32_t> flat;
+    flat.reserve((size_t)indexed_);
+    for (int64_t j = 0; j < nf; ++j)
+      for_each_member_run(j, [&](const int32_t* rows, size_t m) { flat.insert(flat.end(), rows, rows + m); });
+    arrays.put_owned<int32_t>("members", {indexed_}, flat);
+  }
+  arrays.put<int32_t>("parent", {(int64_t)parent_.size()}, parent_);
+  save_extra(w, arrays);
 }
 
-void ClusterIndex::load_impl(BinaryReader& r) {
+void ClusterIndex::load_impl(BinaryReader& r, IndexArrayReader& arrays) {
   const std::string& path = r.path();
   auto bad = [&](const std::string& why) { fail("{} index '{}' is malformed: {}", name_, path, why); };
   const int d = keys_->dim();
   inv_norm_.clear();
+  member_added_.clear();
   const int64_t nf = r.pod<int64_t>(), nc = r.pod<int64_t>();
   if (nf < 0 || nc < 0 || nf > indexed_ || nc > nf) bad(fmt::format("{} fine / {} coarse clusters", nf, nc));
   if (nf > 0 && (levels_ == 2) != (nc > 0)) bad(fmt::format("{} coarse clusters with levels={}", nc, levels_));
   sum_ = ClusterSummaries{};
   sum_.dim = d;
   sum_.n_fine = nf;
-  sum_.counts = r.vec<int64_t>();
-  sum_.key_centroids = r.vec<float>();
-  if (sum_.counts.size() != (size_t)(nf + nc) || sum_.key_centroids.size() != (size_t)(nf + nc) * d)
-    bad("cluster table sizes do not match the cluster count and key dimension");
-  auto flat = r.vec<int32_t>();
-  if ((int64_t)flat.size() != indexed_) bad(fmt::format("{} listed rows for {} indexed", flat.size(), indexed_));
+  sum_.counts = arrays.get<int64_t>("counts", {nf + nc});
+  sum_.key_centroids = arrays.get<float>("key_centroids", {nf + nc, d});
+  member_rows_ = arrays.get<int32_t>("members", {indexed_});
+  // Every indexed row in exactly one cluster, as many as its count says. The
+  // check reads the lists where they are (in place from a pack).
   std::vector<char> seen((size_t)indexed_, 0);
-  members_.assign((size_t)nf, {});
-  size_t at = 0;
+  member_begin_.assign((size_t)nf + 1, 0);
   for (int64_t j = 0; j < nf; ++j) {
-    int64_t cnt = sum_.counts[(size_t)j];
-    if (cnt < 1 || cnt > (int64_t)(flat.size() - at)) bad(fmt::format("cluster {} claims {} rows", j, cnt));
-    for (int64_t t = 0; t < cnt; ++t) {
-      int32_t row = flat[at++];
-      if (row < 0 || row >= indexed_ || seen[(size_t)row]) bad(fmt::format("row {} listed twice or out of range", row));
-      seen[(size_t)row] = 1;
-    }
-    members_[(size_t)j].assign(flat.begin() + (long)(at - cnt), flat.begin() + (long)at);
+    const int64_t cnt = sum_.counts[(size_t)j], at = member_begin_[(size_t)j];
+    if (cnt < 1 || cnt > indexed_ - at) bad(fmt::format("cluster {} claims {} rows", j, cnt));
+    member_begin_[(size_t)j + 1] = at + cnt;
   }
-  parent_ = r.vec<int32_t>();
-  if (parent_.size() != (size_t)(nc > 0 ? nf : 0)) bad("coarse parent table has the wrong size");
+  if (member_begin_[(size_t)nf] != indexed_)
+    bad(fmt::format("{} listed rows for {} indexed", member_begin_[(size_t)nf], indexed_));
+  for (int32_t row : member_rows_) {
+    if (row < 0 || row >= indexed_ || seen[(size_t)row]) bad(fmt::format("row {} listed twice or out of range", row));
+    seen[(size_t)row] = 1;
+  }
+  parent_ = arrays.get<int32_t>("parent", {nc > 0 ? nf : 0});
   children_.assign((size_t)nc, {});
   std::vector<int64_t> below((size_t)nc, 0);
   for (int64_t j = 0; j < (int64_t)parent_.size(); ++j) {
@@ -592,7 +620,7 @@ void ClusterIndex::load_impl(BinaryReader& r) {
   for (int64_t c = 0; c < nc; ++c)
     if (below[(size_t)c] != sum_.counts[(size_t)(nf + c)] || children_[(size_t)c].empty())
       bad(fmt::format("coarse cluster {} count disagrees with its fine clusters", c));
-  load_extra(r);
+  load_extra(r, arrays);
 }
 
 // ---- the `centroid` backend -------------------------------------------------

@@ -78,8 +78,8 @@ class ClusterIndex : public KvIndex {
   }
   MemoryReport memory_impl() const override;
   bool export_impl(SummaryTables& out) const override;
-  void save_impl(BinaryWriter& w) const override;
-  void load_impl(BinaryReader& r) override;
+  void save_impl(BinaryWriter& w, IndexArrayWriter& arrays) const override;
+  void load_impl(BinaryReader& r, IndexArrayReader& arrays) override;
 
   // Extension points (multipole). after_build: the clusters are set;
   // after_add: row `row` has just joined fine cluster `fine` (counts and key
@@ -87,16 +87,15 @@ class ClusterIndex : public KvIndex {
   virtual void after_build() {}
   virtual void after_add(int64_t row, int32_t fine) {}
   virtual void after_lookup(const float* queries, const Lookup& lk, Candidates& out) const {}
-  virtual void save_extra(BinaryWriter&) const {}
-  virtual void load_extra(BinaryReader&) {}
-  virtual size_t extra_bytes() const { return 0; }
+  virtual void save_extra(BinaryWriter&, IndexArrayWriter&) const {}
+  virtual void load_extra(BinaryReader&, IndexArrayReader&) {}
 
   // Means of `store`'s rows per cluster, laid out like sum_.key_centroids:
   // fine rows from their members, coarse rows count-weighted from their fine.
   std::vector<float> cluster_means(const RowStore& store) const;
   // Running-mean update of `means` for row `row` of `store` that joined fine
   // cluster `fine` (and so its coarse parent); counts must already include it.
-  void add_to_means(std::vector<float>& means, const RowStore& store, int64_t row, int32_t fine) const;
+  void add_to_means(float* means, const RowStore& store, int64_t row, int32_t fine) const;
   // Appends the coarse rows to fine-only `means` (rows of dv floats).
   void append_coarse_means(std::vector<float>& means, int dv) const;
 
@@ -104,9 +103,24 @@ class ClusterIndex : public KvIndex {
   int64_t n_coarse() const { return sum_.size() - sum_.n_fine; }
   const float* centroid(int64_t row) const { return sum_.key_centroids.data() + (size_t)row * sum_.dim; }
 
+  // Calls f(rows, n) for the row ids of fine cluster j: those it had when
+  // built or loaded, then any folded in since.
+  template <typename F>
+  void for_each_member_run(int64_t j, F&& f) const {
+    const int64_t b = member_begin_[(size_t)j];
+    f(member_rows_.data() + b, (size_t)(member_begin_[(size_t)j + 1] - b));
+    if (!member_added_.empty() && !member_added_[(size_t)j].empty())
+      f(member_added_[(size_t)j].data(), member_added_[(size_t)j].size());
+  }
+
   ClusterSummaries sum_;                        // fine rows, then coarse rows
-  std::vector<std::vector<int32_t>> members_;   // fine j -> its row ids
-  std::vector<int32_t> parent_;                 // fine j -> coarse c (levels=2)
+  // Members as built or loaded, cluster after cluster (CSR): fine j's rows
+  // are member_rows_[member_begin_[j] .. member_begin_[j+1]). In place when
+  // loaded from a context pack; member_begin_ is derived from the counts.
+  HostArray<int32_t> member_rows_;
+  std::vector<int64_t> member_begin_;           // [n_fine + 1]
+  std::vector<std::vector<int32_t>> member_added_;  // fine j -> rows folded in since (empty until a fold)
+  HostArray<int32_t> parent_;                   // fine j -> coarse c (levels=2)
   std::vector<std::vector<int32_t>> children_;  // coarse c -> its fine clusters (levels=2)
 
   std::vector<float> inv_norm_;                 // fine j -> 1/|C_j| for appends (add_impl), lazily built

@@ -129,9 +129,9 @@ class FaissIvfIndex final : public KvIndex {
     return m;
   }
 
-  void save_impl(BinaryWriter& w) const override { save_faiss_or_none(w, index_.get()); }
+  void save_impl(BinaryWriter& w, IndexArrayWriter&) const override { save_faiss_or_none(w, index_.get()); }
 
-  void load_impl(BinaryReader& r) override {
+  void load_impl(BinaryReader& r, IndexArrayReader&) override {
     index_.reset();  // a throw below leaves no stale index behind
     index_ = load_faiss_or_none<faiss::IndexIVF>(
         r, dim(), indexed_, "faiss-ivf", "IndexIVF with codec=" + codec_, [&](const faiss::IndexIVF& ivf) {

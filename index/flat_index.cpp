@@ -18,8 +18,8 @@ class FlatIndex final : public KvIndex {
   double bytes_per_key_estimate(int) const override { return 0.0; }
   void build_impl(int64_t) override {}
   void add_impl(int64_t, int64_t) override {}
-  void save_impl(BinaryWriter&) const override {}
-  void load_impl(BinaryReader&) override {}
+  void save_impl(BinaryWriter&, IndexArrayWriter&) const override {}
+  void load_impl(BinaryReader&, IndexArrayReader&) override {}
   MemoryReport memory_impl() const override { return {0, 0, 0, "reads keys in place from the store"}; }
 
   void search_impl(const float* q, int nq, const SearchParams& p, Candidates& out) const override {

@@ -308,12 +308,12 @@ class HnswlibIndex final : public KvIndex {
     return m;
   }
 
-  void save_impl(BinaryWriter& w) const override {
+  void save_impl(BinaryWriter& w, IndexArrayWriter&) const override {
     w.pod<uint8_t>(graph_ ? 1 : 0);
     if (graph_) write_hnswlib(*graph_, [&](const void* p, size_t n) { w.bytes(p, n); });
   }
 
-  void load_impl(BinaryReader& r) override {
+  void load_impl(BinaryReader& r, IndexArrayReader&) override {
     graph_.reset();
     space_.reset();
     uint8_t has_graph = r.pod<uint8_t>();

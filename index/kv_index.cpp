@@ -11,7 +11,9 @@ namespace topkv {
 
 namespace {
 constexpr char kIndexMagic[] = "TKVINDEX";
-constexpr uint32_t kIndexVersion = 1;
+// 1: arrays inline. 2: a flag after the header says whether the arrays are
+// inline (0) or apart (1: in a context pack's tensors, index/index_arrays.h).
+constexpr uint32_t kIndexVersion = 2;
 }  // namespace
 
 int KvIndex::n_threads() const {
@@ -203,7 +205,7 @@ int32_t SummaryTables::max_count() const {
   return m;
 }
 
-void KvIndex::save_to(BinaryWriter& w) const {
+void KvIndex::save_to(BinaryWriter& w, IndexArrayWriter* arrays) const {
   TOPKV_CHECK(keys_, "cannot save an index that was never built");
   std::shared_lock lk(mu_);
   w.str(name_);
@@ -212,21 +214,24 @@ void KvIndex::save_to(BinaryWriter& w) const {
   w.pod<uint8_t>((uint8_t)keys_->dtype());
   w.pod<int64_t>(indexed_);
   w.pod<uint64_t>(keys_->fingerprint(indexed_));
-  save_impl(w);
+  w.pod<uint8_t>(arrays ? 1 : 0);
+  std::unique_ptr<IndexArrayWriter> inline_arrays;
+  if (!arrays) inline_arrays = IndexArrayWriter::inline_into(w), arrays = inline_arrays.get();
+  save_impl(w, *arrays);
   w.commit();
 }
 
 void KvIndex::save(const std::string& path) const {
   TOPKV_CHECK(keys_, "cannot save an index that was never built");
   BinaryWriter w(path, kIndexMagic, kIndexVersion);
-  save_to(w);
+  save_to(w, nullptr);
 }
 
-std::vector<uint8_t> KvIndex::save_bytes() const {
+std::vector<uint8_t> KvIndex::save_bytes(IndexArrayWriter* arrays) const {
   TOPKV_CHECK(keys_, "cannot save an index that was never built");
   std::vector<uint8_t> out;
   BinaryWriter w(out, kIndexMagic, kIndexVersion);
-  save_to(w);
+  save_to(w, arrays);
   return out;
 }
 
@@ -234,19 +239,21 @@ std::unique_ptr<KvIndex> KvIndex::load(const std::string& path, std::shared_ptr<
                                        std::shared_ptr<const RowStore> values, const BuildOptions& opt) {
   TOPKV_CHECK(keys, "loading an index needs the key store it was built on");
   BinaryReader r(path, kIndexMagic, kIndexVersion, "index");
-  return load_from(r, std::move(keys), std::move(values), opt);
+  return load_from(r, std::move(keys), std::move(values), opt, nullptr);
 }
 
 std::unique_ptr<KvIndex> KvIndex::load_bytes(const std::string& name, const uint8_t* data, size_t n,
                                              std::shared_ptr<const RowStore> keys,
-                                             std::shared_ptr<const RowStore> values, const BuildOptions& opt) {
+                                             std::shared_ptr<const RowStore> values, const BuildOptions& opt,
+                                             IndexArrayReader* arrays) {
   TOPKV_CHECK(keys, "loading an index needs the key store it was built on");
   BinaryReader r(name, data, n, kIndexMagic, kIndexVersion, "index");
-  return load_from(r, std::move(keys), std::move(values), opt);
+  return load_from(r, std::move(keys), std::move(values), opt, arrays);
 }
 
 std::unique_ptr<KvIndex> KvIndex::load_from(BinaryReader& r, std::shared_ptr<const RowStore> keys,
-                                            std::shared_ptr<const RowStore> values, const BuildOptions& opt) {
+                                            std::shared_ptr<const RowStore> values, const BuildOptions& opt,
+                                            IndexArrayReader* arrays) {
   const std::string& path = r.path();
   std::string name = r.str();
   std::string params = r.str();
@@ -264,11 +271,19 @@ std::unique_ptr<KvIndex> KvIndex::load_from(BinaryReader& r, std::shared_ptr<con
   TOPKV_CHECK(fp == keys->fingerprint(n),
               "index '{}' was built on other keys than this store holds (fingerprint mismatch)", path);
   if (idx->needs_values()) TOPKV_CHECK(values && values->size() >= n, "index '{}' needs the value store", path);
+  const bool apart = r.version() >= 2 && r.pod<uint8_t>() != 0;
+  // Arrays kept apart are only found where they were saved (a context pack);
+  // arrays inline are read from these bytes whatever reader is offered
+  // (context packs of format 1 hold such blobs).
+  TOPKV_CHECK(!apart || arrays, "index '{}' keeps its arrays apart from these bytes (in a context pack's tensors): "
+              "load it from that pack", path);
+  std::unique_ptr<IndexArrayReader> inline_arrays;
+  if (!apart) inline_arrays = IndexArrayReader::inline_from(r), arrays = inline_arrays.get();
   std::unique_lock lk(idx->mu_);
   idx->keys_ = std::move(keys);
   idx->values_ = std::move(values);
   idx->indexed_ = n;
-  idx->load_impl(r);
+  idx->load_impl(r, *arrays);
   r.expect_end();
   return idx;
 }

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "index/index_arrays.h"
 #include "index/row_store.h"
 #include "src/common/binary_io.h"
 #include "src/common/options.h"
@@ -62,12 +63,13 @@ struct SearchStats {
 // clusters of keys; a hierarchical index (levels=2) appends its coarse
 // clusters after them, each summarising the union of its fine clusters, so a
 // far cluster may be either kind and is used the same way.
+// The arrays are owned, or in place in a context pack (index/host_array.h).
 struct ClusterSummaries {
   int dim = 0, value_dim = 0;
   int64_t n_fine = 0;                 // rows that are clusters of keys (the rest are coarse)
-  std::vector<int64_t> counts;        // N_j: keys in cluster j
-  std::vector<float> key_centroids;   // [n_clusters][dim]: mean of the raw keys of cluster j
-  std::vector<float> value_means;     // [n_clusters][value_dim]: mean value (multipole only)
+  HostArray<int64_t> counts;          // N_j: keys in cluster j
+  HostArray<float> key_centroids;     // [n_clusters][dim]: mean of the raw keys of cluster j
+  HostArray<float> value_means;       // [n_clusters][value_dim]: mean value (multipole only)
   int64_t size() const { return (int64_t)counts.size(); }
 };
 
@@ -112,6 +114,8 @@ struct MemoryReport {
   size_t key_copy_bytes = 0;    // a private copy of the keys the backend's library insists on
   size_t shared_store_bytes = 0;  // keys read in place from the shared store (not owned)
   std::string note;             // e.g. "hnswlib keeps its own copy of every key"
+  size_t mapped_bytes = 0;      // structure used in place from a context pack (not in structure_bytes;
+                                // pages written since are private copies, counted by the OS only)
   size_t owned() const { return structure_bytes + key_copy_bytes; }
 };
 
@@ -185,11 +189,14 @@ class KvIndex {
                                        const BuildOptions& opt = {});
   // The same bytes save() writes, in memory (a context pack embeds them), and
   // load() from such bytes; `name` stands for the path in error messages.
-  std::vector<uint8_t> save_bytes() const;
+  // With `arrays` the large arrays go there instead (each a tensor of a
+  // context pack, index/index_arrays.h) and the bytes hold the rest; loading
+  // such bytes needs the matching reader, which may give the arrays in place.
+  std::vector<uint8_t> save_bytes(IndexArrayWriter* arrays = nullptr) const;
   static std::unique_ptr<KvIndex> load_bytes(const std::string& name, const uint8_t* data, size_t n,
                                              std::shared_ptr<const RowStore> keys,
                                              std::shared_ptr<const RowStore> values = nullptr,
-                                             const BuildOptions& opt = {});
+                                             const BuildOptions& opt = {}, IndexArrayReader* arrays = nullptr);
 
  protected:
   KvIndex(std::string name, Params params, const BuildOptions& opt)
@@ -212,13 +219,17 @@ class KvIndex {
   virtual void search_impl(const float* queries, int nq, const SearchParams& p, Candidates& out) const = 0;
   virtual MemoryReport memory_impl() const = 0;
   virtual bool export_impl(SummaryTables&) const { return false; }
-  virtual void save_impl(BinaryWriter& w) const = 0;
-  virtual void load_impl(BinaryReader& r) = 0;
+  // Small fields through w / r, large arrays through `arrays`, in the same
+  // order on both sides (index/index_arrays.h).
+  virtual void save_impl(BinaryWriter& w, IndexArrayWriter& arrays) const = 0;
+  virtual void load_impl(BinaryReader& r, IndexArrayReader& arrays) = 0;
 
   int n_threads() const;  // opt_.n_threads resolved (0 -> hardware threads)
-  void save_to(BinaryWriter& w) const;
+  // arrays null: inline in w / r.
+  void save_to(BinaryWriter& w, IndexArrayWriter* arrays) const;
   static std::unique_ptr<KvIndex> load_from(BinaryReader& r, std::shared_ptr<const RowStore> keys,
-                                            std::shared_ptr<const RowStore> values, const BuildOptions& opt);
+                                            std::shared_ptr<const RowStore> values, const BuildOptions& opt,
+                                            IndexArrayReader* arrays);
 
   std::string name_;
   Params params_;

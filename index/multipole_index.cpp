@@ -37,7 +37,7 @@ class MultipoleIndex final : public ClusterIndex {
     sum_.value_means = cluster_means(*values_);
   }
 
-  void after_add(int64_t row, int32_t fine) override { add_to_means(sum_.value_means, *values_, row, fine); }
+  void after_add(int64_t row, int32_t fine) override { add_to_means(sum_.value_means.data(), *values_, row, fine); }
 
   void after_lookup(const float* q, const Lookup& lk, Candidates& out) const override {
     const int nq = lk.nq, d = sum_.dim;
@@ -75,24 +75,20 @@ class MultipoleIndex final : public ClusterIndex {
     out.stats.summaries_scored += extra;
   }
 
-  void save_extra(BinaryWriter& w) const override {
+  // Array value_means [nf + nc][value_dim] (after ClusterIndex's).
+  void save_extra(BinaryWriter& w, IndexArrayWriter& arrays) const override {
     w.pod<int32_t>(sum_.value_dim);
-    w.vec(sum_.value_means);
+    arrays.put<float>("value_means", {sum_.size(), n_fine() ? sum_.value_dim : 0}, sum_.value_means);
   }
 
-  void load_extra(BinaryReader& r) override {
+  void load_extra(BinaryReader& r, IndexArrayReader& arrays) override {
     int32_t dv = r.pod<int32_t>();
     TOPKV_CHECK(dv == values_->dim() || n_fine() == 0,
                 "multipole index '{}' summarises values of dimension {}, the value store has {}", r.path(), dv,
                 values_->dim());
     sum_.value_dim = values_->dim();
-    sum_.value_means = r.vec<float>();
-    TOPKV_CHECK(sum_.value_means.size() == (size_t)sum_.size() * (size_t)(n_fine() ? dv : 0),
-                "multipole index '{}' is malformed: {} value-mean entries for {} clusters of dimension {}", r.path(),
-                sum_.value_means.size(), sum_.size(), dv);
+    sum_.value_means = arrays.get<float>("value_means", {sum_.size(), n_fine() ? dv : 0});
   }
-
-  size_t extra_bytes() const override { return sum_.value_means.capacity() * sizeof(float); }
 };
 
 }  // namespace

@@ -12,7 +12,8 @@
 // head picks its own pages.
 //
 // Keys are read in place from the store; the index owns only the bounds
-// (8·dim bytes per page, 1/P of an fp32 key copy).
+// (8·dim bytes per page, 1/P of an fp32 key copy), and none of those it
+// loaded from a context pack (index/host_array.h).
 #include <omp.h>
 
 #include <algorithm>
@@ -40,30 +41,39 @@ class QuestIndex final : public KvIndex {
   int64_t page_rows(int64_t p, int64_t n) const { return std::min(page_, n - p * page_); }
 
   void build_impl(int64_t n_rows) override {
-    bounds_.clear();
+    base_ = {};
+    grown_.clear();
     extend(0, n_rows);
   }
   void add_impl(int64_t from, int64_t to) override { extend(from, to); }
+
+  size_t row_len() const { return 2 * (size_t)keys_->dim(); }
+  int64_t base_pages() const { return (int64_t)(base_.size() / row_len()); }
+  // Page p's bound row: in base_ (loaded from a pack, used in place) or grown_.
+  float* bounds(int64_t p) {
+    const int64_t b = base_pages();
+    return p < b ? base_.data() + (size_t)p * row_len() : grown_.data() + (size_t)(p - b) * row_len();
+  }
 
   // Folds rows [from, to) into the bounds: the last partial page first grows,
   // then new pages start (Algorithm 1, "Criticality estimation" stage 1).
   void extend(int64_t from, int64_t to) {
     const int d = keys_->dim();
-    const size_t w = 2 * (size_t)d;
+    const size_t w = row_len();
     const int64_t first_page = from / page_, end_page = (to + page_ - 1) / page_;
-    const int64_t old_pages = (int64_t)(bounds_.size() / w);
+    const int64_t old_pages = base_pages() + (int64_t)(grown_.size() / w);
     // Appends come a few rows at a time: grow by 1/8 rather than doubling, so
     // a long context's bounds do not hold up to twice the memory they need.
-    const size_t need = (size_t)end_page * w;
-    if (need > bounds_.capacity()) bounds_.reserve(bounds_.empty() ? need : need + need / 8);
-    bounds_.resize(need);
+    const size_t need = (size_t)std::max<int64_t>(0, end_page - base_pages()) * w;
+    if (need > grown_.capacity()) grown_.reserve(grown_.empty() ? need : need + need / 8);
+    if (need > grown_.size()) grown_.resize(need);
     const int threads = (int)std::max<int64_t>(1, std::min<int64_t>(n_threads(), end_page - first_page));
 #pragma omp parallel num_threads(threads)
     {
       std::vector<float> k((size_t)d);
 #pragma omp for schedule(static)
       for (int64_t p = first_page; p < end_page; ++p) {
-        float* mx = bounds_.data() + (size_t)p * w;
+        float* mx = bounds(p);
         float* mn = mx + d;
         int64_t lo = std::max(from, p * page_), hi = std::min(to, (p + 1) * page_);
         if (p >= old_pages) {  // a new page starts at its first row
@@ -84,7 +94,7 @@ class QuestIndex final : public KvIndex {
 
   void search_impl(const float* q, int nq, const SearchParams& p, Candidates& out) const override {
     const int d = keys_->dim();
-    const int64_t n = indexed_, pages = n_pages();
+    const int64_t n = indexed_, pages = n_pages(), base = std::min(base_pages(), pages);
     // [q⁺ | q⁻] per head, so that [M | m] · [q⁺ | q⁻] is the page's upper bound.
     std::vector<float> qx((size_t)nq * 2 * d);
     for (int g = 0; g < nq; ++g)
@@ -94,7 +104,9 @@ class QuestIndex final : public KvIndex {
         qx[(size_t)g * 2 * d + d + j] = std::min(x, 0.f);
       }
     std::vector<float> bound((size_t)pages * nq);
-    score_summary_rows(bounds_.data(), pages, 2 * d, qx.data(), nq, bound.data(), p.n_threads);
+    score_summary_rows(base_.data(), base, 2 * d, qx.data(), nq, bound.data(), p.n_threads);
+    score_summary_rows(grown_.data(), pages - base, 2 * d, qx.data(), nq, bound.data() + (size_t)base * nq,
+                       p.n_threads);
     out.stats.summaries_scored = pages * nq;
 
     std::vector<int32_t> all((size_t)pages);
@@ -114,38 +126,48 @@ class QuestIndex final : public KvIndex {
 
   double bytes_per_key_estimate(int dim) const override { return 2.0 * dim * sizeof(float) / (double)page_; }
   MemoryReport memory_impl() const override {
-    return {bounds_.capacity() * sizeof(float), 0, 0,
-            "per page of keys: element-wise min and max (fp32); keys read in place from the store"};
+    MemoryReport m{base_.owned_bytes() + grown_.capacity() * sizeof(float), 0, 0,
+                   "per page of keys: element-wise min and max (fp32); keys read in place from the store"};
+    m.mapped_bytes = base_.mapped_bytes();
+    return m;
   }
 
   bool export_impl(SummaryTables& out) const override {
     out.kind = SummaryTables::Kind::PageBounds;
     out.page = page_;
-    const int64_t pages = n_pages();
-    out.rows.assign(bounds_.begin(), bounds_.begin() + pages * 2 * keys_->dim());
+    const int64_t pages = n_pages(), base = std::min(base_pages(), pages);
+    const size_t w = row_len();
+    out.rows.assign(base_.begin(), base_.begin() + (size_t)base * w);
+    out.rows.insert(out.rows.end(), grown_.begin(), grown_.begin() + (size_t)(pages - base) * w);
     out.counts.resize((size_t)pages);
     for (int64_t i = 0; i < pages; ++i) out.counts[(size_t)i] = (int32_t)page_rows(i, indexed_);
     return true;
   }
 
-  void save_impl(BinaryWriter& w) const override {
+  void save_impl(BinaryWriter& w, IndexArrayWriter& arrays) const override {
     w.pod<int64_t>(page_);
-    w.vec(bounds_);
+    const int64_t pages = n_pages(), base = std::min(base_pages(), pages);
+    const size_t row_bytes = row_len() * sizeof(float);
+    arrays.put<float>("bounds", {pages, (int64_t)row_len()},
+                      {ByteSpan{base_.data(), (size_t)base * row_bytes},
+                       ByteSpan{grown_.data(), (size_t)(pages - base) * row_bytes}});
   }
 
-  void load_impl(BinaryReader& r) override {
+  void load_impl(BinaryReader& r, IndexArrayReader& arrays) override {
     int64_t page = r.pod<int64_t>();
     TOPKV_CHECK(page == page_, "quest index '{}' is malformed: page size {} in the data, {} in its parameters",
                 r.path(), page, page_);
-    bounds_ = r.vec<float>();
-    TOPKV_CHECK(bounds_.size() == (size_t)n_pages() * 2 * keys_->dim(),
-                "quest index '{}' is malformed: {} bound values for {} pages of dimension {}", r.path(),
-                bounds_.size(), n_pages(), keys_->dim());
+    base_ = arrays.get<float>("bounds", {n_pages(), (int64_t)row_len()});
+    grown_.clear();
   }
 
  private:
   int64_t page_ = 16;
-  std::vector<float> bounds_;  // [page][max(dim) | min(dim)]
+  // [page][max(dim) | min(dim)]: the pages a pack held when loaded (base_,
+  // in place; its last page may still grow, copy-on-write), then those
+  // started since (grown_). A built index keeps all of them in grown_.
+  HostArray<float> base_;
+  std::vector<float> grown_;
 };
 
 }  // namespace

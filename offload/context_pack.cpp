@@ -13,7 +13,9 @@ namespace topkv {
 
 namespace {
 
-constexpr int kPackFormat = 1;
+// 1: each index one blob. 2: an index's large arrays are tensors of their own
+// (used in place); packs of format 1 still load (their indexes are copied).
+constexpr int kPackFormat = 2;
 
 std::string hash_hex(uint64_t h) { return fmt::format("{:016x}", h); }
 
@@ -230,7 +232,7 @@ std::vector<float> ContextPack::restore(Model& model, OffloadRuntime* rt) const 
 
 ContextPack::Copied ContextPack::copied_on_load(int index_slot) const {
   Copied c;
-  const std::string index_suffix = fmt::format(".index.{}", index_slot);
+  const std::string blob_suffix = fmt::format(".index.{}", index_slot), array_infix = blob_suffix + ".";
   for (const TensorInfo& t : file_->tensors()) {
     const std::string& s = t.name;
     const auto ends = [&](const std::string& suffix) {
@@ -239,8 +241,10 @@ ContextPack::Copied ContextPack::copied_on_load(int index_slot) const {
     if (ends(".keys") || ends(".values")) {
       const uint64_t rows = (uint64_t)t.shape[0], row_bytes = rows ? t.nbytes() / rows : 0;
       c.store_tails += rows % (uint64_t)RowStore::kChunkRows * row_bytes;
-    } else if (ends(index_suffix)) {
-      c.indexes += t.nbytes();
+    } else if (ends(blob_suffix)) {
+      c.index_blobs += t.nbytes();
+    } else if (s.find(array_infix) != std::string::npos) {
+      c.index_arrays += t.nbytes();
     }
   }
   return c;

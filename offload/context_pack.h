@@ -10,9 +10,14 @@
 // Loading maps the file and checks every checksum (before any other work);
 // the stores' whole chunks are then used in place from the mapping, only
 // each store's last partial chunk (< RowStore::kChunkRows rows) is copied so
-// that decoding can append to it without touching the file; every index
-// backend deserialises its structure into memory (none can search a mapped
-// blob in place): `topkv index info` prints both amounts.
+// that decoding can append to it without touching the file. The large arrays
+// of the quest, centroid and multipole indexes (bounds, centroids, counts,
+// member lists, value means) are tensors of their own, used in place through
+// private copy-on-write mappings (index/host_array.h): a decode step that
+// folds keys into a cluster gets its own copy of the pages it changes, the
+// file and the next restore see none of it. hnswlib and Faiss indexes are one
+// blob their library deserialises (neither can search a mapping). `topkv
+// index info` prints the amounts.
 //
 // File: offload/pack_file.h (safetensors + per-tensor checksums). Tensors:
 //   tokens                        I32 [n]
@@ -20,9 +25,11 @@
 //   model.L<l>.k, model.L<l>.v    kv type [n_head_kv][m][head_dim]: positions [n - m, n) of each
 //                                 layer the model attends itself (m = n for a full-context layer,
 //                                 min(n, window) for a sliding-window one)
-//   offload.L<l>.h<h>.*           each top-k layer (OffloadedLayer::save)
+//   offload.L<l>.h<h>.*           each top-k layer (OffloadedLayer::save): sinks_k/v, window_k/v,
+//                                 keys, values, index.<i> (an index's blob, KvIndex::save_bytes)
+//                                 and index.<i>.<array> (its arrays, index/index_arrays.h)
 // Manifest "topkv.context_pack" (JSON):
-//   format        1 (a reader refuses newer formats)
+//   format        2 (1: each index one blob, arrays inline; read still. A reader refuses newer formats)
 //   tokens        n
 //   model         {path, content_hash (GgufFile::content_hash, 16 hex digits), arch, summary}
 //   tokenizer     {model, tokens, hash}: FNV-1a 64 of every tokenizer.* metadata entry
@@ -91,10 +98,12 @@ class ContextPack {
   // Model::reset, with a fresh runtime) to start over from the pack.
   std::vector<float> restore(Model& model, OffloadRuntime* rt) const;
 
-  // Bytes a restore copies into memory: the stores' last partial chunks and
-  // the index structures of `index_slot` (see the header comment).
+  // What a restore of `index_slot` copies into memory and what it uses in
+  // place (see the header comment): the stores' last partial chunks (copied),
+  // each index's blob (deserialised: all of an hnswlib or Faiss index, the
+  // header of the others) and its arrays (in place, copy-on-write).
   struct Copied {
-    uint64_t store_tails = 0, indexes = 0;
+    uint64_t store_tails = 0, index_blobs = 0, index_arrays = 0;
   };
   Copied copied_on_load(int index_slot = 0) const;
 

@@ -295,6 +295,12 @@ size_t OffloadRuntime::host_bytes() const {
   return b;
 }
 
+size_t OffloadRuntime::in_place_bytes() const {
+  size_t b = 0;
+  for (auto& l : layers_) b += l->in_place_bytes();
+  return b;
+}
+
 std::string OffloadRuntime::describe() const {
   std::string ks;
   for (size_t i = 0; i < retrieval_layers_.size(); ++i)

@@ -87,6 +87,7 @@ class OffloadRuntime : public AttentionOverride {
   std::vector<double> attention_rel_error() const;
   const OffloadedLayer* layer(int il) const;
   size_t host_bytes() const;
+  size_t in_place_bytes() const;  // of host_bytes(): used in place from a context pack
   // Device memory this runtime will allocate for a context of n tokens, an
   // upper bound (ModelOptions::device_reserve: what a prefill must leave
   // free); 0 for the CPU runtime.

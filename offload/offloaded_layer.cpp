@@ -156,9 +156,13 @@ void OffloadedLayer::save(PackWriter& w, const std::string& prefix) const {
       const KvIndex& index = i == 0 ? *hd.index : *hd.extra_indexes[i - 1];
       TOPKV_CHECK(index.indexed_rows() == hd.keys->size(), "internal: index {} of head {} covers {} of {} rows: "
                   "save right after prefill", index.name(), h, index.indexed_rows(), hd.keys->size());
-      std::vector<uint8_t> blob = index.save_bytes();
+      // The index's header and small fields as one blob, its large arrays as
+      // tensors "<blob>.<array>" that a restore uses in place.
+      const std::string blob_name = fmt::format("{}index.{}", name, i);
+      PackArrayWriter arrays(w, blob_name + ".");
+      std::vector<uint8_t> blob = index.save_bytes(&arrays);
       const int64_t bytes = (int64_t)blob.size();
-      w.add_owned(fmt::format("{}index.{}", name, i), StDType::U8, {bytes}, std::move(blob));
+      w.add_owned(blob_name, StDType::U8, {bytes}, std::move(blob));
     }
   }
 }
@@ -194,7 +198,8 @@ void OffloadedLayer::restore(const PackReader& r, const std::string& prefix, int
     hd.values->append_mapped(r.tensor(name + "values", st, {stored, d}), stored, r.owner());
     const std::string index = fmt::format("{}index.{}", name, index_slot);
     auto [blob, bytes] = r.blob(index);
-    hd.index = KvIndex::load_bytes(r.path() + ":" + index, blob, bytes, hd.keys, hd.values, cfg_.build);
+    PackArrayReader arrays(r, index + ".");
+    hd.index = KvIndex::load_bytes(r.path() + ":" + index, blob, bytes, hd.keys, hd.values, cfg_.build, &arrays);
     TOPKV_CHECK(hd.index->name() == backend, "context pack '{}' holds a {} index for {}, but this layer uses {}",
                 r.path(), hd.index->name(), head, backend);
   }
@@ -372,7 +377,20 @@ size_t OffloadedLayer::host_bytes() const {
   for (auto& h : heads_) {
     if (!h.keys) continue;
     b += (size_t)h.keys->size() * h.keys->row_bytes() * 2;
-    if (h.index && h.index->indexed_rows() > 0) b += h.index->memory().owned();
+    if (h.index && h.index->indexed_rows() > 0) {
+      const MemoryReport m = h.index->memory();
+      b += m.owned() + m.mapped_bytes;
+    }
+  }
+  return b;
+}
+
+size_t OffloadedLayer::in_place_bytes() const {
+  size_t b = 0;
+  for (auto& h : heads_) {
+    if (!h.keys) continue;
+    b += h.keys->mapped_bytes() + h.values->mapped_bytes();
+    if (h.index && h.index->indexed_rows() > 0) b += h.index->memory().mapped_bytes;
   }
   return b;
 }

@@ -154,6 +154,9 @@ class OffloadedLayer {
   const KvIndex* index(int kv_head) const { return heads_[(size_t)kv_head].index.get(); }
   const Config& config() const { return cfg_; }
   size_t host_bytes() const;   // stores + index structures
+  // Of host_bytes(), what is used in place from a context pack's mapping
+  // (store chunks, index arrays) rather than held in memory of its own.
+  size_t in_place_bytes() const;
   size_t window_bytes() const; // sinks + window (GPU-resident in the CUDA runtime)
 
  private:

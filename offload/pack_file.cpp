@@ -82,6 +82,12 @@ PackReader::PackReader(const std::string& path) : path_(path) {
 
 uint64_t PackReader::file_bytes() const { return std::filesystem::file_size(path_); }
 
+SafetensorsReader::CowView PackReader::tensor_copy_on_write(const std::string& name, StDType dtype,
+                                                           const std::vector<int64_t>& shape) const {
+  tensor(name, dtype, shape);  // the checks
+  return st_->map_copy_on_write(*st_->find(name));
+}
+
 const uint8_t* PackReader::tensor(const std::string& name, StDType dtype, const std::vector<int64_t>& shape) const {
   const TensorInfo* t = st_->find(name);
   TOPKV_CHECK(t, "context pack '{}' has no tensor '{}': the file is incomplete or from another topkv version",
@@ -112,6 +118,28 @@ uint64_t PackReader::verify_all(bool progress) const {
   }
   bar.finish();
   return total;
+}
+
+void PackArrayWriter::put(const std::string& name, StDType type, std::vector<int64_t> shape,
+                          std::vector<ByteSpan> parts) {
+  std::vector<PackWriter::Span> spans;
+  for (const ByteSpan& p : parts)
+    if (p.bytes) spans.push_back({p.data, p.bytes});
+  w_.add(prefix_ + name, type, std::move(shape), std::move(spans));
+}
+
+void PackArrayWriter::put_owned(const std::string& name, StDType type, std::vector<int64_t> shape,
+                                std::vector<uint8_t> bytes) {
+  w_.add_owned(prefix_ + name, type, std::move(shape), std::move(bytes));
+}
+
+IndexArrayReader::Mapped PackArrayReader::get_raw(const std::string& name, StDType type,
+                                                  const std::vector<int64_t>& shape,
+                                                  const std::function<void*(size_t)>&) {
+  SafetensorsReader::CowView v = r_.tensor_copy_on_write(prefix_ + name, type, shape);
+  int64_t count = 1;
+  for (int64_t s : shape) count *= s;
+  return {v.data, (size_t)count, std::move(v.owner)};
 }
 
 }  // namespace topkv

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "index/index_arrays.h"
 #include "src/common/safetensors.h"
 
 namespace topkv {
@@ -67,6 +68,11 @@ class PackReader {
   std::pair<const uint8_t*, size_t> blob(const std::string& name) const;
   // Keeps the mapping alive for as long as a row store uses it in place.
   std::shared_ptr<const void> owner() const { return st_; }
+  // The tensor `name` (type and shape checked as by tensor()) in a fresh
+  // private, writable mapping: used in place, copy-on-write
+  // (SafetensorsReader::map_copy_on_write).
+  SafetensorsReader::CowView tensor_copy_on_write(const std::string& name, StDType dtype,
+                                                  const std::vector<int64_t>& shape) const;
   // Checks every tensor against its checksum (all of them, in parallel: a
   // pack is read whole once); Error naming the first bad one. Returns the
   // bytes checked.
@@ -78,6 +84,33 @@ class PackReader {
   std::shared_ptr<SafetensorsReader> st_;
   nlohmann::json meta_;
   std::map<std::string, uint64_t> checksums_;
+};
+
+// An index's arrays as tensors "<prefix><array>" of a pack (index/index_arrays.h).
+class PackArrayWriter final : public IndexArrayWriter {
+ public:
+  PackArrayWriter(PackWriter& w, std::string prefix) : w_(w), prefix_(std::move(prefix)) {}
+  void put(const std::string& name, StDType type, std::vector<int64_t> shape, std::vector<ByteSpan> parts) override;
+  void put_owned(const std::string& name, StDType type, std::vector<int64_t> shape,
+                 std::vector<uint8_t> bytes) override;
+
+ private:
+  PackWriter& w_;
+  std::string prefix_;
+};
+
+// ... and read back in place, each in its own copy-on-write mapping.
+class PackArrayReader final : public IndexArrayReader {
+ public:
+  PackArrayReader(const PackReader& r, std::string prefix) : r_(r), prefix_(std::move(prefix)) {}
+
+ protected:
+  Mapped get_raw(const std::string& name, StDType type, const std::vector<int64_t>& shape,
+                 const std::function<void*(size_t)>& alloc) override;
+
+ private:
+  const PackReader& r_;
+  std::string prefix_;
 };
 
 }  // namespace topkv

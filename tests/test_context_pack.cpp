@@ -95,6 +95,7 @@ TEST_CASE("an offloaded layer restored from a pack answers exactly as the saved 
     OffloadedLayer::Config cfg;
     cfg.n_heads = c.n_heads, cfg.kv_heads = c.kv_heads, cfg.head_dim = c.d, cfg.sinks = c.sinks, cfg.window = c.window;
     cfg.k = c.k, cfg.index = c.index, cfg.streaming = c.streaming, cfg.store_dtype = c.store, cfg.build.n_threads = 1;
+    cfg.fold_every = 4;  // appends fold into the restored index (in place: copy-on-write)
     const size_t tok = (size_t)c.kv_heads * c.d;
     const std::vector<float> keys = randn((size_t)(c.n + c.gen) * tok, rng, 0.4f), values = randn(keys.size(), rng);
     OffloadedLayer a(cfg);
@@ -114,11 +115,34 @@ TEST_CASE("an offloaded layer restored from a pack answers exactly as the saved 
       stored += a.stored_rows(h);
     }
     if (c.n == big) CHECK(b.index(0)->keys().mapped_bytes() == 2 * (size_t)RowStore::kChunkRows * 2 * c.d);
+    // quest, centroid and multipole use their arrays in place (mapped, not
+    // owned); hnswlib, Faiss and flat have none.
+    const int h0 = c.streaming.empty() || !c.streaming[0] ? 0 : 1;
+    const bool in_place = std::string(c.index).rfind("quest", 0) == 0 || std::string(c.index).rfind("centroid", 0) == 0 ||
+                          std::string(c.index).rfind("multipole", 0) == 0;
+    const int64_t indexed_at_restore = b.stored_rows(h0) ? b.index(h0)->indexed_rows() : 0;
+    if (b.stored_rows(h0)) {
+      const MemoryReport ma = a.index(h0)->memory(), mb = b.index(h0)->memory();
+      CHECK((mb.mapped_bytes > 0) == in_place);
+      if (in_place) CHECK(mb.structure_bytes < ma.structure_bytes);
+    }
     check_same_answers(a, b, c.n_heads, c.d, rng);
     for (int64_t t = c.n; t < c.n + c.gen; ++t) {
       a.append(keys.data() + (size_t)t * tok, values.data() + (size_t)t * tok);
       b.append(keys.data() + (size_t)t * tok, values.data() + (size_t)t * tok);
       if ((t - c.n) % 9 == 8 || t + 1 == c.n + c.gen) check_same_answers(a, b, c.n_heads, c.d, rng);
+    }
+    // The folds wrote into the arrays b uses in place: private page copies.
+    // The file is unchanged (every checksum holds) and a new restore answers
+    // like a layer freshly prefilled with the pack's tokens.
+    if (b.stored_rows(h0) && b.index(h0)->attached() && indexed_at_restore > 0)
+      CHECK(b.index(h0)->indexed_rows() > indexed_at_restore);
+    CHECK_NOTHROW(r.verify_all(false));
+    {
+      OffloadedLayer again(cfg), fresh(cfg);
+      again.restore(r, "L7.", c.n);
+      fresh.prefill(keys.data(), values.data(), c.n);
+      check_same_answers(again, fresh, c.n_heads, c.d, rng);
     }
     // A configuration that does not match the pack is refused by name (a
     // layer of fewer tokens than its sinks holds the same with any window).
@@ -360,7 +384,8 @@ TEST_CASE("a corrupted part, a truncation, a foreign file or a newer format is a
   // A byte flipped in any part is found when the pack is opened.
   for (const char* part : {"tokens", "logits", "model.L0.k", "model.L4.v", "offload.L2.h0.sinks_v",
                            "offload.L2.h0.window_k", "offload.L5.h0.keys", "offload.L5.h0.values",
-                           "offload.L2.h0.index.0", "offload.L5.h0.index.1"}) {
+                           "offload.L2.h0.index.0", "offload.L5.h0.index.1", "offload.L5.h0.index.0.members",
+                           "offload.L2.h0.index.0.key_centroids", "offload.L5.h0.index.0.value_means"}) {
     INFO(part);
     rewrite(good);
     const size_t at = tensor_offset(path, part);
@@ -389,10 +414,10 @@ TEST_CASE("a corrupted part, a truncation, a foreign file or a newer format is a
   st.write(path);
   CHECK_THROWS_WITH(ContextPack(path), Catch::Contains("not a topkv context pack"));
   PackWriter future;
-  future.meta()["format"] = 2;
+  future.meta()["format"] = 3;
   future.add_owned("tokens", StDType::I32, {1}, std::vector<uint8_t>(4, 1));
   future.write(path);
-  CHECK_THROWS_WITH(ContextPack(path), Catch::Contains("format 2, this topkv reads formats 1..1"));
+  CHECK_THROWS_WITH(ContextPack(path), Catch::Contains("format 3, this topkv reads formats 1..2"));
   PackWriter incomplete;
   incomplete.meta()["format"] = 1;
   incomplete.write(path);

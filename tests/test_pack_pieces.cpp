@@ -1,7 +1,8 @@
 // The pieces a context pack is made of, each against its reference: the
 // checksum of scattered parts equals that of one buffer whatever the thread
 // count, and changes with any byte; binary blobs in memory equal the files
-// save() writes; every index backend round-trips through bytes; a row store
+// save() writes; every index backend round-trips through bytes; index arrays
+// saved apart are used in place, copy-on-write; a row store
 // over mapped rows equals a copied one (and really is in place); a model
 // whose cache is written back position by position decodes exactly as the
 // one that prefilled.
@@ -12,6 +13,7 @@
 #include <random>
 
 #include "index/kv_index.h"
+#include "offload/pack_file.h"
 #include "src/common/binary_io.h"
 #include "src/common/checksum.h"
 #include "src/common/options.h"
@@ -144,6 +146,76 @@ TEST_CASE("every index backend round-trips through bytes: the file's bytes, the 
     const auto other = store_of(random_rows(n, d, 9), d, DType::F16);
     CHECK_THROWS_WITH(KvIndex::load_bytes("blob", bytes.data(), bytes.size(), other, values, bo),
                       Catch::Contains("fingerprint"));
+  }
+}
+
+TEST_CASE("index arrays saved apart into a pack are used in place, copy-on-write, and answer the same") {
+  test::TempDir tmp("topkv_pack_arrays");
+  const int d = 64;
+  const int64_t n = 901, more = 75;
+  const std::vector<float> rows_k = random_rows(n + more, d, 4), rows_v = random_rows(n + more, d, 5);
+  const std::vector<float> q = random_rows(4, d, 6);
+  BuildOptions bo;
+  bo.n_threads = 1;
+  for (const char* spec : {"quest:page=13", "centroid", "centroid:levels=2,coarse_ratio=4", "multipole",
+                           "multipole:levels=2,block=300"}) {
+    INFO(spec);
+    // Each index over its own stores: both grow by the same rows below.
+    std::vector<float> first_k(rows_k.begin(), rows_k.begin() + n * d), first_v(rows_v.begin(), rows_v.begin() + n * d);
+    const auto ka = store_of(first_k, d, DType::F16), va = store_of(first_v, d, DType::F16);
+    const auto kb = store_of(first_k, d, DType::F16), vb = store_of(first_v, d, DType::F16);
+    auto built = KvIndex::create(spec, bo);
+    built->build(ka, va);
+    const std::string path = tmp.file("arrays.pack");
+    std::vector<uint8_t> blob;
+    {
+      PackWriter w;
+      PackArrayWriter arrays(w, "ix.");
+      blob = built->save_bytes(&arrays);
+      w.add_owned("ix", StDType::U8, {(int64_t)blob.size()}, blob);
+      w.write(path);
+    }
+    CHECK(blob.size() < 400);  // the header only: every array is a tensor
+    CHECK_THROWS_WITH(KvIndex::load_bytes("blob", blob.data(), blob.size(), kb, vb, bo),
+                      Catch::Contains("load it from that pack"));
+    PackReader r(path);
+    auto [data, bytes] = r.blob("ix");
+    PackArrayReader arrays(r, "ix.");
+    auto loaded = KvIndex::load_bytes("ix", data, bytes, kb, vb, bo, &arrays);
+    const MemoryReport mb = built->memory(), ml = loaded->memory();
+    CHECK(ml.mapped_bytes > 0);
+    CHECK(ml.structure_bytes + ml.mapped_bytes >= mb.structure_bytes / 2);
+    CHECK(ml.structure_bytes < mb.structure_bytes);
+    const auto same = [&] {
+      SearchParams p;
+      p.k = 50;
+      SearchResult r1 = built->search(q.data(), 4, p), r2 = loaded->search(q.data(), 4, p);
+      CHECK(r1.ids == r2.ids);
+      CHECK(r1.scores == r2.scores);
+      CHECK(r1.far_clusters == r2.far_clusters);
+      CHECK(r1.far_scores == r2.far_scores);
+    };
+    same();
+    // Folds write counts, centroids, means and bounds in place: private pages.
+    for (int64_t at = n; at < n + more; at += 25) {
+      ka->append_f32(rows_k.data() + at * d, 25), va->append_f32(rows_v.data() + at * d, 25);
+      kb->append_f32(rows_k.data() + at * d, 25), vb->append_f32(rows_v.data() + at * d, 25);
+      CHECK(built->add_new_rows() == 25);
+      CHECK(loaded->add_new_rows() == 25);
+      same();
+    }
+    CHECK_NOTHROW(r.verify_all(false));  // the file never changed
+    // A second load sees the pack as written, not the first one's folds.
+    PackArrayReader again_arrays(r, "ix.");
+    const auto k0 = store_of(first_k, d, DType::F16), v0 = store_of(first_v, d, DType::F16);
+    auto again = KvIndex::load_bytes("ix", data, bytes, k0, v0, bo, &again_arrays);
+    auto rebuilt = KvIndex::create(spec, bo);
+    rebuilt->build(k0, v0);
+    SearchParams p;
+    p.k = 50;
+    SearchResult r1 = rebuilt->search(q.data(), 4, p), r2 = again->search(q.data(), 4, p);
+    CHECK(r1.ids == r2.ids);
+    CHECK(r1.far_scores == r2.far_scores);
   }
 }
 

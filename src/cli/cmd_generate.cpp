@@ -218,8 +218,9 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
         logits = pack->restore(model, offload.get());
       }
       if (offload && qi == 0)
-        note(fmt::format("topkv: restored in {:.2f} s; {}; host store + index {}", offload->stats().build_s,
-                         offload->describe(), mib(offload->host_bytes())));
+        note(fmt::format("topkv: restored in {:.2f} s; {}; host store + index {}, of which {} used in place from "
+                         "the pack", offload->stats().build_s, offload->describe(), mib(offload->host_bytes()),
+                         mib(offload->in_place_bytes())));
     }
     // Without a pack the retrieval layers' KV goes to the host stores and
     // their indexes are built: during the prefill (--overlap-build) or after.

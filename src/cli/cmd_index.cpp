@@ -205,10 +205,10 @@ void run_info(const std::string& path, bool verify) {
   }
   if (pack.topk()) {
     const ContextPack::Copied c = pack.copied_on_load();
-    line("on load", fmt::format("stores mapped in place except their last partial chunks ({} copied); every index "
-                                "backend deserialises its structure (~{} copied for {})",
-                                format_bytes((double)c.store_tails), format_bytes((double)c.indexes),
-                                pack.indexes().front()));
+    line("on load", fmt::format("stores mapped in place except their last partial chunks ({} copied); index {}: "
+                                "{} of arrays used in place (copy-on-write), {} deserialised",
+                                format_bytes((double)c.store_tails), pack.indexes().front(),
+                                format_bytes((double)c.index_arrays), format_bytes((double)c.index_blobs)));
   }
   const nlohmann::json b = m.value("build", nlohmann::json::object());
   line("built", fmt::format("by topkv {} from {}: prefill {:.2f} s, index build {:.2f} s", b.value("topkv", "?"),

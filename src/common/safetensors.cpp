@@ -85,24 +85,26 @@ std::string TensorInfo::shape_str() const {
 // ---- reader -------------------------------------------------------------------
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TOPKV_CHECK(fd >= 0, "cannot open safetensors file '{}': {}", path, std::strerror(errno));
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TOPKV_CHECK(fd_ >= 0, "cannot open safetensors file '{}': {}", path, std::strerror(errno));
+  const auto close_fd = [this] { ::close(fd_), fd_ = -1; };
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close_fd();
     fail("'{}' is not a regular file", path);
   }
   map_bytes_ = (size_t)st.st_size;
   if (map_bytes_ < 8) {
-    ::close(fd);
+    close_fd();
     fail("safetensors file '{}' is {} bytes: too short for the 8-byte header length (truncated?)", path,
          map_bytes_);
   }
-  map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
+  map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd_, 0);
   if (map_ == MAP_FAILED) {
+    const int err = errno;
+    close_fd();
     map_ = nullptr;
-    fail("cannot memory-map '{}': {}", path, std::strerror(errno));
+    fail("cannot memory-map '{}': {}", path, std::strerror(err));
   }
   try {
     const auto* bytes = static_cast<const uint8_t*>(map_);
@@ -180,12 +182,27 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   } catch (...) {
     ::munmap(map_, map_bytes_);
     map_ = nullptr;
+    close_fd();
     throw;
   }
 }
 
 SafetensorsReader::~SafetensorsReader() {
   if (map_) ::munmap(map_, map_bytes_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+SafetensorsReader::CowView SafetensorsReader::map_copy_on_write(const TensorInfo& t) const {
+  if (t.nbytes() == 0) return {};
+  const uint64_t at = (uint64_t)(data_ - static_cast<const uint8_t*>(map_)) + t.begin;
+  const uint64_t page = (uint64_t)::sysconf(_SC_PAGESIZE), first = at / page * page, len = at + t.nbytes() - first;
+  // MAP_NORESERVE: only the pages written need memory, so commit accounting
+  // is not charged for the whole range.
+  void* p = ::mmap(nullptr, (size_t)len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd_, (off_t)first);
+  TOPKV_CHECK(p != MAP_FAILED, "cannot map tensor '{}' of '{}' copy-on-write: {}", t.name, path_,
+              std::strerror(errno));
+  std::shared_ptr<void> owner(p, [len](void* q) { ::munmap(q, (size_t)len); });
+  return {static_cast<uint8_t*>(p) + (at - first), std::move(owner)};
 }
 
 std::string SafetensorsReader::metadata_or(const std::string& key, const std::string& def) const {

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,8 +66,21 @@ class SafetensorsReader {
   // Elements [first, first + count) of a F32/F16/BF16 tensor as fp32.
   void read_f32(const TensorInfo& t, int64_t first, int64_t count, float* out) const;
 
+  // Tensor t's bytes in a fresh private, writable mapping of the same open
+  // file (not of whatever the path names now): reads come from the page
+  // cache, nothing is copied; the first write to a page gives this process
+  // its own copy of that page (copy-on-write) and never reaches the file.
+  // Each call maps anew, so what one owner wrote is not seen by the next.
+  // The mapping lives as long as `owner`. An empty tensor maps nothing.
+  struct CowView {
+    uint8_t* data = nullptr;
+    std::shared_ptr<void> owner;
+  };
+  CowView map_copy_on_write(const TensorInfo& t) const;
+
  private:
   std::string path_;
+  int fd_ = -1;  // kept open for map_copy_on_write
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
   const uint8_t* data_ = nullptr;  // start of the byte buffer
