@@ -38,7 +38,8 @@ void RowStore::append_raw(const void* rows, int64_t n) {
   size_.store(at + n, std::memory_order_release);
 }
 
-void RowStore::append_mapped(const void* rows, int64_t n, const std::shared_ptr<const void>& owner) {
+void RowStore::append_mapped(const void* rows, int64_t n, const std::shared_ptr<const void>& owner,
+                             const TailMapper& map_tail) {
   const auto* src = static_cast<const uint8_t*>(rows);
   int64_t at = size_.load(std::memory_order_relaxed);
   TOPKV_CHECK(at + n <= kMaxChunks * kChunkRows, "row store full: {} + {} rows exceeds {} rows per head", at, n,
@@ -47,10 +48,18 @@ void RowStore::append_mapped(const void* rows, int64_t n, const std::shared_ptr<
   while (!alloc_ && (at & kChunkMask) == 0 && n - done >= kChunkRows) {
     // Aliasing shared_ptr: shares ownership of the mapping, points at the chunk.
     chunks_.push_back(std::shared_ptr<uint8_t>(owner, const_cast<uint8_t*>(src + (size_t)done * row_bytes_)));
-    ++mapped_chunks_;
+    mapped_rows_ += kChunkRows;
     done += kChunkRows;
     at += kChunkRows;
     size_.store(at, std::memory_order_release);
+  }
+  if (!alloc_ && map_tail && (at & kChunkMask) == 0 && done < n) {
+    std::shared_ptr<uint8_t> tail = map_tail(done, (size_t)kChunkRows * row_bytes_);
+    TOPKV_CHECK(tail != nullptr, "internal: no mapping for a row store's last chunk");
+    chunks_.push_back(std::move(tail));
+    mapped_rows_ += n - done;
+    size_.store(at + (n - done), std::memory_order_release);
+    return;
   }
   append_raw(src + (size_t)done * row_bytes_, n - done);
 }

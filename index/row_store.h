@@ -40,7 +40,7 @@ class RowStore {
   size_t row_bytes() const { return row_bytes_; }
   int64_t size() const { return size_.load(std::memory_order_acquire); }
   size_t bytes() const;  // memory held (whole chunks, mapped ones included)
-  size_t mapped_bytes() const { return mapped_chunks_ * (size_t)kChunkRows * row_bytes_; }  // of which in place
+  size_t mapped_bytes() const { return (size_t)mapped_rows_ * row_bytes_; }  // rows used in place
 
   // Appends n rows given in fp32 (converted to the store's type) / already in
   // the store's type. Single writer; concurrent readers see old or new size.
@@ -50,9 +50,16 @@ class RowStore {
   // memory that `owner` keeps alive (a memory-mapped context pack). Without a
   // chunk allocator, every whole chunk that starts on a chunk boundary of the
   // store is used in place, not copied (the mapping is read-only: such a
-  // chunk is full, so no later append writes to it); the rest is copied, as
-  // everything is when an allocator is set (pinned memory must be ours).
-  void append_mapped(const void* rows, int64_t n, const std::shared_ptr<const void>& owner);
+  // chunk is full, so no later append writes to it). The rest — a last
+  // partial chunk — is in place too when `map_tail` is given and the rows
+  // start on a chunk boundary: map_tail(first, bytes) returns a writable
+  // chunk of `bytes` whose start holds rows [first, n) (a copy-on-write
+  // mapping, SafetensorsReader::map_copy_on_write), appends land after them.
+  // Otherwise it is copied, as everything is when an allocator is set
+  // (pinned memory must be ours).
+  using TailMapper = std::function<std::shared_ptr<uint8_t>(int64_t first_row, size_t chunk_bytes)>;
+  void append_mapped(const void* rows, int64_t n, const std::shared_ptr<const void>& owner,
+                     const TailMapper& map_tail = {});
 
   const void* row(int64_t i) const {
     return chunks_[(size_t)(i >> kChunkShift)].get() + (size_t)(i & kChunkMask) * row_bytes_;
@@ -78,7 +85,7 @@ class RowStore {
   std::atomic<int64_t> size_{0};
   ChunkAllocator alloc_;
   std::vector<std::shared_ptr<uint8_t>> chunks_;  // capacity reserved: never reallocates
-  size_t mapped_chunks_ = 0;
+  int64_t mapped_rows_ = 0;
 };
 
 }  // namespace topkv

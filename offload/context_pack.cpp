@@ -239,8 +239,7 @@ ContextPack::Copied ContextPack::copied_on_load(int index_slot) const {
       return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
     };
     if (ends(".keys") || ends(".values")) {
-      const uint64_t rows = (uint64_t)t.shape[0], row_bytes = rows ? t.nbytes() / rows : 0;
-      c.store_tails += rows % (uint64_t)RowStore::kChunkRows * row_bytes;
+      c.stores += t.nbytes();
     } else if (ends(blob_suffix)) {
       c.index_blobs += t.nbytes();
     } else if (s.find(array_infix) != std::string::npos) {

@@ -8,9 +8,12 @@
 // top-k paper). A pack built with --attn dense holds the full caches instead.
 //
 // Loading maps the file and checks every checksum (before any other work);
-// the stores' whole chunks are then used in place from the mapping, only
-// each store's last partial chunk (< RowStore::kChunkRows rows) is copied so
-// that decoding can append to it without touching the file. The large arrays
+// the stores are then used in place: their whole chunks from the read-only
+// mapping, each one's last partial chunk (< RowStore::kChunkRows rows)
+// through a copy-on-write mapping with room to append. The CUDA runtime
+// copies them into pinned memory instead, since its kernels read retrieved
+// rows from the store and cannot read file pages on the GPU host
+// (gpu/gpu_offload_runtime.h), unless --stage-rows. The large arrays
 // of the quest, centroid and multipole indexes (bounds, centroids, counts,
 // member lists, value means) are tensors of their own, used in place through
 // private copy-on-write mappings (index/host_array.h): a decode step that
@@ -98,12 +101,13 @@ class ContextPack {
   // Model::reset, with a fresh runtime) to start over from the pack.
   std::vector<float> restore(Model& model, OffloadRuntime* rt) const;
 
-  // What a restore of `index_slot` copies into memory and what it uses in
-  // place (see the header comment): the stores' last partial chunks (copied),
-  // each index's blob (deserialised: all of an hnswlib or Faiss index, the
-  // header of the others) and its arrays (in place, copy-on-write).
+  // What a restore of `index_slot` uses in place and what it copies (see
+  // the header comment): the stores (in place, except the CUDA runtime's
+  // pinned copies), each index's arrays (in place, copy-on-write) and its
+  // blob (deserialised: all of an hnswlib or Faiss index, the header of the
+  // others).
   struct Copied {
-    uint64_t store_tails = 0, index_blobs = 0, index_arrays = 0;
+    uint64_t stores = 0, index_blobs = 0, index_arrays = 0;
   };
   Copied copied_on_load(int index_slot = 0) const;
 

@@ -194,8 +194,16 @@ void OffloadedLayer::restore(const PackReader& r, const std::string& prefix, int
                 hd.streaming ? "streaming" : "retrieval");
     if (hd.streaming || stored == 0) continue;
     const StDType st = st_dtype_of(cfg_.store_dtype);
-    hd.keys->append_mapped(r.tensor(name + "keys", st, {stored, d}), stored, r.owner());
-    hd.values->append_mapped(r.tensor(name + "values", st, {stored, d}), stored, r.owner());
+    for (auto [store, what] : {std::pair{hd.keys.get(), "keys"}, std::pair{hd.values.get(), "values"}}) {
+      const std::string tensor = name + what;
+      const size_t row_bytes = store->row_bytes();
+      // The last partial chunk in place too, copy-on-write, with room to append.
+      const auto map_tail = [&r, &tensor, st, stored, d, row_bytes](int64_t first, size_t chunk_bytes) {
+        SafetensorsReader::CowView v = r.tensor_copy_on_write(tensor, st, {stored, d}, first * row_bytes, chunk_bytes);
+        return std::shared_ptr<uint8_t>(std::move(v.owner), v.data);
+      };
+      store->append_mapped(r.tensor(tensor, st, {stored, d}), stored, r.owner(), map_tail);
+    }
     const std::string index = fmt::format("{}index.{}", name, index_slot);
     auto [blob, bytes] = r.blob(index);
     PackArrayReader arrays(r, index + ".");

@@ -88,6 +88,13 @@ SafetensorsReader::CowView PackReader::tensor_copy_on_write(const std::string& n
   return st_->map_copy_on_write(*st_->find(name));
 }
 
+SafetensorsReader::CowView PackReader::tensor_copy_on_write(const std::string& name, StDType dtype,
+                                                           const std::vector<int64_t>& shape, uint64_t from,
+                                                           uint64_t capacity) const {
+  tensor(name, dtype, shape);
+  return st_->map_copy_on_write(*st_->find(name), from, capacity);
+}
+
 const uint8_t* PackReader::tensor(const std::string& name, StDType dtype, const std::vector<int64_t>& shape) const {
   const TensorInfo* t = st_->find(name);
   TOPKV_CHECK(t, "context pack '{}' has no tensor '{}': the file is incomplete or from another topkv version",

@@ -73,6 +73,10 @@ class PackReader {
   // (SafetensorsReader::map_copy_on_write).
   SafetensorsReader::CowView tensor_copy_on_write(const std::string& name, StDType dtype,
                                                   const std::vector<int64_t>& shape) const;
+  // Its bytes from `from` on, with room for `capacity` (a row store's last chunk).
+  SafetensorsReader::CowView tensor_copy_on_write(const std::string& name, StDType dtype,
+                                                  const std::vector<int64_t>& shape, uint64_t from,
+                                                  uint64_t capacity) const;
   // Checks every tensor against its checksum (all of them, in parallel: a
   // pack is read whole once); Error naming the first bad one. Returns the
   // bytes checked.

@@ -63,7 +63,7 @@ TEST_CASE("index build writes a pack that index info describes and verifies") {
   CHECK(r.out.find("indexes        multipole, flat") != std::string::npos);
   CHECK(r.out.find("top-k          layers [2,5]") != std::string::npos);
   CHECK(r.out.find("L5           host stores") != std::string::npos);
-  CHECK(r.out.find("on load        stores mapped in place") != std::string::npos);
+  CHECK(r.out.find("on load        used in place (copy-on-write): the host stores") != std::string::npos);
   CHECK(r.out.find("verified       every tensor matches its checksum") != std::string::npos);
   // Several -f files are one document: the same pack as one file with their text.
   const std::string a = f.dir.file("a.txt"), b = f.dir.file("b.txt");

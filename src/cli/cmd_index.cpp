@@ -205,9 +205,9 @@ void run_info(const std::string& path, bool verify) {
   }
   if (pack.topk()) {
     const ContextPack::Copied c = pack.copied_on_load();
-    line("on load", fmt::format("stores mapped in place except their last partial chunks ({} copied); index {}: "
-                                "{} of arrays used in place (copy-on-write), {} deserialised",
-                                format_bytes((double)c.store_tails), pack.indexes().front(),
+    line("on load", fmt::format("used in place (copy-on-write): the host stores ({}; the CUDA runtime copies them "
+                                "into pinned memory unless --stage-rows) and index {}'s arrays ({}); {} "
+                                "deserialised", format_bytes((double)c.stores), pack.indexes().front(),
                                 format_bytes((double)c.index_arrays), format_bytes((double)c.index_blobs)));
   }
   const nlohmann::json b = m.value("build", nlohmann::json::object());

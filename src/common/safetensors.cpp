@@ -193,16 +193,32 @@ SafetensorsReader::~SafetensorsReader() {
 }
 
 SafetensorsReader::CowView SafetensorsReader::map_copy_on_write(const TensorInfo& t) const {
-  if (t.nbytes() == 0) return {};
-  const uint64_t at = (uint64_t)(data_ - static_cast<const uint8_t*>(map_)) + t.begin;
-  const uint64_t page = (uint64_t)::sysconf(_SC_PAGESIZE), first = at / page * page, len = at + t.nbytes() - first;
+  return map_copy_on_write(t, 0, t.nbytes());
+}
+
+SafetensorsReader::CowView SafetensorsReader::map_copy_on_write(const TensorInfo& t, uint64_t from,
+                                                                uint64_t capacity) const {
+  TOPKV_CHECK(from <= t.nbytes() && capacity >= t.nbytes() - from, "internal: mapping {} bytes of tensor '{}' from "
+              "byte {} of {}", capacity, t.name, from, t.nbytes());
+  if (capacity == 0) return {};
+  const uint64_t at = (uint64_t)(data_ - static_cast<const uint8_t*>(map_)) + t.begin + from;
+  const uint64_t page = (uint64_t)::sysconf(_SC_PAGESIZE), first = at / page * page, lead = at - first;
+  const auto round_up = [page](uint64_t x) { return (x + page - 1) / page * page; };
+  const uint64_t total = round_up(lead + capacity), in_file = round_up(lead + (t.nbytes() - from));
   // MAP_NORESERVE: only the pages written need memory, so commit accounting
-  // is not charged for the whole range.
-  void* p = ::mmap(nullptr, (size_t)len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd_, (off_t)first);
+  // is not charged for the whole range. The region is reserved anonymous,
+  // then the file's pages are mapped over its start (MAP_FIXED); the file
+  // part ends in the page of the tensor's last byte, never past the file.
+  const int flags = MAP_PRIVATE | MAP_NORESERVE;
+  void* p = total == in_file ? ::mmap(nullptr, (size_t)total, PROT_READ | PROT_WRITE, flags, fd_, (off_t)first)
+                             : ::mmap(nullptr, (size_t)total, PROT_READ | PROT_WRITE, flags | MAP_ANONYMOUS, -1, 0);
   TOPKV_CHECK(p != MAP_FAILED, "cannot map tensor '{}' of '{}' copy-on-write: {}", t.name, path_,
               std::strerror(errno));
-  std::shared_ptr<void> owner(p, [len](void* q) { ::munmap(q, (size_t)len); });
-  return {static_cast<uint8_t*>(p) + (at - first), std::move(owner)};
+  std::shared_ptr<void> owner(p, [total](void* q) { ::munmap(q, (size_t)total); });
+  if (total != in_file && in_file > 0 &&
+      ::mmap(p, (size_t)in_file, PROT_READ | PROT_WRITE, flags | MAP_FIXED, fd_, (off_t)first) == MAP_FAILED)
+    fail("cannot map tensor '{}' of '{}' copy-on-write: {}", t.name, path_, std::strerror(errno));
+  return {static_cast<uint8_t*>(p) + lead, std::move(owner)};
 }
 
 std::string SafetensorsReader::metadata_or(const std::string& key, const std::string& def) const {

@@ -77,6 +77,12 @@ class SafetensorsReader {
     std::shared_ptr<void> owner;
   };
   CowView map_copy_on_write(const TensorInfo& t) const;
+  // The tensor's bytes from byte `from` on, at the start of a writable
+  // region of `capacity` bytes (>= what is left of the tensor): those bytes
+  // copy-on-write as above, the rest zeroed memory of this process's own
+  // (taken only where written). A row store's last chunk, in place with room
+  // to append.
+  CowView map_copy_on_write(const TensorInfo& t, uint64_t from, uint64_t capacity) const;
 
  private:
   std::string path_;
