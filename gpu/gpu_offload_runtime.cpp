@@ -40,13 +40,12 @@ RowStore::ChunkAllocator pinned_chunk_allocator() {
 
 bool wants_device_search(const OffloadPolicy& p) {
   if (p.search_on == SearchOn::Host) return false;
-  const bool able = !p.stage_rows && p.search.threshold == 0.0 && p.search.gqa == GqaMode::Union &&
+  const bool able = p.search.threshold == 0.0 && p.search.gqa == GqaMode::Union &&
                     DeviceSearchTables::backend_supported(p.index);
   TOPKV_CHECK(able || p.search_on == SearchOn::Auto,
               "--search-on gpu runs the budget-mode search of multipole, centroid and quest indexes with GQA "
-              "union and rows read in place; this run has index '{}'{}{}{}: use --search-on host", p.index,
-              p.search.threshold != 0.0 ? ", --threshold" : "", p.search.gqa != GqaMode::Union ? ", --gqa mean" : "",
-              p.stage_rows ? ", --stage-rows" : "");
+              "union; this run has index '{}'{}{}: use --search-on host", p.index,
+              p.search.threshold != 0.0 ? ", --threshold" : "", p.search.gqa != GqaMode::Union ? ", --gqa mean" : "");
   return able;
 }
 

@@ -12,12 +12,13 @@
 //     (a kernel cannot read the file's pages: registering the mapping hung
 //     the driver, and the GPU host has no pageable memory access,
 //     scripts/probes/pageable_store_probe.cu); with stage_rows the store
-//     needs no pinning and its whole chunks are used in place from the pack.
+//     needs no pinning and is used in place from the pack.
 // Two ways to search (policy.search_on):
 //   - on the device (multipole, centroid, quest; the default where allowed):
 //     the index's summary tables are on the GPU (gpu/device_search_tables.h)
 //     and cuda::summary_search scores, cuts, gathers and adds the far rows
-//     with no host round trip. The host layer trails by one token
+//     with no host round trip (with stage_rows one: the searched rows' list
+//     comes back and the host stages those rows, stage_searched_rows). The host layer trails by one token
 //     (OffloadedLayer::begin_append now, fill_appended at the next step);
 //     the ring also holds the evicted rows the tables do not cover yet;
 //   - on the host: q, k, v to the host (the step's one wait per layer),

@@ -138,6 +138,9 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   // the exact merge of all `parts` (the search's far slots included) into out.
   void attend_parts(const Mirror& mir, const OffloadedLayer& L, const float* q, float scale, int parts, int n_exact,
                     int ids_splits, int stride, float* out);
+  // Device search with stage_rows: the searched rows through the host's
+  // staging buffer (gpu_offload_device_search.cpp).
+  void stage_searched_rows(int cap);
   void decode_host_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
   void decode_device_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
   void finish_pending(int slot);

@@ -13,7 +13,8 @@
 // through a copy-on-write mapping with room to append. The CUDA runtime
 // copies them into pinned memory instead, since its kernels read retrieved
 // rows from the store and cannot read file pages on the GPU host
-// (gpu/gpu_offload_runtime.h), unless --stage-rows. The large arrays
+// (gpu/gpu_offload_runtime.h), unless --stage-rows (the host then copies each
+// step's retrieved rows to the GPU). The large arrays
 // of the quest, centroid and multipole indexes (bounds, centroids, counts,
 // member lists, value means) are tensors of their own, used in place through
 // private copy-on-write mappings (index/host_array.h): a decode step that

@@ -86,8 +86,6 @@ void OffloadPolicy::validate() const {
   TOPKV_CHECK(store_dtype == DType::F16 || store_dtype == DType::BF16,
               "the host KV store holds f16 or bf16 (got {})", dtype_name(store_dtype));
   TOPKV_CHECK(device_fold >= 1, "--device-fold must be at least 1 row (got {})", device_fold);
-  TOPKV_CHECK(!(search_on == SearchOn::Gpu && stage_rows), "--search-on gpu reads the retrieved rows in place "
-              "from pinned host memory; it cannot be combined with --stage-rows");
   TOPKV_CHECK(heads_sparsity <= 1, "--heads-sparsity must be in [0, 1] (got {})", heads_sparsity);
   parse_spec(index);  // syntax
 }

@@ -38,7 +38,9 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
   cmd->add_option("--store-type", a->store_type, "Element type of the host KV store: f16 or bf16")
       ->group(g)->check(CLI::IsMember({"f16", "bf16"}));
   cmd->add_flag("--stage-rows", p.stage_rows, "CUDA: copy retrieved rows into a staging buffer on the host and "
-                "send them in one copy, instead of the GPU reading them in place from pinned host memory")
+                "send them in one copy, instead of the GPU reading them in place from pinned host memory. The "
+                "store then needs no pinning: from a context pack it is used in place (a much faster start at "
+                "1M tokens, a slower decode: one wait per layer and step)")
       ->group(g);
   cmd->add_option("--search-on", a->search_on, "CUDA: where retrieval heads search. gpu: the index's summary "
                   "tables (cluster centroids, Quest page bounds) live on the device and the whole search runs "

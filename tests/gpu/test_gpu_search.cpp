@@ -177,18 +177,23 @@ TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtim
   OpSummary sum("offloaded attention, device search vs CPU runtime", 1e-4);
   // k stays above the evicted rows not folded yet (the tail): the device
   // attends all of them exactly, the CPU only the k best (KvIndex::search).
-  struct Case { std::string index; int hd, heads, kv, n, window, sinks, k, fold; };
+  // stage: the store is not pinned; the searched rows go through the host's
+  // staging buffer (GpuOffloadRuntime::stage_searched_rows).
+  struct Case { std::string index; int hd, heads, kv, n, window, sinks, k, fold; bool stage = false; };
   const std::vector<Case> cases = {
       {"multipole", 128, 4, 1, 3000, 16, 4, 256, 1024}, {"multipole", 256, 8, 1, 2500, 8, 2, 300, 5},
       {"centroid", 64, 8, 2, 1200, 32, 4, 64, 40},      {"quest:page=4", 128, 8, 8, 700, 8, 0, 40, 7},
       {"multipole", 64, 4, 1, 10, 8, 4, 16, 3},  // the store starts empty: built at the first eviction
+      {"multipole", 256, 8, 1, 2500, 8, 2, 300, 5, true}, {"quest:page=4", 128, 8, 8, 700, 8, 0, 40, 7, true},
+      {"centroid", 64, 8, 2, 1200, 32, 4, 64, 40, true},
   };
   for (const Case& c : cases) {
-    CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, c.fold);
+    CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, c.fold, c.stage);
     const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = c.k, pol.sinks = c.sinks, pol.window = c.window;
     pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32, pol.device_fold = c.fold;
+    pol.stage_rows = c.stage;
     pol.sync_folds = true;  // the CPU runtime folds on its step too: the same rows covered at every step
     FoldingRuntime ref(cfg, pol, c.fold);
     auto got = make_gpu_offload_runtime(be, cfg, pol, false);
@@ -199,22 +204,26 @@ TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtim
 }
 
 // A runtime restored from a context pack decodes like a CPU runtime restored
-// from the same pack. The GPU runtime copies the pack's store into pinned
-// memory (the kernels read rows there); registering the file mapping with the
-// device instead (cudaHostRegister, read-only) hung in the driver on the
-// H200 host (bench/results/gpu_h100_session4/h200_pack_in_place/), as
-// reported for llama.cpp and vLLM, so the copy stays and this test pins it.
+// from the same pack. By default the GPU runtime copies the pack's store into
+// pinned memory (the kernels read rows there); registering the file mapping
+// with the device instead (cudaHostRegister, read-only) hung in the driver on
+// the H200 host (bench/results/gpu_h100_session4/), as reported for llama.cpp
+// and vLLM, and the host has no pageable memory access
+// (scripts/probes/pageable_store_probe.cu). With stage_rows the store is used
+// in place from the mapping and the searched rows go through the staging buffer.
 TEST_CASE("GpuOffloadRuntime restored from a pack decodes like the CPU restored from it", "[search]") {
   auto& be = cuda_be();
   OpSummary sum("from a pack: device search vs CPU runtime", 1e-4);
   TempDir td;
-  for (const std::string index : {"multipole", "quest:page=16"}) {
-    CAPTURE(index);
+  for (const auto& [index, stage] : {std::pair{"multipole", false}, std::pair{"quest:page=16", false},
+                                     std::pair{"multipole", true}, std::pair{"quest:page=16", true}}) {
+    CAPTURE(index, stage);
     const ModelConfig cfg = runtime_test_config(1, 4, 2, 64);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = index, pol.search.k = 512, pol.sinks = 4, pol.window = 64;
     pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32, pol.device_fold = 1000;  // no fold in 20 steps
     pol.sync_folds = true;
+    pol.stage_rows = stage;
     const int64_t n = 2 * RowStore::kChunkRows + 777;  // whole chunks (the CPU maps them) and a tail
     std::mt19937 rng(19);
     const RandomContext ctx = random_context(cfg, n, /*f16_exact=*/true, rng);
@@ -232,8 +241,10 @@ TEST_CASE("GpuOffloadRuntime restored from a pack decodes like the CPU restored 
     auto got = make_gpu_offload_runtime(be, cfg, pol, false);
     got->take_pack(r);
     for (int h = 0; h < cfg.n_head_kv; ++h) {
-      CHECK(ref.layer(0)->key_store(h)->mapped_bytes() > 0);   // the CPU runtime reads the mapping in place
-      CHECK(got->layer(0)->key_store(h)->mapped_bytes() == 0); // the GPU runtime's rows are pinned copies
+      const RowStore& ks = *got->layer(0)->key_store(h);
+      CHECK(ref.layer(0)->key_store(h)->mapped_bytes() > 0);  // the CPU runtime reads the mapping in place
+      // The GPU runtime's rows are pinned copies, or with stage_rows the mapping's.
+      CHECK(ks.mapped_bytes() == (stage ? (size_t)ks.size() * ks.row_bytes() : 0));
     }
     compare_decode_steps(ref, *got, cfg, n, 20, /*f16_exact=*/true, sum, rng);
   }
