@@ -4,8 +4,6 @@
 // whose layer trails by one token. The class: gpu/gpu_offload_runtime_impl.h.
 // CUDA builds only: the file is empty without CUDA.
 #ifdef TOPKV_HAVE_CUDA
-#include <cstring>
-
 #include "gpu/gpu_offload_runtime_impl.h"
 #include "src/common/timer.h"
 
@@ -160,41 +158,23 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
 // context pack's store used in place, say) and no kernel may read it. The
 // search's pointer lists — host addresses of store rows, computed from the
 // tables' chunk pointers, never dereferenced on the device — come back to
-// the host (one wait per layer), which copies those rows into the pinned
-// staging buffer and points the lists at its device copy. Rows the ring
-// holds are not in the lists: they are on the device already.
+// the host (one wait per layer), stage_listed_rows copies those rows and
+// points the lists at their device copy. Rows the ring holds are not in the
+// lists: they are on the device already.
 void GpuOffloadRuntime::stage_searched_rows(int cap) {
   const cudaStream_t st = be_.stream();
   const int nkv = cfg_.n_head_kv;
-  const size_t n_ptr = (size_t)nkv * cap, row_bytes = (size_t)cfg_.head_dim * dtype_size(policy_.store_dtype);
+  const size_t n_ptr = (size_t)nkv * cap;
   const size_t list_bytes = 2 * n_ptr * sizeof(void*) + (size_t)nkv * sizeof(int32_t);
   auto* hl = reinterpret_cast<const void**>(host_lists_.get(list_bytes));
-  const auto* hcount = reinterpret_cast<const int32_t*>(hl + 2 * n_ptr);
   auto* dl = lists_.as<const void*>();
   TOPKV_CUDA_CHECK(cudaMemcpyAsync(hl, dl, list_bytes, cudaMemcpyDeviceToHost, st));
   Timer t_wait;
   be_.synchronize();  // also ends every earlier copy out of host_lists_ / host_rows_
   stats_.wait_s += t_wait.seconds();
   Timer t_copy;
-  uint8_t* hrows = host_rows_.get(n_ptr * 2 * row_bytes);
-  uint8_t* drows = staged_.as<uint8_t>();
-  int64_t total = 0;
-  for (int h = 0; h < nkv; ++h) total += std::clamp(hcount[h], 0, cap);
-  const int threads = (int)std::clamp<int64_t>(total / 512, 1, 8);  // ~0.5 MB of rows per thread at least
-#pragma omp parallel for collapse(2) schedule(static) num_threads(threads) if (threads > 1)
-  for (int h = 0; h < nkv; ++h)
-    for (int j = 0; j < cap; ++j) {
-      if (j >= hcount[h]) continue;
-      const size_t at = (size_t)h * cap + j, off = at * 2 * row_bytes;
-      std::memcpy(hrows + off, hl[at], row_bytes);
-      std::memcpy(hrows + off + row_bytes, hl[n_ptr + at], row_bytes);
-      hl[at] = drows + off, hl[n_ptr + at] = drows + off + row_bytes;
-    }
+  stage_listed_rows(hl, reinterpret_cast<const int32_t*>(hl + 2 * n_ptr), cap);
   TOPKV_CUDA_CHECK(cudaMemcpyAsync(dl, hl, 2 * n_ptr * sizeof(void*), cudaMemcpyHostToDevice, st));
-  for (int h = 0; h < nkv; ++h) {
-    const size_t off = (size_t)h * cap * 2 * row_bytes, bytes = (size_t)std::clamp(hcount[h], 0, cap) * 2 * row_bytes;
-    if (bytes) TOPKV_CUDA_CHECK(cudaMemcpyAsync(drows + off, hrows + off, bytes, cudaMemcpyHostToDevice, st));
-  }
   stats_.transfer_s += t_copy.seconds();
 }
 

@@ -138,6 +138,30 @@ void GpuOffloadRuntime::attend_parts(const Mirror& mir, const OffloadedLayer& L,
   cuda::merge_partials(a.part_m, a.part_l, a.part_o, nh, parts, d, out, be_.stream());
 }
 
+void GpuOffloadRuntime::stage_listed_rows(const void** hl, const int32_t* hcount, int stride) {
+  const int nkv = cfg_.n_head_kv;
+  const size_t n_ptr = (size_t)nkv * stride, row_bytes = (size_t)cfg_.head_dim * dtype_size(policy_.store_dtype);
+  uint8_t* hrows = host_rows_.get(n_ptr * 2 * row_bytes);
+  uint8_t* drows = staged_.as<uint8_t>();
+  int64_t total = 0;
+  for (int h = 0; h < nkv; ++h) total += std::clamp(hcount[h], 0, stride);
+  const int threads = (int)std::clamp<int64_t>(total / 512, 1, 8);  // ~0.5 MB of rows per thread at least
+#pragma omp parallel for collapse(2) schedule(static) num_threads(threads) if (threads > 1)
+  for (int h = 0; h < nkv; ++h)
+    for (int j = 0; j < stride; ++j) {
+      if (j >= hcount[h]) continue;
+      const size_t at = (size_t)h * stride + j, off = at * 2 * row_bytes;
+      std::memcpy(hrows + off, hl[at], row_bytes);
+      std::memcpy(hrows + off + row_bytes, hl[n_ptr + at], row_bytes);
+      hl[at] = drows + off, hl[n_ptr + at] = drows + off + row_bytes;
+    }
+  for (int h = 0; h < nkv; ++h) {
+    const size_t off = (size_t)h * stride * 2 * row_bytes;
+    const size_t bytes = (size_t)std::clamp(hcount[h], 0, stride) * 2 * row_bytes;
+    if (bytes) TOPKV_CUDA_CHECK(cudaMemcpyAsync(drows + off, hrows + off, bytes, cudaMemcpyHostToDevice, be_.stream()));
+  }
+}
+
 void GpuOffloadRuntime::collect_timing() {
   if (!timing_pending_) return;
   float t01 = 0, t23 = 0, t34 = 0;
@@ -213,26 +237,16 @@ void GpuOffloadRuntime::decode_host_search(int slot, const float* q, const float
   auto* hl = reinterpret_cast<const void**>(host_lists_.get(2 * n_ptr * sizeof(void*) + nkv * sizeof(int32_t)));
   auto* hcount = reinterpret_cast<int32_t*>(hl + 2 * n_ptr);
   auto* dl = lists_.as<const void*>();
-  const size_t row_bytes = (size_t)d * dtype_size(policy_.store_dtype);
-  uint8_t* hrows = policy_.stage_rows ? host_rows_.get((size_t)nkv * ic * 2 * row_bytes) : nullptr;
   for (int h = 0; h < nkv; ++h) {
     const auto& r = found_[(size_t)h];
     const int m = (int)r.ids.size();
     hcount[h] = m;
     const void** kp = hl + (size_t)h * ic;
     const void** vp = hl + n_ptr + (size_t)h * ic;
-    for (int j = 0; j < m; ++j) {
-      const void* kr = L.key_store(h)->row(r.ids[(size_t)j]);
-      const void* vr = L.value_store(h)->row(r.ids[(size_t)j]);
-      if (hrows) {  // staged: rows into pinned staging, pointers into its device copy
-        const size_t off = ((size_t)h * ic + j) * 2 * row_bytes;
-        std::memcpy(hrows + off, kr, row_bytes);
-        std::memcpy(hrows + off + row_bytes, vr, row_bytes);
-        kr = staged_.as<uint8_t>() + off, vr = staged_.as<uint8_t>() + off + row_bytes;
-      }
-      kp[j] = kr, vp[j] = vr;
-    }
+    for (int j = 0; j < m; ++j)
+      kp[j] = L.key_store(h)->row(r.ids[(size_t)j]), vp[j] = L.value_store(h)->row(r.ids[(size_t)j]);
   }
+  if (policy_.stage_rows) stage_listed_rows(hl, hcount, ic);
   tail_.assign((size_t)nkv, 0);  // the host's search covers the unfolded rows
   const int n_exact = exact_parts(L, tail_);
   const int ids_splits = splits_for(max_ids, kIdsRowsPerSplit, kMaxIdsSplits);
@@ -255,9 +269,6 @@ void GpuOffloadRuntime::decode_host_search(int slot, const float* q, const float
   TOPKV_CUDA_CHECK(cudaEventRecord(ev_[2], st));
   TOPKV_CUDA_CHECK(cudaMemcpyAsync(dl, hl, 2 * n_ptr * sizeof(void*) + nkv * sizeof(int32_t),
                                    cudaMemcpyHostToDevice, st));
-  if (hrows && max_ids > 0)
-    TOPKV_CUDA_CHECK(cudaMemcpyAsync(staged_.mem.get(), hrows, (size_t)nkv * ic * 2 * row_bytes,
-                                     cudaMemcpyHostToDevice, st));
   const int pf = parts - 1;
   TOPKV_CUDA_CHECK(cudaMemcpy2DAsync(pm + pf, parts * 4, hfar, 4, 4, nh, cudaMemcpyHostToDevice, st));
   TOPKV_CUDA_CHECK(cudaMemcpy2DAsync(pl + pf, parts * 4, hfar + nh, 4, 4, nh, cudaMemcpyHostToDevice, st));

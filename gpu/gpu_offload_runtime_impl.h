@@ -138,8 +138,13 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   // the exact merge of all `parts` (the search's far slots included) into out.
   void attend_parts(const Mirror& mir, const OffloadedLayer& L, const float* q, float scale, int parts, int n_exact,
                     int ids_splits, int stride, float* out);
-  // Device search with stage_rows: the searched rows through the host's
-  // staging buffer (gpu_offload_device_search.cpp).
+  // stage_rows: copies the rows that the pointer lists hl ([2][n_kv][stride]
+  // host addresses of store rows; hcount[h] per head) name into the pinned
+  // staging buffer, points the lists at the staged rows' device copy
+  // (staged_) and queues that copy; the caller uploads the lists. The last
+  // copies out of host_rows_ must have ended (the step's wait).
+  void stage_listed_rows(const void** hl, const int32_t* hcount, int stride);
+  // Device search with stage_rows: the searched lists to the host, staged.
   void stage_searched_rows(int cap);
   void decode_host_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
   void decode_device_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);

@@ -8,12 +8,6 @@ namespace topkv {
 
 namespace {
 
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
-}
-
 // A length and the bytes, as BinaryWriter::vec writes them.
 class InlineArrayWriter final : public IndexArrayWriter {
  public:
@@ -21,9 +15,9 @@ class InlineArrayWriter final : public IndexArrayWriter {
   void put(const std::string& name, StDType type, std::vector<int64_t> shape, std::vector<ByteSpan> parts) override {
     uint64_t bytes = 0;
     for (const ByteSpan& p : parts) bytes += p.bytes;
-    TOPKV_CHECK(bytes == (uint64_t)numel(shape) * st_dtype_size(type), "internal: array '{}' of {} bytes for {} "
-                "{} elements", name, bytes, numel(shape), st_dtype_name(type));
-    w_.pod<uint64_t>((uint64_t)numel(shape));
+    TOPKV_CHECK(bytes == (uint64_t)shape_numel(shape) * st_dtype_size(type), "internal: array '{}' of {} bytes for {} "
+                "{} elements", name, bytes, shape_numel(shape), st_dtype_name(type));
+    w_.pod<uint64_t>((uint64_t)shape_numel(shape));
     for (const ByteSpan& p : parts) w_.bytes(p.data, p.bytes);
   }
   void put_owned(const std::string& name, StDType type, std::vector<int64_t> shape,
@@ -43,8 +37,8 @@ class InlineArrayReader final : public IndexArrayReader {
   Mapped get_raw(const std::string& name, StDType type, const std::vector<int64_t>& shape,
                  const std::function<void*(size_t)>& alloc) override {
     const uint64_t n = r_.pod<uint64_t>();
-    TOPKV_CHECK(n == (uint64_t)numel(shape), "index '{}' is malformed: its array '{}' holds {} elements, its header "
-                "implies {}", r_.path(), name, n, numel(shape));
+    TOPKV_CHECK(n == (uint64_t)shape_numel(shape), "index '{}' is malformed: its array '{}' holds {} elements, its header "
+                "implies {}", r_.path(), name, n, shape_numel(shape));
     const size_t bytes = (size_t)n * st_dtype_size(type);
     TOPKV_CHECK(bytes <= r_.remaining(), "index '{}' is truncated: array '{}' needs {} bytes, {} remain", r_.path(),
                 name, bytes, r_.remaining());

@@ -230,8 +230,8 @@ std::vector<float> ContextPack::restore(Model& model, OffloadRuntime* rt) const 
   return std::vector<float>(lp, lp + cfg.n_vocab);
 }
 
-ContextPack::Copied ContextPack::copied_on_load(int index_slot) const {
-  Copied c;
+ContextPack::LoadSplit ContextPack::load_split(int index_slot) const {
+  LoadSplit c;
   const std::string blob_suffix = fmt::format(".index.{}", index_slot), array_infix = blob_suffix + ".";
   for (const TensorInfo& t : file_->tensors()) {
     const std::string& s = t.name;

@@ -107,10 +107,10 @@ class ContextPack {
   // pinned copies), each index's arrays (in place, copy-on-write) and its
   // blob (deserialised: all of an hnswlib or Faiss index, the header of the
   // others).
-  struct Copied {
+  struct LoadSplit {
     uint64_t stores = 0, index_blobs = 0, index_arrays = 0;
   };
-  Copied copied_on_load(int index_slot = 0) const;
+  LoadSplit load_split(int index_slot = 0) const;
 
  private:
   std::unique_ptr<PackReader> file_;

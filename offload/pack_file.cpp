@@ -144,9 +144,7 @@ IndexArrayReader::Mapped PackArrayReader::get_raw(const std::string& name, StDTy
                                                   const std::vector<int64_t>& shape,
                                                   const std::function<void*(size_t)>&) {
   SafetensorsReader::CowView v = r_.tensor_copy_on_write(prefix_ + name, type, shape);
-  int64_t count = 1;
-  for (int64_t s : shape) count *= s;
-  return {v.data, (size_t)count, std::move(v.owner)};
+  return {v.data, (size_t)shape_numel(shape), std::move(v.owner)};
 }
 
 }  // namespace topkv

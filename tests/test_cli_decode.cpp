@@ -79,6 +79,7 @@ TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
       {"-m " + model() + " -p hi --backend cpu --gpu-mem-budget 12Q", "12Q"},
       {"-m " + model() + " -p hi --backend tpu", "tpu"},
       {"-m " + model() + " -p hi --backend cpu --attn topk --search-on gpu", "--search-on gpu needs the CUDA backend"},
+      {"-m " + model() + " -p hi --backend cpu --attn topk --stage-rows", "--stage-rows applies to the CUDA backend"},
       {"-m " + model() + " -p hi --attn topk --search-on disk", "disk"},
       {"-m " + model() + " -p hi --attn topk --device-fold 0", "--device-fold must be at least 1"},
       {"-m " + model() + " -p hi --attn topk --device-table-type f8", "f8"},

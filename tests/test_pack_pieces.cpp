@@ -37,6 +37,19 @@ std::vector<float> random_rows(int64_t n, int d, uint64_t seed) {
   return v;
 }
 
+// Both indexes answer the queries `q` alike: the same ids and exact scores,
+// the same far clusters and far scores.
+void check_same_search(const KvIndex& a, const KvIndex& b, const std::vector<float>& q, int64_t k) {
+  SearchParams p;
+  p.k = k;
+  const int nq = (int)(q.size() / (size_t)a.dim());
+  const SearchResult r1 = a.search(q.data(), nq, p), r2 = b.search(q.data(), nq, p);
+  CHECK(r1.ids == r2.ids);
+  CHECK(r1.scores == r2.scores);
+  CHECK(r1.far_clusters == r2.far_clusters);
+  CHECK(r1.far_scores == r2.far_scores);
+}
+
 std::shared_ptr<RowStore> store_of(const std::vector<float>& rows, int d, DType t) {
   auto s = std::make_shared<RowStore>(d, t);
   s->append_f32(rows.data(), (int64_t)rows.size() / d);
@@ -136,12 +149,7 @@ TEST_CASE("every index backend round-trips through bytes: the file's bytes, the 
     auto back = KvIndex::load_bytes("blob", bytes.data(), bytes.size(), keys, values, bo);
     CHECK(back->name() == b.name);
     CHECK(back->indexed_rows() == n);
-    SearchParams p;
-    p.k = 40;
-    SearchResult r1 = idx->search(q.data(), 3, p), r2 = back->search(q.data(), 3, p);
-    CHECK(r1.ids == r2.ids);
-    CHECK(r1.scores == r2.scores);
-    CHECK(r1.far_clusters == r2.far_clusters);
+    check_same_search(*idx, *back, q, 40);
     // Other keys: the sampled fingerprint refuses them.
     const auto other = store_of(random_rows(n, d, 9), d, DType::F16);
     CHECK_THROWS_WITH(KvIndex::load_bytes("blob", bytes.data(), bytes.size(), other, values, bo),
@@ -186,23 +194,14 @@ TEST_CASE("index arrays saved apart into a pack are used in place, copy-on-write
     CHECK(ml.mapped_bytes > 0);
     CHECK(ml.structure_bytes + ml.mapped_bytes >= mb.structure_bytes / 2);
     CHECK(ml.structure_bytes < mb.structure_bytes);
-    const auto same = [&] {
-      SearchParams p;
-      p.k = 50;
-      SearchResult r1 = built->search(q.data(), 4, p), r2 = loaded->search(q.data(), 4, p);
-      CHECK(r1.ids == r2.ids);
-      CHECK(r1.scores == r2.scores);
-      CHECK(r1.far_clusters == r2.far_clusters);
-      CHECK(r1.far_scores == r2.far_scores);
-    };
-    same();
+    check_same_search(*built, *loaded, q, 50);
     // Folds write counts, centroids, means and bounds in place: private pages.
     for (int64_t at = n; at < n + more; at += 25) {
       ka->append_f32(rows_k.data() + at * d, 25), va->append_f32(rows_v.data() + at * d, 25);
       kb->append_f32(rows_k.data() + at * d, 25), vb->append_f32(rows_v.data() + at * d, 25);
       CHECK(built->add_new_rows() == 25);
       CHECK(loaded->add_new_rows() == 25);
-      same();
+      check_same_search(*built, *loaded, q, 50);
     }
     CHECK_NOTHROW(r.verify_all(false));  // the file never changed
     // A second load sees the pack as written, not the first one's folds.
@@ -211,11 +210,7 @@ TEST_CASE("index arrays saved apart into a pack are used in place, copy-on-write
     auto again = KvIndex::load_bytes("ix", data, bytes, k0, v0, bo, &again_arrays);
     auto rebuilt = KvIndex::create(spec, bo);
     rebuilt->build(k0, v0);
-    SearchParams p;
-    p.k = 50;
-    SearchResult r1 = rebuilt->search(q.data(), 4, p), r2 = again->search(q.data(), 4, p);
-    CHECK(r1.ids == r2.ids);
-    CHECK(r1.far_scores == r2.far_scores);
+    check_same_search(*rebuilt, *again, q, 50);
   }
 }
 

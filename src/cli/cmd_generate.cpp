@@ -170,6 +170,8 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
               "exact attention; this run is dense (add --attn topk)");
   bool cuda = false;
   std::unique_ptr<Backend> backend = make_backend(a.where, cuda);
+  TOPKV_CHECK(cuda || cmd.count("--stage-rows") == 0, "--stage-rows applies to the CUDA backend (the host copies "
+              "each step's retrieved rows to the GPU); the {} backend reads them in place: drop it", backend->name());
   ModelOptions mo;
   mo.n_ctx = n_ctx;
   mo.max_chunk = (int)std::clamp<int64_t>((int64_t)longest, 1, a.chunk);

@@ -204,7 +204,7 @@ void run_info(const std::string& path, bool verify) {
     line(fmt::format("  L{}", layer), parts);
   }
   if (pack.topk()) {
-    const ContextPack::Copied c = pack.copied_on_load();
+    const ContextPack::LoadSplit c = pack.load_split();
     line("on load", fmt::format("used in place (copy-on-write): the host stores ({}; the CUDA runtime copies them "
                                 "into pinned memory unless --stage-rows) and index {}'s arrays ({}); {} "
                                 "deserialised", format_bytes((double)c.stores), pack.indexes().front(),

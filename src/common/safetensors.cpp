@@ -70,7 +70,7 @@ DType row_dtype_of(StDType t) {
   }
 }
 
-int64_t TensorInfo::numel() const {
+int64_t shape_numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
   return n;

@@ -37,12 +37,14 @@ StDType st_dtype_of(DType t);                    // F32 / F16 / BF16
 bool st_is_row_type(StDType t);                  // F32, F16 or BF16: a row-store type
 DType row_dtype_of(StDType t);                   // throws Error unless st_is_row_type
 
+int64_t shape_numel(const std::vector<int64_t>& shape);  // product of the shape (1 for a scalar)
+
 struct TensorInfo {
   std::string name;
   StDType dtype = StDType::F32;
   std::vector<int64_t> shape;
   uint64_t begin = 0, end = 0;  // byte range in the data buffer
-  int64_t numel() const;        // product of the shape (1 for a scalar)
+  int64_t numel() const { return shape_numel(shape); }
   uint64_t nbytes() const { return end - begin; }
   std::string shape_str() const;  // "[2, 3]"
 };
