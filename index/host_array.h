@@ -46,7 +46,6 @@ class HostArray {
   const T* begin() const { return data(); }
   const T* end() const { return data() + size(); }
 
-  bool in_place() const { return view_ != nullptr; }
   size_t owned_bytes() const { return own_.capacity() * sizeof(T); }
   size_t mapped_bytes() const { return view_ ? n_ * sizeof(T) : 0; }
 
