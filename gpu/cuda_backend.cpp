@@ -51,7 +51,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& opt) : device_(opt.device), m
     TOPKV_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     scalars_mem_ = mem_.alloc(4 * sizeof(float), MemKind::Scratch, "cuBLAS scalars");
     scalars_ = static_cast<float*>(scalars_mem_.get());
-    TOPKV_CUDA_CHECK(cudaMemsetAsync(scalars_, 0, 4 * sizeof(float), stream_));
+    const float scalars_init[4] = {0.f, 0.f, 0.f, 1.f};  // absmax, alpha, beta = 0, beta = 1 (see cuda::gemm)
+    TOPKV_CUDA_CHECK(cudaMemcpy(scalars_, scalars_init, sizeof scalars_init, cudaMemcpyHostToDevice));
     init_step_state();
     init_decode_attention();
   } catch (...) {
@@ -201,16 +202,24 @@ void CudaBackend::rope(float* x, int T, int n_heads, int head_dim, int64_t pos0,
   cuda::rope(x, T, n_heads, head_dim, pos0, p.style, p.n_rot, inv_freq, stream_, step_pos("rope", T, pos0));
 }
 
-void CudaBackend::matmul(const float* x, const Weight& w, int T, float* y) {
+void CudaBackend::matmul(const float* x, const Weight& w, int T, float* y, const MatmulEpilogue& ep) {
   check_device_weight(w, "matmul");
   const DType wt = device_dtype(w, "matmul");
+  const float* bias = nullptr;
+  if (ep.bias) {
+    TOPKV_CHECK(ep.bias->type == GgmlType::F32 && ep.bias->rows * ep.bias->cols == w.rows,
+                "matmul by '{}': bias '{}' must be F32 with {} values (one per output row)", w.name, ep.bias->name,
+                w.rows);
+    check_device_weight(*ep.bias, "matmul bias");
+    bias = reinterpret_cast<const float*>(ep.bias->data);
+  }
   if (T <= 0) return;
   if (T <= kGemvMaxTokens) {
-    gemv(wt, w.data, w.rows, w.cols, x, T, y, stream_);
+    gemv(wt, w.data, w.rows, w.cols, x, T, y, stream_, bias, ep.accumulate);
     return;
   }
   void* ws = wt == DType::F32 ? nullptr : scratch(Scratch::Cast, gemm_workspace_bytes(w.cols, T));
-  gemm(cublas_, wt, w.data, w.rows, w.cols, x, T, y, ws, scalars_, stream_);
+  gemm(cublas_, wt, w.data, w.rows, w.cols, x, T, y, ws, scalars_, stream_, bias, ep.accumulate);
 }
 
 void CudaBackend::glu(GluKind kind, const float* gate, const float* up, int64_t n, float* out) {

@@ -35,7 +35,8 @@ class CudaBackend final : public Backend {
   void embed(const Weight& table, const int32_t* ids, int T, float scale, float* out) override;
   void rms_norm(const float* x, const Weight& w, int64_t rows, int dim, float eps, float* out) override;
   void rope(float* x, int T, int n_heads, int head_dim, int64_t pos0, const RopeParams& p) override;
-  void matmul(const float* x, const Weight& w, int T, float* y) override;
+  using Backend::matmul;
+  void matmul(const float* x, const Weight& w, int T, float* y, const MatmulEpilogue& ep) override;
   void glu(GluKind kind, const float* gate, const float* up, int64_t n, float* out) override;
   void add(const float* x, int64_t n, float* y) override;
   void kv_write(KvLayerCache& cache, const float* k, const float* v, int T, int64_t pos0) override;

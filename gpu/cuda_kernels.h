@@ -68,21 +68,26 @@ void rope(float* x, int T, int n_heads, int head_dim, int64_t pos0, RopeStyle st
 // ---- matmul (kernels_matmul.cu) ----------------------------------------------
 // Tokens up to which matmul runs the GEMV kernel instead of cuBLAS.
 inline constexpr int kGemvMaxTokens = 4;
-// y[T][rows] = x[T][cols] * W^T for W [rows][cols] of fp16/bf16/fp32, fp32
-// accumulation, T <= kGemvMaxTokens. One warp per output row streams it once.
-// Twin: cpu::matmul.
+// y[T][rows] = x[T][cols] * W^T (+ bias[rows]) (+ y when accumulate) for W
+// [rows][cols] of fp16/bf16/fp32, fp32 accumulation, T <= kGemvMaxTokens. One
+// warp per output row streams it once; the epilogue is applied as each row's
+// sum is stored. Twin: cpu::matmul with a MatmulEpilogue.
 void gemv(DType w_type, const void* w, int64_t rows, int64_t cols, const float* x, int T, float* y,
-          cudaStream_t stream);
+          cudaStream_t stream, const float* bias = nullptr, bool accumulate = false);
 // Work space gemm needs: the 16-bit copy of x (T*cols*2 bytes).
 size_t gemm_workspace_bytes(int64_t cols, int T);
 // The same product through cuBLAS for any T: x is cast to W's 16-bit type
 // into `workspace` (fp16: times a power of two 2^-k chosen on the device so
 // that max|x| 2^-k <= 2^15, undone exactly by alpha = 2^k), then
 // cublasGemmEx with fp32 accumulation and output. `scalars` is 4 device
-// floats of the backend's (absmax, alpha, beta = 0, spare). fp32 weights go
-// to cublasSgemm unconverted.
+// floats of the backend's (absmax, alpha, beta = 0, one). fp32 weights go
+// to cublasSgemm unconverted. The epilogue: accumulate is cuBLAS's beta = 1;
+// a bias is one more pass over y (add_bias).
 void gemm(cublasHandle_t handle, DType w_type, const void* w, int64_t rows, int64_t cols, const float* x, int T,
-          float* y, void* workspace, float* scalars, cudaStream_t stream);
+          float* y, void* workspace, float* scalars, cudaStream_t stream, const float* bias = nullptr,
+          bool accumulate = false);
+// y[t][r] += bias[r] for t < T, r < rows. Twin: cpu::matmul's bias epilogue.
+void add_bias(float* y, const float* bias, int T, int64_t rows, cudaStream_t stream);
 
 // ---- attention (kernels_attention.cu, kernels_partial_merge.cu) --------------
 struct AttentionArgs {

@@ -64,7 +64,9 @@ GgmlType ggml_of(DType t) {
 
 }  // namespace
 
-Weight CudaBackend::prepare_weight(const Weight& src, WeightMode /*ignored for the device, see the header*/) {
+Weight CudaBackend::prepare_weight(const Weight& src, WeightMode mode) {
+  TOPKV_CHECK(mode != WeightMode::F32, "--weights f32 is for the CPU backend; the CUDA backend keeps the file's "
+              "quantised blocks (quant) or dequantises them to fp16 (f16)");
   TOPKV_CHECK(src.data && src.rows > 0 && src.cols > 0, "weight '{}' is empty ({} x {})", src.name, src.rows,
               src.cols);
   TOPKV_CHECK(!mem_.owns(src.data, MemKind::Weights),

@@ -27,9 +27,17 @@ template <class W> __device__ __forceinline__ void unpack16(const uint4& raw, fl
 }
 
 // Rows 16-byte aligned (cols a multiple of 16/sizeof(W)) and x 16-byte aligned.
+// The epilogue of one output row: + bias, + what y holds (accumulate).
+__device__ __forceinline__ void store_row(float* y, int64_t at, float s, const float* bias, int64_t row,
+                                          bool accumulate) {
+  if (bias) s += bias[row];
+  y[at] = accumulate ? y[at] + s : s;
+}
+
 template <class W, int NT>
 __global__ void __launch_bounds__(kGemvThreads) gemv_vec_kernel(const W* __restrict__ w, int64_t rows, int64_t cols,
-                                                                const float* __restrict__ x, float* __restrict__ y) {
+                                                                const float* __restrict__ x, float* __restrict__ y,
+                                                                const float* __restrict__ bias, bool accumulate) {
   constexpr int V = 16 / sizeof(W);  // weights per 16-byte load
   constexpr int64_t kStep = 32 * V;  // one load per lane
   const int lane = threadIdx.x % 32;
@@ -70,7 +78,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_vec_kernel(const W* __restr
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const float s = warp_sum(acc[t]);
-    if (lane == 0) y[t * rows + row] = s;
+    if (lane == 0) store_row(y, t * rows + row, s, bias, row, accumulate);
   }
 }
 
@@ -78,7 +86,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_vec_kernel(const W* __restr
 template <class W, int NT>
 __global__ void __launch_bounds__(kGemvThreads) gemv_scalar_kernel(const W* __restrict__ w, int64_t rows,
                                                                    int64_t cols, const float* __restrict__ x,
-                                                                   float* __restrict__ y) {
+                                                                   float* __restrict__ y,
+                                                                   const float* __restrict__ bias, bool accumulate) {
   const int lane = threadIdx.x % 32;
   const int64_t row = (int64_t)blockIdx.x * (kGemvThreads / 32) + threadIdx.x / 32;
   if (row >= rows) return;
@@ -94,20 +103,21 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_scalar_kernel(const W* __re
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const float s = warp_sum(acc[t]);
-    if (lane == 0) y[t * rows + row] = s;
+    if (lane == 0) store_row(y, t * rows + row, s, bias, row, accumulate);
   }
 }
 
 template <class W, int NT>
-void launch_gemv(const W* w, int64_t rows, int64_t cols, const float* x, float* y, cudaStream_t stream) {
+void launch_gemv(const W* w, int64_t rows, int64_t cols, const float* x, float* y, cudaStream_t stream,
+                 const float* bias, bool accumulate) {
   const unsigned blocks = (unsigned)((rows + kGemvThreads / 32 - 1) / (kGemvThreads / 32));
   constexpr int V = 16 / sizeof(W);
   const bool vec = cols % V == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(x) % 16 == 0;
   if (vec)
-    gemv_vec_kernel<W, NT><<<blocks, kGemvThreads, 0, stream>>>(w, rows, cols, x, y);
+    gemv_vec_kernel<W, NT><<<blocks, kGemvThreads, 0, stream>>>(w, rows, cols, x, y, bias, accumulate);
   else
-    gemv_scalar_kernel<W, NT><<<blocks, kGemvThreads, 0, stream>>>(w, rows, cols, x, y);
+    gemv_scalar_kernel<W, NT><<<blocks, kGemvThreads, 0, stream>>>(w, rows, cols, x, y, bias, accumulate);
 }
 
 constexpr int kCastThreads = 256;
@@ -146,6 +156,11 @@ __global__ void cast_f16_scaled_kernel(const float* __restrict__ x, int64_t n, _
     out[i] = __float2half_rn(x[i] * s);
 }
 
+__global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__ bias, int64_t n, int64_t rows) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    y[i] += bias[i % rows];
+}
+
 __global__ void cast_bf16_kernel(const float* __restrict__ x, int64_t n, __nv_bfloat16* __restrict__ out) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     out[i] = __float2bfloat16_rn(x[i]);
@@ -154,17 +169,17 @@ __global__ void cast_bf16_kernel(const float* __restrict__ x, int64_t n, __nv_bf
 }  // namespace
 
 void gemv(DType w_type, const void* w, int64_t rows, int64_t cols, const float* x, int T, float* y,
-          cudaStream_t stream) {
+          cudaStream_t stream, const float* bias, bool accumulate) {
   TOPKV_CHECK(T >= 1 && T <= kGemvMaxTokens, "gemv runs 1..{} tokens, got {}", kGemvMaxTokens, T);
   if (rows <= 0) return;
   with_elem_type(w_type, [&](auto e) {
     using W = decltype(e);
     const W* wp = static_cast<const W*>(w);
     switch (T) {
-      case 1: launch_gemv<W, 1>(wp, rows, cols, x, y, stream); break;
-      case 2: launch_gemv<W, 2>(wp, rows, cols, x, y, stream); break;
-      case 3: launch_gemv<W, 3>(wp, rows, cols, x, y, stream); break;
-      default: launch_gemv<W, 4>(wp, rows, cols, x, y, stream); break;
+      case 1: launch_gemv<W, 1>(wp, rows, cols, x, y, stream, bias, accumulate); break;
+      case 2: launch_gemv<W, 2>(wp, rows, cols, x, y, stream, bias, accumulate); break;
+      case 3: launch_gemv<W, 3>(wp, rows, cols, x, y, stream, bias, accumulate); break;
+      default: launch_gemv<W, 4>(wp, rows, cols, x, y, stream, bias, accumulate); break;
     }
   });
   TOPKV_CUDA_CHECK_LAUNCH();
@@ -172,20 +187,28 @@ void gemv(DType w_type, const void* w, int64_t rows, int64_t cols, const float* 
 
 size_t gemm_workspace_bytes(int64_t cols, int T) { return (size_t)cols * (size_t)T * 2; }
 
-void gemm(cublasHandle_t handle, DType w_type, const void* w, int64_t rows, int64_t cols, const float* x, int T,
-          float* y, void* workspace, float* scalars, cudaStream_t stream) {
-  if (rows <= 0 || T <= 0) return;
+void add_bias(float* y, const float* bias, int T, int64_t rows, cudaStream_t stream) {
+  const int64_t n = (int64_t)T * rows;
+  if (n <= 0) return;
+  add_bias_kernel<<<grid_for(n, kCastThreads, 4096), kCastThreads, 0, stream>>>(y, bias, n, rows);
+  TOPKV_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+// cuBLAS's product with beta = accumulate (the body of gemm).
+void gemm_product(cublasHandle_t handle, DType w_type, const void* w, int64_t rows, int64_t cols, const float* x,
+                  int T, float* y, void* workspace, float* scalars, cudaStream_t stream, bool accumulate) {
   TOPKV_CHECK(rows < INT32_MAX && cols < INT32_MAX && (int64_t)T * cols < INT32_MAX,
               "matmul of {} x {} by {} tokens exceeds cuBLAS's 32-bit sizes", rows, cols, T);
   TOPKV_CUBLAS_CHECK(cublasSetStream(handle, stream));
   const int m = (int)rows, n = T, k = (int)cols;
   // Column-major view: W [rows][cols] row-major is a cols x rows matrix, so
   // Y^T (rows x T, ld rows) = op_T(W) (rows x cols) * X^T (cols x T, ld cols).
+  const float one = 1.f, beta = accumulate ? 1.f : 0.f;
   if (w_type == DType::F32) {
-    const float one = 1.f, zero = 0.f;
     TOPKV_CUBLAS_CHECK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));
     TOPKV_CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, static_cast<const float*>(w), k,
-                                   x, k, &zero, y, m));
+                                   x, k, &beta, y, m));
     return;
   }
   const int64_t nx = (int64_t)T * cols;
@@ -196,21 +219,29 @@ void gemm(cublasHandle_t handle, DType w_type, const void* w, int64_t rows, int6
     TOPKV_CUDA_CHECK_LAUNCH();
     cast_f16_scaled_kernel<<<blocks, kCastThreads, 0, stream>>>(x, nx, static_cast<__half*>(workspace), scalars);
     TOPKV_CUDA_CHECK_LAUNCH();
-    // alpha = scalars[1] (set by the cast), beta = scalars[2] (zero).
+    // alpha = scalars[1] (set by the cast), beta = scalars[2] (zero) or scalars[3] (one).
     TOPKV_CUBLAS_CHECK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_DEVICE));
     const cublasStatus_t st =
         cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, scalars + 1, w, CUDA_R_16F, k, workspace, CUDA_R_16F,
-                     k, scalars + 2, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                     k, scalars + (accumulate ? 3 : 2), y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     TOPKV_CUBLAS_CHECK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));
     TOPKV_CUBLAS_CHECK(st);
   } else {
     cast_bf16_kernel<<<blocks, kCastThreads, 0, stream>>>(x, nx, static_cast<__nv_bfloat16*>(workspace));
     TOPKV_CUDA_CHECK_LAUNCH();
-    const float one = 1.f, zero = 0.f;
     TOPKV_CUBLAS_CHECK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));
     TOPKV_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, CUDA_R_16BF, k, workspace,
-                                    CUDA_R_16BF, k, &zero, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                    CUDA_R_16BF, k, &beta, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
+}
+
+}  // namespace
+
+void gemm(cublasHandle_t handle, DType w_type, const void* w, int64_t rows, int64_t cols, const float* x, int T,
+          float* y, void* workspace, float* scalars, cudaStream_t stream, const float* bias, bool accumulate) {
+  if (rows <= 0 || T <= 0) return;
+  gemm_product(handle, w_type, w, rows, cols, x, T, y, workspace, scalars, stream, accumulate);
+  if (bias) add_bias(y, bias, T, rows, stream);
 }
 
 }  // namespace topkv::cuda

@@ -7,8 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-# The real model (Gemma 3 270M) for the golden tests; without it they skip.
-scripts/fetch-model.sh >/dev/null || echo "test.sh: the model could not be installed; tests that need it will skip" >&2
+# The real models (Gemma 3 270M, Qwen2.5-Coder 0.5B and 1.5B) for the golden
+# tests; without them those tests skip.
+for m in gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b; do
+  scripts/fetch-model.sh "$m" >/dev/null || echo "test.sh: $m could not be installed; tests that need it will skip" >&2
+done
 BUILD_DIR=${BUILD_DIR:-build}
 BUILD_TYPE=${BUILD_TYPE:-Release}
 JOBS=${JOBS:-$(nproc)}

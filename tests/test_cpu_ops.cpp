@@ -90,6 +90,39 @@ TEST_CASE("matmul matches the plain loop for every weight type, GEMV and GEMM pa
       }
 }
 
+TEST_CASE("matmul epilogue: bias and accumulate on the GEMV and GEMM paths") {
+  auto be = make_cpu_backend();
+  std::mt19937 rng(12);
+  for (GgmlType t : {GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K})
+    for (int64_t rows : {1, 67})
+      for (int T : {1, 3, 4, 9}) {
+        const int64_t cols = t == GgmlType::Q4_K ? 256 : 64;
+        CAPTURE(ggml_type_name((uint32_t)t), rows, T);
+        TestWeight tw = make_weight(t, rows, cols, rng);
+        const auto x = randn((size_t)T * cols, rng);
+        const auto bias_v = randn((size_t)rows, rng), y0 = randn((size_t)T * rows, rng);
+        const Weight bias = f32_weight(bias_v);
+        std::vector<float> prod((size_t)T * rows);
+        ref::matmul(x.data(), tw.f32.data(), rows, cols, T, prod.data());
+        for (bool acc : {false, true})
+          for (bool with_bias : {false, true}) {
+            CAPTURE(acc, with_bias);
+            std::vector<float> want(prod), got(y0);
+            for (int tt = 0; tt < T; ++tt)
+              for (int64_t r = 0; r < rows; ++r)
+                want[tt * rows + r] += (with_bias ? bias_v[r] : 0.f) + (acc ? y0[tt * rows + r] : 0.f);
+            be->matmul(x.data(), tw.w, T, got.data(), MatmulEpilogue{with_bias ? &bias : nullptr, acc});
+            REQUIRE(max_abs_diff(want, got) <= 1e-4f * (1.f + max_abs(want)));
+          }
+      }
+  // A bias of the wrong length is refused.
+  TestWeight tw = make_weight(GgmlType::F32, 5, 32, rng);
+  const auto short_bias = randn(4, rng), x = randn(32, rng);
+  std::vector<float> y(5);
+  const Weight b = f32_weight(short_bias);
+  REQUIRE_THROWS_WITH(be->matmul(x.data(), tw.w, 1, y.data(), MatmulEpilogue{&b, false}), Catch::Contains("bias"));
+}
+
 TEST_CASE("embedding rows are dequantised and scaled") {
   auto be = make_cpu_backend();
   std::mt19937 rng(5);
@@ -233,5 +266,12 @@ TEST_CASE("attention refuses a cache too small for the chunk") {
 TEST_CASE("weight mode names") {
   REQUIRE(parse_weight_mode("quant") == WeightMode::Quant);
   REQUIRE(parse_weight_mode("f32") == WeightMode::F32);
+  REQUIRE(parse_weight_mode("f16") == WeightMode::F16);
+  for (const char* n : {"quant", "f16", "f32"}) REQUIRE(weight_mode_name(parse_weight_mode(n)) == std::string(n));
   REQUIRE_THROWS_AS(parse_weight_mode("fp16"), Error);
+  // f16 weights are the CUDA backend's; the CPU backend refuses them by name.
+  auto be = make_cpu_backend();
+  std::mt19937 rng(3);
+  TestWeight tw = make_weight(GgmlType::Q8_0, 2, 32, rng);
+  REQUIRE_THROWS_WITH(be->prepare_weight(tw.w, WeightMode::F16), Catch::Contains("CUDA backend"));
 }

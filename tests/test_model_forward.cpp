@@ -1,6 +1,6 @@
 // The forward pass (chunked prefill + cached decode on the CPU backend)
 // against the naive per-token reference (src/model/reference.cpp) on small
-// synthetic llama and gemma3 models of several geometries; and every bad
+// synthetic llama, gemma3 and qwen2 models of several geometries; and every bad
 // model / bad call path.
 #include <unistd.h>
 
@@ -95,7 +95,9 @@ std::string synth(const std::string& name, SynthConfig c) {
 // Rewrites a GGUF file with every key and tensor of `src`, then `edit` (which
 // may add keys and tensors): how the tests give a synthetic model what the
 // synthesiser does not write (Llama 3.1 rope_freqs, RoPE scaling).
-std::string copy_with(const std::string& src, const std::string& name, const std::function<void(GgufWriter&)>& edit) {
+// `skip` leaves tensors out (to replace or drop them).
+std::string copy_with(const std::string& src, const std::string& name, const std::function<void(GgufWriter&)>& edit,
+                      const std::function<bool(const GgufTensor&)>& skip = {}) {
   auto f = GgufFile::open(src);
   GgufWriter w;
   for (const GgufKV& kv : f->metadata()) {
@@ -122,8 +124,9 @@ std::string copy_with(const std::string& src, const std::string& name, const std
     }
   }
   for (const GgufTensor& t : f->tensors())
-    w.add_tensor_raw(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
-                     std::vector<uint8_t>(t.data, t.data + t.nbytes));
+    if (!skip || !skip(t))
+      w.add_tensor_raw(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
+                       std::vector<uint8_t>(t.data, t.data + t.nbytes));
   edit(w);
   const std::string path = tmp().file(name + ".gguf");
   w.write(path);
@@ -234,6 +237,52 @@ TEST_CASE("gemma3 with GQA groups of 2 and head_dim 64, odd lengths") {
   r.prompt = 13, r.decode = 6, r.chunks = {13, 2};
   r.opt.n_ctx = 19, r.opt.max_chunk = 13;
   check_against_reference(synth("gemma3_g2", c), r);
+}
+
+TEST_CASE("qwen2: q/k/v biases, NeoX RoPE and GQA 7:1 / 6:1 match the reference") {
+  struct G { int heads, kv, hd; GgmlType type; bool tied; };
+  for (const G& g : {G{7, 1, 64, GgmlType::F32, false}, G{6, 1, 128, GgmlType::Q8_0, true},
+                     G{14, 2, 64, GgmlType::Q4_K, false}, G{4, 2, 256, GgmlType::Q6_K, true}}) {
+    SynthConfig c = synth_defaults("qwen2");
+    c.layers = 2, c.width = 256, c.heads = g.heads, c.kv_heads = g.kv, c.head_dim = g.hd, c.ffn = 512;
+    c.vocab = 600, c.type = g.type, c.tied_output = g.tied, c.seed = (uint64_t)g.hd * 5 + g.heads;
+    CAPTURE(g.heads, g.kv, g.hd, ggml_type_name((uint32_t)g.type), g.tied);
+    Run r;
+    r.prompt = 19, r.decode = 5, r.chunks = {19, 4, 1};
+    r.opt.n_ctx = 32, r.opt.max_chunk = 19;
+    const std::string path = synth(fmt::format("qwen2_{}_{}_{}", g.heads, g.kv, g.hd), c);
+    check_against_reference(path, r);
+    auto file = GgufFile::open(path);
+    const ModelConfig cfg = read_model_config(*file);
+    REQUIRE(cfg.arch == Arch::Qwen2);
+    REQUIRE(cfg.qkv_bias);
+    REQUIRE(cfg.layers[1].rope.style == RopeStyle::NeoX);
+    REQUIRE(cfg.layers[1].rope.base == Approx(1e6f));
+  }
+}
+
+TEST_CASE("qwen2: the biases matter, and a file without them is refused") {
+  const std::string path = synth("qwen2_tiny", synth_preset("tiny-qwen2"));
+  const auto is_bias = [](const GgufTensor& t) { return t.name.ends_with(".bias"); };
+  // The same model with every bias zero: other logits (so the reference test
+  // above would catch a forward pass that drops them).
+  const auto src = GgufFile::open(path);
+  const std::string zeroed = copy_with(path, "qwen2_zero_bias", [&](GgufWriter& w) {
+    for (const GgufTensor& t : src->tensors())
+      if (is_bias(t)) w.add_tensor_f32(t.name, GgmlType::F32, {t.ne[0]}, std::vector<float>((size_t)t.ne[0], 0.f));
+  }, is_bias);
+  auto be = make_cpu_backend();
+  const ModelOptions opt = test::model_options(16, 8);
+  Model with(std::shared_ptr<const GgufFile>(GgufFile::open(path)), *be, opt);
+  Model without(std::shared_ptr<const GgufFile>(GgufFile::open(zeroed)), *be, opt);
+  const auto ids = random_tokens(6, with.config().n_vocab, 11);
+  const auto a = with.prefill(ids, 8), b = without.prefill(ids, 8);
+  REQUIRE(rel_err(a.data(), b.data(), a.size()) > 1e-2);
+
+  const std::string no_bias = copy_with(path, "qwen2_no_bias", [](GgufWriter&) {},
+                                        [](const GgufTensor& t) { return t.name == "blk.1.attn_k.bias"; });
+  REQUIRE_THROWS_WITH(Model(std::shared_ptr<const GgufFile>(GgufFile::open(no_bias)), *be, opt),
+                      Catch::Contains("blk.1.attn_k.bias' is missing"));
 }
 
 TEST_CASE("bad calls: full context, chunk too large, token outside the vocabulary") {

@@ -1,4 +1,4 @@
-// topkv model: `synth` writes a random-weight GGUF of any llama / gemma3
+// topkv model: `synth` writes a random-weight GGUF of any llama / gemma3 / qwen2
 // geometry; `info` describes a GGUF file (geometry, metadata, tensors).
 #include <fmt/format.h>
 
@@ -153,14 +153,15 @@ void register_model(CLI::App& app) {
 
   auto a = std::make_shared<SynthArgs>();
   auto* synth = model->add_subcommand(
-      "synth", "Write a random-weight GGUF model of any llama or gemma3 geometry (for tests and benchmarks): "
+      "synth", "Write a random-weight GGUF model of any llama, gemma3 or qwen2 geometry (for tests and benchmarks): "
                "tensor names and metadata as in real files, a small SentencePiece vocabulary");
   std::string presets;
   for (auto& n : synth_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
   synth->add_option("-o,--output", a->out, "Output .gguf path (written atomically)")->required();
   synth->add_option("--preset", a->preset, "Start from a named geometry: " + presets +
                                                " (llama3-8b is ~4.6 GB at q4_k); other flags override it");
-  synth->add_option("--arch", a->arch, "Architecture: llama or gemma3 (default llama)");
+  synth->add_option("--arch", a->arch, "Architecture: llama, gemma3 or qwen2 (qwen2: llama plus q/k/v biases and "
+                    "NeoX RoPE; default llama)");
   synth->add_option("--layers", a->layers, "Transformer blocks (default 2)");
   synth->add_option("--width", a->width, "Embedding width (default 256)");
   synth->add_option("--heads", a->heads, "Query heads (default 4)");
@@ -173,13 +174,13 @@ void register_model(CLI::App& app) {
   synth->add_option("--sliding-window", a->sliding_window, "gemma3: window of the local layers (default 512)");
   synth->add_option("--global-every", a->global_every,
                     "gemma3: layer i is global when (i+1) is a multiple of this (default 6: layers 5, 11, ...)");
-  synth->add_option("--rope-base", a->rope_base, "RoPE base (llama default 1e4; gemma3: global layers, 1e6)");
+  synth->add_option("--rope-base", a->rope_base, "RoPE base (llama default 1e4; qwen2 1e6; gemma3: global layers, 1e6)");
   synth->add_option("--rope-base-local", a->rope_base_local, "gemma3: RoPE base of the local layers (default 1e4)");
-  synth->add_option("--norm-eps", a->norm_eps, "RMSNorm epsilon (llama 1e-5, gemma3 1e-6)");
+  synth->add_option("--norm-eps", a->norm_eps, "RMSNorm epsilon (llama 1e-5, gemma3 and qwen2 1e-6)");
   synth->add_option("--type", a->type, "Weight type of the matrices and token_embd: f32 f16 bf16 q8_0 q4_0 q4_1 "
                                        "q5_0 q5_1 q4_k q5_k q6_k (default f32; norms are always f32)");
   synth->add_option("--seed", a->seed, "Random seed (default 1); the same seed writes the same file");
-  synth->add_flag("--tied", a->tied, "llama: no output.weight, logits use token_embd (gemma3 always ties)");
+  synth->add_flag("--tied", a->tied, "llama, qwen2: no output.weight, logits use token_embd (gemma3 always ties)");
   synth->add_flag("--force", a->force, "Overwrite the output file if it exists");
   synth->add_flag("-q,--quiet", a->quiet, "No progress bar or summary");
   synth->callback([a, synth] { run_synth(*a, synth); });

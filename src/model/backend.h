@@ -47,8 +47,20 @@ struct Weight {
   size_t bytes() const { return (size_t)rows * row_bytes; }
 };
 
-enum class WeightMode { Quant, F32 };  // keep the file's types / dequantise once at load
-WeightMode parse_weight_mode(const std::string& s);  // "quant" | "f32"; throws Error
+// How prepare_weight keeps a matrix: the file's quantised blocks (every
+// backend's default), or dequantised once at load to fp32 (the CPU backend) or
+// fp16/bf16 (a device backend). A backend refuses the mode it has no use for.
+enum class WeightMode { Quant, F16, F32 };
+WeightMode parse_weight_mode(const std::string& s);  // "quant" | "f16" | "f32"; throws Error
+const char* weight_mode_name(WeightMode m);
+
+// What a matmul does with its product before it stores it, so that a device
+// backend fuses it into the same kernel (llama.cpp's fused bias and residual
+// adds): y = x W^T (+ bias) (+ y, when accumulate: the residual stream).
+struct MatmulEpilogue {
+  const Weight* bias = nullptr;  // F32, 1 x w.rows, from prepare_weight; added to every token's row
+  bool accumulate = false;       // add the product to what y holds instead of overwriting it
+};
 
 // RoPE of one layer. theta_i = freq_scale * pos * base^(-2i/n_rot) / factor_i
 // for pair i < n_rot/2 (factor_i from `rope_freqs`, 1 when absent); dims past
@@ -132,8 +144,9 @@ class Backend {
   virtual void rms_norm(const float* x, const Weight& w, int64_t rows, int dim, float eps, float* out) = 0;
   // In place on x[T][n_heads][head_dim]; token t is at position pos0 + t.
   virtual void rope(float* x, int T, int n_heads, int head_dim, int64_t pos0, const RopeParams& p) = 0;
-  // y[T][w.rows] = x[T][w.cols] * W^T. y must not alias x.
-  virtual void matmul(const float* x, const Weight& w, int T, float* y) = 0;
+  // y[T][w.rows] = x[T][w.cols] * W^T, then the epilogue. y must not alias x.
+  virtual void matmul(const float* x, const Weight& w, int T, float* y, const MatmulEpilogue& ep) = 0;
+  void matmul(const float* x, const Weight& w, int T, float* y) { matmul(x, w, T, y, MatmulEpilogue{}); }
   // out[i] = act(gate[i]) * up[i], i < n. out may alias gate or up.
   virtual void glu(GluKind kind, const float* gate, const float* up, int64_t n, float* out) = 0;
   // y[i] += x[i], i < n.

@@ -18,8 +18,14 @@ namespace topkv {
 
 WeightMode parse_weight_mode(const std::string& s) {
   if (s == "quant") return WeightMode::Quant;
+  if (s == "f16") return WeightMode::F16;
   if (s == "f32") return WeightMode::F32;
-  fail("unknown weight mode '{}': use 'quant' (keep the file's quantised rows) or 'f32' (dequantise at load)", s);
+  fail("unknown weight mode '{}': use 'quant' (keep the file's quantised rows), 'f16' (dequantise to fp16 at load: "
+       "the CUDA backend) or 'f32' (dequantise to fp32 at load: the CPU backend)", s);
+}
+
+const char* weight_mode_name(WeightMode m) {
+  return m == WeightMode::Quant ? "quant" : m == WeightMode::F16 ? "f16" : "f32";
 }
 
 // Backends that cannot record (the CPU one) run every op as it is called;
@@ -63,6 +69,8 @@ class CpuBackend final : public Backend {
   }
 
   Weight prepare_weight(const Weight& src, WeightMode mode) override {
+    TOPKV_CHECK(mode != WeightMode::F16, "--weights f16 is for the CUDA backend; the CPU backend keeps the file's "
+                "quantised rows (quant) or dequantises them to fp32 (f32)");
     if (mode == WeightMode::Quant || src.type == GgmlType::F32) return src;
     Weight w = src;
     Buffer buf = host_alloc((size_t)src.rows * src.cols * sizeof(float));
@@ -137,7 +145,10 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void matmul(const float* x, const Weight& w, int T, float* y) override { cpu::matmul(x, w, T, y); }
+  using Backend::matmul;
+  void matmul(const float* x, const Weight& w, int T, float* y, const MatmulEpilogue& ep) override {
+    cpu::matmul(x, w, T, y, ep);
+  }
 
   void glu(GluKind kind, const float* gate, const float* up, int64_t n, float* out) override {
     if (kind == GluKind::SiLU) {

@@ -43,11 +43,11 @@ void blas_single_threaded_once() {
 
 // Column-major BLAS on row-major data: a row-major X[r][c] is the
 // column-major X^T, so row-major C = B * op(A) is column-major C^T = op(A)^T * B^T.
-void gemm_abt(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc) {
+void gemm_abt(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc, float beta) {
   blas_single_threaded_once();
-  const float one = 1.f, zero = 0.f;
+  const float one = 1.f;
   // col-major C^T[m][n] = op(A)[m][k] * B^T[k][n], A^T stored as col-major k x m -> "T".
-  sgemm_("T", "N", &m, &n, &k, &one, a, &lda, b, &ldb, &zero, c, &ldc);
+  sgemm_("T", "N", &m, &n, &k, &one, a, &lda, b, &ldb, &beta, c, &ldc);
 }
 
 void gemm_ab(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc, float beta) {
@@ -72,13 +72,24 @@ float weight_row_dot(const Weight& w, int64_t r, const float* x) {
   }
 }
 
-void matmul(const float* x, const Weight& w, int T, float* y) {
+void matmul(const float* x, const Weight& w, int T, float* y, const MatmulEpilogue& ep) {
   const int64_t out = w.rows, in = w.cols;
+  const float* bias = nullptr;
+  if (ep.bias) {
+    TOPKV_CHECK(ep.bias->type == GgmlType::F32 && ep.bias->rows * ep.bias->cols == out,
+                "matmul by '{}': bias '{}' must be F32 with {} values (one per output row), got {} x {} {}", w.name,
+                ep.bias->name, out, ep.bias->rows, ep.bias->cols, ggml_type_name((uint32_t)ep.bias->type));
+    bias = reinterpret_cast<const float*>(ep.bias->data);
+  }
   if (T < kGemmMinTokens) {
     // A small product runs on the calling thread: waking the team costs more.
 #pragma omp parallel for schedule(static) if ((int64_t)T * out * in >= kParallelMacs)
     for (int64_t r = 0; r < out; ++r)
-      for (int t = 0; t < T; ++t) y[(size_t)t * out + r] = weight_row_dot(w, r, x + (size_t)t * in);
+      for (int t = 0; t < T; ++t) {
+        float& dst = y[(size_t)t * out + r];
+        const float v = weight_row_dot(w, r, x + (size_t)t * in) + (bias ? bias[r] : 0.f);
+        dst = ep.accumulate ? dst + v : v;
+      }
     return;
   }
   const int64_t n_tiles = (out + kTileRows - 1) / kTileRows;
@@ -100,7 +111,10 @@ void matmul(const float* x, const Weight& w, int T, float* y) {
         a = tile.data();
         lda = (int)in;
       }
-      gemm_abt((int)nr, T, (int)in, a, lda, x, (int)in, y + r0, (int)out);
+      gemm_abt((int)nr, T, (int)in, a, lda, x, (int)in, y + r0, (int)out, ep.accumulate ? 1.f : 0.f);
+      if (bias)
+        for (int t = 0; t < T; ++t)
+          for (int64_t r = 0; r < nr; ++r) y[(size_t)t * out + r0 + r] += bias[r0 + r];
     }
   }
 }

@@ -35,7 +35,7 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
   if (t.output != t.token_embd) all_weights_.push_back(&output_);
   for (const LayerWeights& L : layers_)
     for (const Weight* w : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.q_norm, &L.k_norm, &L.post_attn_norm,
-                            &L.ffn_norm, &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.post_ffw_norm})
+                            &L.ffn_norm, &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.post_ffw_norm, &L.bq, &L.bk, &L.bv})
       if (w->data) all_weights_.push_back(w);
 
   for (int il : opt_.override_layers)
@@ -175,8 +175,11 @@ void Model::project_logits(int r0, int nr) {
 
 // One transformer block on the chunk in x_ (positions n_past_..n_past_+T-1).
 //   llama:  x += o(attn(rope(q(n(x))), rope(k(n(x))), v(n(x))));  x += down(silu(gate(n(x))) * up(n(x)))
+//   qwen2:  the same with a bias on q, k and v (NeoX RoPE pairing).
 //   gemma3: the same with QK-norm before RoPE, gelu-tanh gate, and an RMSNorm
 //           on each branch output before it joins the residual.
+// Biases and, without post-norms, the residual adds ride on the matmul's
+// epilogue (one kernel on a device backend).
 // Split in three so that a recorded decode step can end a segment before an
 // overridden layer's attention (src/model/model_decode.cpp).
 void Model::layer(int il, int T) {
@@ -196,9 +199,10 @@ void Model::attention_input(int il, int T) {
   const float eps = cfg_.rms_eps;
   float *x = x_.f32(), *xb = xb_.f32(), *q = q_.f32(), *k = k_.f32(), *v = v_.f32();
   be_.rms_norm(x, L.attn_norm, T, d, eps, xb);
-  be_.matmul(xb, L.wq, T, q);
-  be_.matmul(xb, L.wk, T, k);
-  be_.matmul(xb, L.wv, T, v);
+  const auto bias = [](const Weight& b) { return MatmulEpilogue{b.data ? &b : nullptr, false}; };
+  be_.matmul(xb, L.wq, T, q, bias(L.bq));
+  be_.matmul(xb, L.wk, T, k, bias(L.bk));
+  be_.matmul(xb, L.wv, T, v, bias(L.bv));
   if (cfg_.qk_norm) {
     be_.rms_norm(q, L.q_norm, (int64_t)T * nh, hd, eps, q);
     be_.rms_norm(k, L.k_norm, (int64_t)T * nkv, hd, eps, k);
@@ -222,17 +226,26 @@ void Model::attention_output_ffn(int il, int T) {
   const int d = cfg_.n_embd;
   const float eps = cfg_.rms_eps;
   float *x = x_.f32(), *xb = xb_.f32(), *att = att_.f32(), *gate = gate_.f32(), *up = up_.f32();
-  be_.matmul(att, L.wo, T, xb);
-  if (cfg_.post_norms) be_.rms_norm(xb, L.post_attn_norm, T, d, eps, xb);
-  be_.add(xb, (int64_t)T * d, x);
+  const MatmulEpilogue residual{nullptr, /*accumulate=*/true};
+  if (cfg_.post_norms) {
+    be_.matmul(att, L.wo, T, xb);
+    be_.rms_norm(xb, L.post_attn_norm, T, d, eps, xb);
+    be_.add(xb, (int64_t)T * d, x);
+  } else {
+    be_.matmul(att, L.wo, T, x, residual);
+  }
 
   be_.rms_norm(x, L.ffn_norm, T, d, eps, xb);
   be_.matmul(xb, L.ffn_gate, T, gate);
   be_.matmul(xb, L.ffn_up, T, up);
   be_.glu(cfg_.glu, gate, up, (int64_t)T * cfg_.n_ff, gate);
-  be_.matmul(gate, L.ffn_down, T, xb);
-  if (cfg_.post_norms) be_.rms_norm(xb, L.post_ffw_norm, T, d, eps, xb);
-  be_.add(xb, (int64_t)T * d, x);
+  if (cfg_.post_norms) {
+    be_.matmul(gate, L.ffn_down, T, xb);
+    be_.rms_norm(xb, L.post_ffw_norm, T, d, eps, xb);
+    be_.add(xb, (int64_t)T * d, x);
+  } else {
+    be_.matmul(gate, L.ffn_down, T, x, residual);
+  }
 }
 
 // Attention of an overridden layer: token by token (each appends its own key

@@ -1,4 +1,4 @@
-// The forward pass of a llama / gemma3 model on a Backend, with dense
+// The forward pass of a llama / gemma3 / qwen2 model on a Backend, with dense
 // attention over a KV cache: prefill a prompt in chunks, then decode one token
 // at a time. Weights reference the memory-mapped GGUF file (or dequantised
 // copies, --weights f32).
@@ -147,6 +147,7 @@ class Model {
   struct LayerWeights {
     Weight attn_norm, wq, wk, wv, wo, q_norm, k_norm, post_attn_norm;
     Weight ffn_norm, ffn_gate, ffn_up, ffn_down, post_ffw_norm;
+    Weight bq, bk, bv;  // qwen2's projection biases (empty otherwise)
   };
   static constexpr int kLogitRows = 16;  // all_logits: rows projected to the vocabulary at a time
   void forward_chunk(const int32_t* ids, int T, bool all_logits, float* logits_out);

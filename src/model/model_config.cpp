@@ -7,7 +7,7 @@
 
 namespace topkv {
 
-const char* arch_name(Arch a) { return a == Arch::Gemma3 ? "gemma3" : "llama"; }
+const char* arch_name(Arch a) { return a == Arch::Gemma3 ? "gemma3" : a == Arch::Qwen2 ? "qwen2" : "llama"; }
 
 namespace {
 
@@ -67,6 +67,28 @@ void read_llama(const GgufFile& f, ModelConfig& c) {
                 rope.n_rot / 2, ggml_type_name((uint32_t)rf->type), rf->shape_string());
     for (auto& l : c.layers) l.rope.freq_factors = reinterpret_cast<const float*>(rf->data);
   }
+}
+
+// Qwen2 (llama.cpp LLM_ARCH_QWEN2): the llama block with a bias on the q, k
+// and v projections, RoPE in NeoX pairing (llama.cpp LLAMA_ROPE_TYPE_NEOX:
+// convert_hf_to_gguf does not permute qwen2's q/k), base from the file (1e6 for
+// Qwen2.5), SiLU GLU, output tied to token_embd when output.weight is absent.
+void read_qwen2(const GgufFile& f, ModelConfig& c) {
+  read_common(f, "qwen2", c);
+  RopeParams rope;
+  rope.style = RopeStyle::NeoX;
+  rope.n_rot = (int)f.get_u32_or("qwen2.rope.dimension_count", (uint32_t)c.head_dim);
+  rope.base = f.get_f32_or("qwen2.rope.freq_base", 10000.f);
+  rope.freq_scale = rope_freq_scale(f, "qwen2");
+  TOPKV_CHECK(rope.n_rot > 0 && rope.n_rot % 2 == 0 && rope.n_rot <= c.head_dim,
+              "{}: qwen2.rope.dimension_count = {} must be even and at most the head dimension {}", f.path(),
+              rope.n_rot, c.head_dim);
+  TOPKV_CHECK(std::isfinite(rope.base) && rope.base > 1.f, "{}: qwen2.rope.freq_base = {} is not a usable RoPE base",
+              f.path(), rope.base);
+  c.attn_scale = 1.f / std::sqrt((float)c.head_dim);
+  c.glu = GluKind::SiLU;
+  c.qkv_bias = true;
+  c.layers.assign(c.n_layer, LayerConfig{false, 0, rope});
 }
 
 // Which layers are local. The real files carry no key (llama.cpp hard-codes
@@ -136,8 +158,11 @@ ModelConfig read_model_config(const GgufFile& f) {
   } else if (arch == "gemma3") {
     c.arch = Arch::Gemma3;
     read_gemma3(f, c);
+  } else if (arch == "qwen2") {
+    c.arch = Arch::Qwen2;
+    read_qwen2(f, c);
   } else {
-    fail("{}: architecture '{}' is not supported; topkv runs llama and gemma3 models", f.path(), arch);
+    fail("{}: architecture '{}' is not supported; topkv runs llama, gemma3 and qwen2 models", f.path(), arch);
   }
   const GgufTensor& embd = f.tensor("token_embd.weight");
   TOPKV_CHECK(embd.n_dims == 2 && embd.ne[0] == c.n_embd,
@@ -169,8 +194,8 @@ const GgufTensor* find_checked(const GgufFile& f, const std::string& name, int64
   const bool ok = vec ? (t->n_dims == 1 && t->ne[0] == ne0) : (t->n_dims == 2 && t->ne[0] == ne0 && t->ne[1] == ne1);
   TOPKV_CHECK(ok, "{}: tensor '{}' has shape {}, expected {} (from the file's hyperparameters)", f.path(), name,
               t->shape_string(), vec ? fmt::format("{}", ne0) : fmt::format("{} x {}", ne0, ne1));
-  TOPKV_CHECK(!vec || t->type == GgmlType::F32, "{}: norm weight '{}' is {}, expected F32", f.path(), name,
-              ggml_type_name((uint32_t)t->type));
+  TOPKV_CHECK(!vec || t->type == GgmlType::F32, "{}: vector '{}' (a norm weight or bias) is {}, expected F32",
+              f.path(), name, ggml_type_name((uint32_t)t->type));
   return t;
 }
 
@@ -203,6 +228,12 @@ ModelTensors find_model_tensors(const GgufFile& f, const ModelConfig& c) {
     if (c.post_norms) {
       L.post_attn_norm = find_checked(f, n("post_attention_norm"), d, 0);
       L.post_ffw_norm = find_checked(f, n("post_ffw_norm"), d, 0);
+    }
+    if (c.qkv_bias) {
+      const auto b = [&](const char* what) { return fmt::format("blk.{}.{}.bias", il, what); };
+      L.bq = find_checked(f, b("attn_q"), qd, 0);
+      L.bk = find_checked(f, b("attn_k"), kvd, 0);
+      L.bv = find_checked(f, b("attn_v"), kvd, 0);
     }
   }
   return m;

@@ -1,5 +1,5 @@
 // What a GGUF file says about the transformer in it: hyperparameters of the
-// supported architectures (llama, gemma3; docs/MODELS.md) and the weight
+// supported architectures (llama, gemma3, qwen2; docs/MODELS.md) and the weight
 // tensors, found by name and checked against those hyperparameters. Both the
 // fast forward pass (model.h) and the plain reference (reference.h) start here.
 #pragma once
@@ -12,7 +12,7 @@
 
 namespace topkv {
 
-enum class Arch { Llama, Gemma3 };
+enum class Arch { Llama, Gemma3, Qwen2 };
 const char* arch_name(Arch a);
 
 struct LayerConfig {
@@ -31,6 +31,7 @@ struct ModelConfig {
   float embed_scale = 1.f;    // gemma3: sqrt(n_embd)
   bool qk_norm = false;       // gemma3: RMSNorm over head_dim on q and k before RoPE
   bool post_norms = false;    // gemma3: post_attention_norm and post_ffw_norm
+  bool qkv_bias = false;      // qwen2: the q, k and v projections add a bias
   GluKind glu = GluKind::SiLU;
   std::vector<LayerConfig> layers;
 
@@ -48,6 +49,7 @@ struct LayerTensors {
   const GgufTensor *q_norm = nullptr, *k_norm = nullptr, *post_attn_norm = nullptr;
   const GgufTensor *ffn_norm = nullptr, *ffn_gate = nullptr, *ffn_up = nullptr, *ffn_down = nullptr;
   const GgufTensor* post_ffw_norm = nullptr;
+  const GgufTensor *bq = nullptr, *bk = nullptr, *bv = nullptr;  // qwen2: attn_{q,k,v}.bias
 };
 // Fills every per-layer weight of `out` (any struct with the LayerTensors
 // member names: the model's prepared weights, the reference's fp32 copies)
@@ -58,6 +60,7 @@ void map_layer_tensors(const LayerTensors& s, Out& out, F&& f) {
   out.q_norm = f(s.q_norm), out.k_norm = f(s.k_norm), out.post_attn_norm = f(s.post_attn_norm);
   out.ffn_norm = f(s.ffn_norm), out.ffn_gate = f(s.ffn_gate), out.ffn_up = f(s.ffn_up);
   out.ffn_down = f(s.ffn_down), out.post_ffw_norm = f(s.post_ffw_norm);
+  out.bq = f(s.bq), out.bk = f(s.bk), out.bv = f(s.bv);
 }
 
 struct ModelTensors {

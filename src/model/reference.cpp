@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "src/common/error.h"
 
@@ -107,6 +108,8 @@ std::vector<float> ReferenceModel::forward(int32_t token) {
     matmul(xb.data(), L.wq.data(), qd, d, 1, q.data());
     matmul(xb.data(), L.wk.data(), kvd, d, 1, k.data());
     matmul(xb.data(), L.wv.data(), kvd, d, 1, v.data());
+    for (auto [out, b] : {std::pair{&q, &L.bq}, std::pair{&k, &L.bk}, std::pair{&v, &L.bv}})
+      for (size_t i = 0; i < b->size(); ++i) (*out)[i] += (*b)[i];
     if (c.qk_norm) {
       rms_norm(q.data(), L.q_norm.data(), c.n_head, hd, c.rms_eps, q.data());
       rms_norm(k.data(), L.k_norm.data(), c.n_head_kv, hd, c.rms_eps, k.data());

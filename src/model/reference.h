@@ -37,6 +37,7 @@ class ReferenceModel {
   struct Layer {
     std::vector<float> attn_norm, wq, wk, wv, wo, q_norm, k_norm, post_attn_norm;
     std::vector<float> ffn_norm, ffn_gate, ffn_up, ffn_down, post_ffw_norm;
+    std::vector<float> bq, bk, bv;    // qwen2 (empty otherwise)
     std::vector<float> keys, values;  // [pos][n_kv][hd], every position so far
   };
   ModelConfig cfg_;

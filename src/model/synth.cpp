@@ -1,4 +1,4 @@
-// Synthetic llama / gemma3 GGUF files (see synth.h).
+// Synthetic llama / gemma3 / qwen2 GGUF files (see synth.h).
 #include "src/model/synth.h"
 
 #include <cmath>
@@ -12,7 +12,14 @@ namespace topkv {
 SynthConfig synth_defaults(std::string_view arch) {
   SynthConfig c;
   if (arch == "llama") return c;
-  TOPKV_CHECK(arch == "gemma3", "unknown architecture '{}'; synthetic models are 'llama' or 'gemma3'", arch);
+  if (arch == "qwen2") {
+    c.arch = "qwen2";
+    c.rope_base = 1e6f;
+    c.norm_eps = 1e-6f;
+    return c;
+  }
+  TOPKV_CHECK(arch == "gemma3", "unknown architecture '{}'; synthetic models are 'llama', 'gemma3' or 'qwen2'",
+              arch);
   c.arch = "gemma3";
   c.kv_heads = 1;
   c.rope_base = 1e6f;
@@ -22,7 +29,9 @@ SynthConfig synth_defaults(std::string_view arch) {
   return c;
 }
 
-std::vector<std::string> synth_preset_names() { return {"llama3-8b", "gemma3-270m", "tiny-llama", "tiny-gemma3"}; }
+std::vector<std::string> synth_preset_names() {
+  return {"llama3-8b", "gemma3-270m", "qwen2.5-0.5b", "qwen2.5-1.5b", "tiny-llama", "tiny-gemma3", "tiny-qwen2"};
+}
 
 SynthConfig synth_preset(std::string_view name) {
   SynthConfig c;
@@ -34,6 +43,17 @@ SynthConfig synth_preset(std::string_view name) {
     c = synth_defaults("gemma3");
     c.layers = 18, c.width = 640, c.heads = 4, c.kv_heads = 1, c.head_dim = 256, c.ffn = 2048;
     c.vocab = 262144, c.context = 32768, c.sliding_window = 512, c.type = GgmlType::Q8_0;
+  } else if (name == "qwen2.5-0.5b") {
+    c = synth_defaults("qwen2");
+    c.layers = 24, c.width = 896, c.heads = 14, c.kv_heads = 2, c.head_dim = 64, c.ffn = 4864;
+    c.vocab = 151936, c.context = 32768, c.type = GgmlType::Q4_K;
+  } else if (name == "qwen2.5-1.5b") {
+    c = synth_defaults("qwen2");
+    c.layers = 28, c.width = 1536, c.heads = 12, c.kv_heads = 2, c.head_dim = 128, c.ffn = 8960;
+    c.vocab = 151936, c.context = 32768, c.type = GgmlType::Q4_K;
+  } else if (name == "tiny-qwen2") {
+    c = synth_defaults("qwen2");
+    c.layers = 2, c.width = 128, c.heads = 7, c.kv_heads = 1, c.head_dim = 32, c.ffn = 256, c.vocab = 1024;
   } else if (name == "tiny-llama") {
     c = synth_defaults("llama");
     c.layers = 2, c.width = 128, c.heads = 4, c.kv_heads = 2, c.head_dim = 32, c.ffn = 256, c.vocab = 1024;
@@ -60,7 +80,8 @@ GgmlType synth_matrix_type(GgmlType type, int64_t ne0) {
 }
 
 void synth_validate(const SynthConfig& c) {
-  TOPKV_CHECK(c.arch == "llama" || c.arch == "gemma3", "--arch '{}' is not supported (llama or gemma3)", c.arch);
+  TOPKV_CHECK(c.arch == "llama" || c.arch == "gemma3" || c.arch == "qwen2",
+              "--arch '{}' is not supported (llama, gemma3 or qwen2)", c.arch);
   auto positive = [](int v, const char* flag, int hi) {
     TOPKV_CHECK(v >= 1 && v <= hi, "{} {} is out of range (1 to {})", flag, v, hi);
   };
@@ -99,7 +120,7 @@ void synth_validate(const SynthConfig& c) {
 
 namespace {
 
-enum class Init { Matrix, Norm };
+enum class Init { Matrix, Norm, Bias };
 struct TensorSpec {
   std::string name;
   int64_t ne0, ne1;  // ne1 = 0 for a vector
@@ -119,6 +140,12 @@ std::vector<TensorSpec> tensor_specs(const SynthConfig& c) {
     s.push_back({n("attn_q"), w, q, Init::Matrix});
     s.push_back({n("attn_k"), w, kv, Init::Matrix});
     s.push_back({n("attn_v"), w, kv, Init::Matrix});
+    if (c.arch == "qwen2") {
+      auto b = [l](const char* what) { return fmt::format("blk.{}.{}.bias", l, what); };
+      s.push_back({b("attn_q"), q, 0, Init::Bias});
+      s.push_back({b("attn_k"), kv, 0, Init::Bias});
+      s.push_back({b("attn_v"), kv, 0, Init::Bias});
+    }
     if (gemma) {
       s.push_back({n("attn_q_norm"), c.head_dim, 0, Init::Norm});
       s.push_back({n("attn_k_norm"), c.head_dim, 0, Init::Norm});
@@ -135,7 +162,7 @@ std::vector<TensorSpec> tensor_specs(const SynthConfig& c) {
 }
 
 GgmlType spec_type(const SynthConfig& c, const TensorSpec& t) {
-  return t.init == Init::Norm ? GgmlType::F32 : synth_matrix_type(c.type, t.ne0);
+  return t.init == Init::Matrix ? synth_matrix_type(c.type, t.ne0) : GgmlType::F32;
 }
 
 // Counter-based generator (SplitMix64 finaliser): one independent stream per
@@ -194,9 +221,9 @@ void write_metadata(GgufWriter& w, const SynthConfig& c, const SynthVocab& v) {
   w.set_u32(k("attention.value_length"), (uint32_t)c.head_dim);
   w.set_f32(k("attention.layer_norm_rms_epsilon"), c.norm_eps);
   w.set_f32(k("rope.freq_base"), c.rope_base);
-  if (a == "llama") {
+  if (a == "llama" || a == "qwen2") {
     w.set_u32(k("rope.dimension_count"), (uint32_t)c.head_dim);
-    w.set_u32(k("vocab_size"), (uint32_t)c.vocab);
+    if (a == "llama") w.set_u32(k("vocab_size"), (uint32_t)c.vocab);
   } else {
     w.set_u32(k("attention.sliding_window"), (uint32_t)c.sliding_window);
     // Not in the real Gemma 3 file (llama.cpp hard-codes 10000 and "every 6th
@@ -240,7 +267,7 @@ void synth_write(const SynthConfig& c, const std::string& path, bool progress) {
     const GgmlType type = spec_type(c, t);
     const size_t row_bytes = ggml_row_bytes(type, t.ne0);
     const uint64_t tensor_stream = mix(c.seed * 0x2545f4914f6cdd1dull + ti) << 24;
-    const float scale = t.init == Init::Norm ? 0.05f : 1.f / std::sqrt((float)t.ne0);
+    const float scale = t.init == Init::Norm ? 0.05f : t.init == Init::Bias ? 0.5f : 1.f / std::sqrt((float)t.ne0);
     const float offset = t.init == Init::Norm ? 1.f : 0.f;
     const int64_t ne0 = t.ne0;
     auto fill = [=](int64_t r0, int64_t nr, uint8_t* dst) {

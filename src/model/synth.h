@@ -1,5 +1,5 @@
 // Synthetic GGUF models: random weights in the exact tensor names, shapes and
-// metadata keys of a real `llama` or `gemma3` file (docs/MODELS.md), plus a
+// metadata keys of a real `llama`, `gemma3` or `qwen2` file (docs/MODELS.md), plus a
 // small SentencePiece-style vocabulary, so the tokenizer, the forward pass and
 // the long-context machinery can be tested at any geometry without
 // downloading a model.
@@ -15,7 +15,13 @@
 // llama q/k weights: real llama GGUFs store attn_q/attn_k permuted for the
 // interleaved RoPE pairing llama.cpp uses. For random weights the permutation
 // is meaningless, so none is applied; a forward pass must still use the
-// interleaved pairing for `llama` and NeoX pairing for `gemma3`.
+// interleaved pairing for `llama` and NeoX pairing for `gemma3` and `qwen2`.
+//
+// qwen2: the llama tensors plus blk.N.attn_{q,k,v}.bias (N(0, 0.5^2): large
+// enough that a forward pass which drops them fails its test). The vocabulary
+// stays the SentencePiece-style one below (a real qwen2 file carries a
+// byte-level BPE vocabulary; the synthetic file exercises the model, not the
+// tokenizer).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -27,7 +33,7 @@
 namespace topkv {
 
 struct SynthConfig {
-  std::string arch = "llama";  // "llama" | "gemma3"
+  std::string arch = "llama";  // "llama" | "gemma3" | "qwen2"
   int layers = 2;
   int width = 256;             // embedding_length
   int heads = 4;
@@ -41,19 +47,22 @@ struct SynthConfig {
   float rope_base = 10000.f;   // llama: the RoPE base; gemma3: the global layers' base
   float rope_base_local = 10000.f;  // gemma3: the local (sliding-window) layers' base
   float norm_eps = 1e-5f;
-  bool tied_output = false;    // llama: no output.weight (gemma3 is always tied)
+  bool tied_output = false;    // llama, qwen2: no output.weight (gemma3 is always tied)
   GgmlType type = GgmlType::F32;  // weight type of the matrices and token_embd
   uint64_t seed = 1;
 };
 
 // Defaults for an architecture ("llama": eps 1e-5, rope 1e4; "gemma3": eps
-// 1e-6, rope 1e6 global / 1e4 local, window 512, tied output). Throws Error for
-// another name.
+// 1e-6, rope 1e6 global / 1e4 local, window 512, tied output; "qwen2": eps
+// 1e-6, rope 1e6). Throws Error for another name.
 SynthConfig synth_defaults(std::string_view arch);
 // Named geometries: "llama3-8b" (Llama-3-8B shape, 32 x 4096, 32/8 heads of
 // 128, FFN 14336, vocab 128256, rope 5e5, Q4_K), "gemma3-270m" (the real
-// model's shape, Q8_0 since its width 640 is not a multiple of 256), "tiny-llama",
-// "tiny-gemma3" (a few MB, for tests). Throws Error naming the presets.
+// model's shape, Q8_0 since its width 640 is not a multiple of 256),
+// "qwen2.5-0.5b" and "qwen2.5-1.5b" (the Qwen2.5(-Coder) shapes, Q4_K with
+// llama.cpp's fallbacks), "tiny-llama", "tiny-gemma3", "tiny-qwen2" (a few MB,
+// for tests; tiny-qwen2 groups 7 query heads per KV head as Qwen2.5-0.5B
+// does). Throws Error naming the presets.
 SynthConfig synth_preset(std::string_view name);
 std::vector<std::string> synth_preset_names();
 

@@ -93,12 +93,13 @@ int synth_min_vocab(std::string_view arch) {
 }
 
 SynthVocab synth_vocab(std::string_view arch, int size) {
-  TOPKV_CHECK(arch == "llama" || arch == "gemma3", "unknown architecture '{}' (llama or gemma3)", arch);
+  TOPKV_CHECK(arch == "llama" || arch == "gemma3" || arch == "qwen2", "unknown architecture '{}' (llama, gemma3 or "
+              "qwen2)", arch);
   TOPKV_CHECK(size >= synth_min_vocab(arch), "a {} vocabulary needs at least {} tokens (specials, 256 bytes, "
               "characters), got {}", arch, synth_min_vocab(arch), size);
   Builder b;
   b.cap = (size_t)size;
-  if (arch == "llama") {
+  if (arch != "gemma3") {  // llama's specials (qwen2 too: its synthetic vocabulary is SentencePiece-style)
     b.add("<unk>", 2, 0.f);
     b.add("<s>", 3, 0.f);
     b.add("</s>", 3, 0.f);
