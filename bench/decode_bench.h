@@ -76,6 +76,9 @@ struct DecodeRow {
   std::optional<size_t> gpu_weights, gpu_kv_cache, gpu_activations, gpu_scratch;
   double load_s = 0, fill_s = 0, build_s = 0;  // build_s: the override's take_context (reading + index build)
   int64_t keys_indexed = 0;
+  // CUDA only: kernels launched per timed step (cuda_kernel_launches: our
+  // launches plus the kernel nodes of replayed step graphs).
+  std::optional<double> launches_per_step;
 };
 
 struct DecodeBenchResult {

@@ -114,11 +114,14 @@ DecodeRow DecodeRunner::run(int64_t context, DecodeMode mode, const std::string&
   std::vector<double> step_s, rate;
   OffloadStats sum;
   const int64_t steps_before = stats().steps;
+  uint64_t launches = 0;
   for (int i = 0; i < cfg_.warmup + cfg_.steps; ++i) {
     const OffloadStats before = stats();
+    const uint64_t launches_before = cuda_kernel_launches();
     Timer t;
     const std::vector<float> logits = model->decode(tok);
     const double dt = t.seconds();
+    if (i >= cfg_.warmup) launches += cuda_kernel_launches() - launches_before;
     tok = argmax(logits);
     if (i < cfg_.warmup) continue;
     const OffloadStats after = stats();
@@ -146,6 +149,7 @@ DecodeRow DecodeRunner::run(int64_t context, DecodeMode mode, const std::string&
     const CudaMemoryUse u = cuda_memory_use(be_);
     row.gpu_weights = u.weights, row.gpu_kv_cache = u.kv_cache, row.gpu_activations = u.activations;
     row.gpu_scratch = u.scratch;
+    row.launches_per_step = (double)launches / cfg_.steps;
   }
   return row;
 }

@@ -294,6 +294,8 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& opt) {
 
 bool is_cuda_backend(const Backend& be) { return dynamic_cast<const cuda::CudaBackend*>(&be) != nullptr; }
 
+uint64_t cuda_kernel_launches() { return cuda::launch_counter().load(std::memory_order_relaxed); }
+
 CudaMemoryUse cuda_memory_use(const Backend& be) {
   const auto* c = dynamic_cast<const cuda::CudaBackend*>(&be);
   TOPKV_CHECK(c, "cuda_memory_use: backend '{}' is not a CUDA backend", be.name());

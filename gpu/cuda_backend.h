@@ -51,6 +51,10 @@ struct CudaMemoryUse {
 };
 
 bool is_cuda_backend(const Backend& be);
+// Kernels launched by this process on any CUDA backend (a replayed decode-step
+// graph counts its kernel nodes); launches per step = the difference over a
+// step. 0 in a build without CUDA.
+uint64_t cuda_kernel_launches();
 CudaMemoryUse cuda_memory_use(const Backend& be);  // throws Error when be is not a CUDA backend
 
 }  // namespace topkv

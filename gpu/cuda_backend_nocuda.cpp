@@ -12,6 +12,7 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions&) {
 }
 
 bool is_cuda_backend(const Backend&) { return false; }
+uint64_t cuda_kernel_launches() { return 0; }
 
 CudaMemoryUse cuda_memory_use(const Backend& be) {
   fail("cuda_memory_use: backend '{}' is not a CUDA backend (topkv was built without CUDA)", be.name());

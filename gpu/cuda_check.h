@@ -8,9 +8,22 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
+
 #include "src/common/error.h"
 
 namespace topkv::cuda {
+
+// Kernels launched so far by this process: every TOPKV_CUDA_CHECK_LAUNCH
+// counts one, and a replayed decode-step graph counts its kernel nodes
+// (CudaBackend::replay). Launches per decode step = the difference over a step
+// (cuda_kernel_launches(), gpu/cuda_backend.h). cuBLAS's own kernels (prefill
+// only) are not counted.
+inline std::atomic<uint64_t>& launch_counter() {
+  static std::atomic<uint64_t> n{0};
+  return n;
+}
 
 [[noreturn]] inline void throw_cuda_error(cudaError_t e, const char* call, const char* file, int line) {
   fail("CUDA call {} failed at {}:{}: {} ({})", call, file, line, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -47,7 +60,11 @@ inline const char* cublas_status_name(cublasStatus_t s) {
 
 // After a <<<...>>> launch: a bad configuration or an earlier asynchronous
 // fault is reported here.
-#define TOPKV_CUDA_CHECK_LAUNCH() TOPKV_CUDA_CHECK(cudaGetLastError())
+#define TOPKV_CUDA_CHECK_LAUNCH()                                                     \
+  do {                                                                                \
+    ::topkv::cuda::launch_counter().fetch_add(1, std::memory_order_relaxed);          \
+    TOPKV_CUDA_CHECK(cudaGetLastError());                                             \
+  } while (0)
 
 #define TOPKV_CUBLAS_CHECK(call)                                                      \
   do {                                                                                \

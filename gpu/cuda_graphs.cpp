@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "gpu/cuda_backend_impl.h"
 #include "gpu/cuda_check.h"
@@ -26,8 +27,9 @@ namespace {
 
 class CudaRecording final : public Backend::Recording {
  public:
-  CudaRecording(cudaGraphExec_t exec, cudaStream_t stream, std::vector<std::shared_ptr<void>> owned)
-      : exec_(exec), stream_(stream), owned_(std::move(owned)) {}
+  CudaRecording(cudaGraphExec_t exec, cudaStream_t stream, std::vector<std::shared_ptr<void>> owned,
+                size_t kernel_nodes)
+      : exec_(exec), stream_(stream), owned_(std::move(owned)), kernel_nodes_(kernel_nodes) {}
   ~CudaRecording() override {
     // A replay still in flight may use the work space freed below.
     cudaStreamSynchronize(stream_);
@@ -35,12 +37,29 @@ class CudaRecording final : public Backend::Recording {
   }
   cudaGraphExec_t exec() const { return exec_; }
   cudaStream_t stream() const { return stream_; }
+  size_t kernel_nodes() const { return kernel_nodes_; }
 
  private:
   cudaGraphExec_t exec_;
   cudaStream_t stream_;
   std::vector<std::shared_ptr<void>> owned_;
+  size_t kernel_nodes_;
 };
+
+// Kernel nodes of a captured graph (cuBLAS's and ours alike).
+size_t count_kernel_nodes(cudaGraph_t graph) {
+  size_t n = 0;
+  TOPKV_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n) TOPKV_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+  size_t kernels = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    TOPKV_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    kernels += type == cudaGraphNodeTypeKernel;
+  }
+  return kernels;
+}
 
 }  // namespace
 
@@ -84,11 +103,18 @@ std::unique_ptr<Backend::Recording> CudaBackend::end_recording() {
   std::unique_ptr<RecordingState> st = std::move(rec_);
   cudaGraph_t graph = nullptr;
   TOPKV_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  size_t kernels = 0;
+  try {
+    kernels = count_kernel_nodes(graph);
+  } catch (...) {
+    cudaGraphDestroy(graph);
+    throw;
+  }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   TOPKV_CUDA_CHECK(e);
-  auto r = std::make_unique<CudaRecording>(exec, stream_, std::move(st->owned));
+  auto r = std::make_unique<CudaRecording>(exec, stream_, std::move(st->owned), kernels);
   TOPKV_CUDA_CHECK(cudaGraphUpload(exec, stream_));  // the first replay then costs what the others do
   return r;
 }
@@ -116,6 +142,7 @@ void CudaBackend::replay(const Recording& r) {
   TOPKV_CHECK(cr && cr->stream() == stream_, "replay: the recording was not made by this CUDA backend");
   TOPKV_CHECK(!rec_, "replay while recording");
   TOPKV_CUDA_CHECK(cudaGraphLaunch(cr->exec(), stream_));
+  launch_counter().fetch_add(cr->kernel_nodes(), std::memory_order_relaxed);
 }
 
 }  // namespace topkv::cuda

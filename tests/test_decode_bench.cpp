@@ -57,6 +57,7 @@ TEST_CASE("bench decode: every mode at two contexts, consistent numbers, CSV and
     CHECK(row["skipped"].is_null());
     CHECK(row["fill"] == "synthetic");
     CHECK(row["backend"] == "cpu");
+    CHECK(row["launches_per_step"].is_null());  // CUDA only
     CHECK(row["steps"] == 3);
     CHECK(row["context_tokens"] == row["context"]);
     const double tok_s = row["tok_s"], p50 = row["step_ms"]["p50"], p99 = row["step_ms"]["p99"];

@@ -129,6 +129,21 @@ TEST_CASE("recorded decode steps give the logits of op-by-op decode: gemma3-like
 
     run_steps(p, 48, last, s, bitwise);  // positions 20..67: the 23-slot rings wrap twice
     steps += 48;
+    // Launch counting: a replayed step counts its graph's kernel nodes, an
+    // op-by-op step every launch; both run the same kernels.
+    {
+      const int32_t t = argmax(last);
+      const uint64_t l0 = cuda_kernel_launches();
+      p.rec.decode(t);
+      const uint64_t l1 = cuda_kernel_launches();
+      last = p.eager.decode(t);
+      const uint64_t l2 = cuda_kernel_launches();
+      CAPTURE(l1 - l0, l2 - l1);
+      CHECK(l1 - l0 == l2 - l1);
+      CHECK(l1 - l0 >= (uint64_t)sc.layers * 5);  // at least the projections of every layer
+      std::printf("SUMMARY %-34s %s: %llu kernel launches per decode step\n", "launches per step", sc.arch.c_str(),
+                  (unsigned long long)(l1 - l0));
+    }
     CHECK(p.rec.steps_recorded() == 1);  // step 1 op by op, recorded at step 2, replayed since
     CHECK(p.rec.last_decode_replayed());
     CHECK_FALSE(p.eager.last_decode_replayed());
