@@ -67,7 +67,11 @@ std::unique_ptr<Backend> make_backend(const DecodeBenchConfig& c, std::string& n
 // first what needs no model, then what needs its config.
 void validate_config(const DecodeBenchConfig& c) {
   TOPKV_CHECK(!c.contexts.empty(), "--contexts names no context length");
-  for (int64_t n : c.contexts) TOPKV_CHECK(n >= 1, "context {} must be at least 1 token", n);
+  for (int64_t n : c.contexts) {
+    TOPKV_CHECK(n >= 0, "context {} must not be negative", n);
+    TOPKV_CHECK(n >= 1 || c.fill == ContextFill::Synthetic, "--fill prefill needs contexts of at least 1 token "
+                "(a prompt to prefill); context 0 decodes from an empty context with --fill synthetic");
+  }
   TOPKV_CHECK(!c.modes.empty(), "--modes names no mode: use dense, topk and/or host-dense");
   TOPKV_CHECK(c.steps >= 1, "--steps must be at least 1 (got {})", c.steps);
   TOPKV_CHECK(c.warmup >= 0, "--warmup must be >= 0 (got {})", c.warmup);

@@ -46,6 +46,10 @@ DecodeRow DecodeRunner::run(int64_t context, DecodeMode mode, const std::string&
   const bool prefill = cfg_.fill == ContextFill::Prefill;
   const int64_t n = prefill ? (int64_t)prompt.size() : context;
   row.context_tokens = n;
+  if (n == 0 && mode != DecodeMode::Dense) {
+    row.skipped = "context 0: nothing is held off the GPU to retrieve or attend on the host (dense rows only)";
+    return row;
+  }
 
   // The override and the layers it takes.
   std::unique_ptr<OffloadRuntime> rt;
@@ -96,7 +100,7 @@ DecodeRow DecodeRunner::run(int64_t context, DecodeMode mode, const std::string&
       ov->take_prefill(*model);
       for (int il : taken) model->release_kv(il);
     }
-  } else {
+  } else if (n > 0) {
     const SyntheticFill synth(mc_, n, cfg_.seed, cfg_.progress);
     synth.fill_model(*model);
     if (rt) rt->take_context(n, synth.reader());

@@ -161,14 +161,35 @@ TEST_CASE("bench decode: --out-dir draws decode.png when matplotlib is there, an
   CHECK(png.substr(1, 3) == "PNG");
 }
 
+TEST_CASE("bench decode: context 0 decodes from an empty context; other modes skip it with the reason") {
+  test::TempDir out("topkv_decode_ctx0");
+  auto r = run_topkv(kBase + "-m " + model() + " --contexts 0,64 --modes dense,topk --index flat --out-dir " +
+                     out.dir.string());
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const json j = json::parse(test::slurp(out.file("decode.json")));
+  check_schema(out.file("decode.json"));
+  REQUIRE(j["results"].size() == 4);
+  const json& dense0 = j["results"][0];
+  CHECK(dense0["context"] == 0);
+  CHECK(dense0["mode"] == "dense");
+  CHECK(dense0["skipped"].is_null());
+  CHECK(dense0["tok_s"].get<double>() > 0);
+  const json& topk0 = j["results"][1];
+  CHECK(topk0["mode"] == "topk");
+  CHECK(topk0["skipped"].get<std::string>().find("context 0") != std::string::npos);
+  CHECK(j["results"][3]["skipped"].is_null());  // topk at 64 runs
+}
+
 TEST_CASE("bench decode: bad input is a clear error and a non-zero exit") {
   struct Bad { std::string args, says; };
   const std::string m = "-m " + model() + " ";
   const std::vector<Bad> cases = {
       {m + "--modes dense,sparse", "unknown decode mode 'sparse'"},
       {m + "--contexts 8Q", "bad token count unit in '8Q'"},
-      {m + "--contexts 0", "positive whole number"},
-      {m + "--contexts 1.5", "positive whole number"},
+      {m + "--contexts -1", "whole number of tokens, at least 0"},
+      {m + "--contexts 1.5", "whole number of tokens"},
+      {m + "--contexts 0 --fill prefill", "--fill prefill needs contexts of at least 1 token"},
       {m + "--contexts 1M", "--beyond-trained"},
       {m + "--contexts 256 --gpu-mem-budget 1K", "--gpu-mem-budget 1.00 KiB is too small"},
       {m + "--contexts 256 --index nosuch", "unknown index backend 'nosuch'"},
@@ -194,7 +215,9 @@ TEST_CASE("token counts: K and M suffixes, lists") {
   CHECK(parse_count(" 1000 ") == 1000);
   CHECK(parse_count("0.5K") == 512);
   CHECK(parse_count_list("2K,8K") == std::vector<int64_t>{2048, 8192});
-  CHECK_THROWS_WITH(parse_count("-1"), Catch::Contains("positive whole number"));
+  CHECK_THROWS_WITH(parse_count("-1"), Catch::Contains("at least 1"));
+  CHECK_THROWS_WITH(parse_count("0"), Catch::Contains("at least 1"));
+  CHECK(parse_count("0", 0) == 0);
   CHECK_THROWS_WITH(parse_count("8G"), Catch::Contains("use K (1024) or M"));
   CHECK_THROWS_WITH(parse_count_list("8K,"), Catch::Contains("bad token count ''"));
 }

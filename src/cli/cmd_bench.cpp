@@ -43,7 +43,7 @@ void run_decode(const DecodeArgs& a, const OffloadPolicy& policy) {
   TOPKV_CHECK(a.model.empty() != a.synth_preset.empty(), "give the model either as -m FILE or as --synth-preset "
               "NAME (one of: llama3-8b, gemma3-270m, tiny-llama, tiny-gemma3), not both and not neither");
   DecodeBenchConfig c;
-  c.contexts = parse_count_list(a.contexts);
+  c.contexts = parse_count_list(a.contexts, /*min=*/0);  // 0: decode from an empty context (llama-bench -d 0)
   c.modes = parse_decode_modes(a.modes);
   c.indexes = a.indexes.empty() ? std::vector<std::string>{policy.index} : a.indexes;  // --config may name one
   c.policy = policy;
@@ -107,7 +107,7 @@ void register_bench_decode(CLI::App& bench) {
   cmd->add_option("-m,--model", a->model, "GGUF model file");
   cmd->add_option("--synth-preset", a->synth_preset, "Synthesise this model geometry into a temporary file instead: "
                   "llama3-8b, gemma3-270m, tiny-llama, tiny-gemma3");
-  cmd->add_option("--contexts", a->contexts, "Context lengths, comma-separated, K = 1024, M = 1024^2")
+  cmd->add_option("--contexts", a->contexts, "Context lengths, comma-separated, K = 1024, M = 1024^2; 0 = decode from an empty context (dense rows only)")
       ->capture_default_str();
   cmd->add_option("--modes", a->modes, "dense (all KV in the backend's memory: GPU on --backend cuda), topk, "
                   "host-dense (exact attention over host memory on the CPU cores)")->capture_default_str();

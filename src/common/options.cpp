@@ -158,7 +158,7 @@ uint64_t parse_size(std::string_view s0) {
   return (uint64_t)(x * mult);
 }
 
-int64_t parse_count(std::string_view s0) {
+int64_t parse_count(std::string_view s0, int64_t min) {
   std::string s = trim(s0);
   char* end = nullptr;
   const double x = std::strtod(s.c_str(), &end);
@@ -170,14 +170,14 @@ int64_t parse_count(std::string_view s0) {
   else if (unit == "M") mult = 1024.0 * 1024;
   else TOPKV_CHECK(unit.empty(), "bad token count unit in '{}': use K (1024) or M (1024^2)", s0);
   const double v = x * mult;
-  TOPKV_CHECK(v >= 1 && v == std::floor(v) && v < 9e15, "bad token count '{}': it must be a positive whole number "
-              "of tokens", s0);
+  TOPKV_CHECK(v >= (double)min && v == std::floor(v) && v < 9e15, "bad token count '{}': it must be a whole number "
+              "of tokens, at least {}", s0, min);
   return (int64_t)v;
 }
 
-std::vector<int64_t> parse_count_list(std::string_view s) {
+std::vector<int64_t> parse_count_list(std::string_view s, int64_t min) {
   std::vector<int64_t> out;
-  for (const std::string& f : split(s, ',')) out.push_back(parse_count(f));
+  for (const std::string& f : split(s, ',')) out.push_back(parse_count(f, min));
   return out;
 }
 

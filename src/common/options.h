@@ -49,8 +49,9 @@ std::vector<std::string> split_list(std::string_view s, char sep = ',');
 std::vector<int64_t> parse_sweep(std::string_view s);
 std::vector<double> parse_double_list(std::string_view s);
 uint64_t parse_size(std::string_view s);       // bytes
-int64_t parse_count(std::string_view s);       // tokens: a positive whole number, "8K" = 8192, "1M" = 1048576
-std::vector<int64_t> parse_count_list(std::string_view s);  // "8K,32K,1M"
+// Tokens: a whole number >= min (1 unless said), "8K" = 8192, "1M" = 1048576.
+int64_t parse_count(std::string_view s, int64_t min = 1);
+std::vector<int64_t> parse_count_list(std::string_view s, int64_t min = 1);  // "8K,32K,1M"
 std::string format_bytes(double bytes);        // "1.50 GiB"
 
 }  // namespace topkv

@@ -8,11 +8,12 @@ For each model: the ids transformers' tokenizer gives a ~100-token prompt (no
 BOS: Qwen adds none), the top-20 logits at every position, and transformers'
 greedy continuation of 20 tokens. topkv's tests compare its forward pass with
 these (tests/test_model_real.cpp); its tokenizer is checked separately against
-tests/data/qwen2_golden_tokens.json.
+tests/data/qwen2_golden_tokens.json
+(scripts/make_golden_qwen2.py).
 
 Run where PyTorch + transformers + gguf are installed (the GPU host: carry the
 gguf wheel; see README "Building for a GPU host"):
-    python3 scripts/make_golden_qwen2.py OUTDIR NAME=MODEL.gguf [NAME=MODEL.gguf ...]
+    python3 scripts/make_golden_qwen2_logits.py OUTDIR NAME=MODEL.gguf [NAME=MODEL.gguf ...]
 e.g. qwen2.5-coder-0.5b=.models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 Writes OUTDIR/NAME_golden_logits.json for each (committed under tests/data/).
 """
@@ -43,7 +44,7 @@ def golden(model_path, device):
     d, f = os.path.dirname(os.path.abspath(model_path)), os.path.basename(model_path)
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
     ids = tok(LOGIT_PROMPT, add_special_tokens=False)["input_ids"]
-    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, torch_dtype=torch.float32).to(device)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32).to(device)
     model.eval()
     print(model.config, flush=True)
     x = torch.tensor([ids], device=device)
