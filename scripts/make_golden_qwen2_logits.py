@@ -11,8 +11,9 @@ these (tests/test_model_real.cpp); its tokenizer is checked separately against
 tests/data/qwen2_golden_tokens.json
 (scripts/make_golden_qwen2.py).
 
-Run where PyTorch + transformers + gguf are installed (the GPU host: carry the
-gguf wheel; see README "Building for a GPU host"):
+Run where PyTorch, transformers, accelerate and gguf are installed (a CPU is
+enough: `pip install --target DIR torch transformers accelerate gguf`, then
+PYTHONPATH=DIR):
     python3 scripts/make_golden_qwen2_logits.py OUTDIR NAME=MODEL.gguf [NAME=MODEL.gguf ...]
 e.g. qwen2.5-coder-0.5b=.models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 Writes OUTDIR/NAME_golden_logits.json for each (committed under tests/data/).
