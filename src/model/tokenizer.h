@@ -101,7 +101,7 @@ class Tokenizer {
   VocabKind kind() const;
   int32_t bos() const;
   int32_t eos() const;
-  int32_t eot() const;  // end of turn (<end_of_turn>, <|eot_id|>), -1 if none
+  int32_t eot() const;  // end of turn (<end_of_turn>, <|eot_id|>, <|im_end|>), -1 if none
   int32_t pad() const;
   int32_t unk() const;
   bool add_bos_default() const;
