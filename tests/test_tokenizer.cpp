@@ -3,7 +3,8 @@
 // tokens and the Llama 3 pre-tokenizer; random round trips; the fast merge
 // loop against the plain reference; streaming decode; chat prompts; every
 // bad-input path. GGUF loading and the real Gemma 3 vocabulary:
-// test_tokenizer_gguf.cpp.
+// test_tokenizer_gguf.cpp; the Qwen2 pre-tokenizer, ChatML and the real Qwen2.5
+// vocabulary: test_tokenizer_qwen2.cpp.
 #include <catch2/catch.hpp>
 #include <random>
 #include <string>
@@ -149,11 +150,12 @@ TEST_CASE("SPM and BPE round trip random UTF-8 and random bytes exactly - fast m
   toks.emplace_back(spm_vocab(common_pieces(), false));
   toks.emplace_back(spm_vocab(common_pieces(), true));
   toks.emplace_back(bpe_vocab(kBpeMerges));
+  toks.emplace_back(qwen2_vocab(kBpeMerges));
   for (const Tokenizer& t : toks) {
     for (int trial = 0; trial < 150; ++trial) {
       const int len = std::uniform_int_distribution<int>(0, 120)(rng);
       std::string text = trial % 3 == 2 ? random_bytes(rng, len) : random_text(rng, len);
-      if (trial % 5 == 0) text += "<start_of_turn>x<|eot_id|>[UD]";
+      if (trial % 5 == 0) text += "<start_of_turn>x<|eot_id|>[UD]<|im_end|>1234<tool_call>";
       const bool bos = trial % 2 == 0;
       for (bool parse_special : {false, true}) {
         const auto ids = t.encode(text, bos, parse_special);
@@ -176,7 +178,7 @@ TEST_CASE("Llama 3 pre-tokenizer splits like the regex on hand-made cases") {
   auto split = [](const std::string& s) {
     std::vector<std::string> out;
     size_t end = 0;
-    for (auto [b, e] : llama3_pretokenize(s)) {
+    for (auto [b, e] : bpe_pretokenize(s, kLlama3MaxDigits)) {
       REQUIRE(b == end);  // the words tile the text
       end = e;
       out.push_back(s.substr(b, e - b));
@@ -394,8 +396,8 @@ TEST_CASE("bad vocabularies and ids are errors that say what is wrong") {
   }
   {
     Vocab b = w;
-    b.pre = "qwen2";
-    throws(b, "qwen2");
+    b.pre = "gpt-4o";
+    throws(b, "'gpt-4o' (tokenizer.ggml.pre) is not supported");
   }
   {
     Vocab b = w;

@@ -53,7 +53,7 @@ TEST_CASE("load_vocab reads a GGUF vocabulary and rejects inconsistent ones by k
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "vocab.gguf").string();
   std::mt19937 rng(7);
-  for (const Vocab& v : {spm_vocab(common_pieces(), true), bpe_vocab(kBpeMerges)}) {
+  for (const Vocab& v : {spm_vocab(common_pieces(), true), bpe_vocab(kBpeMerges), qwen2_vocab(kBpeMerges)}) {
     write_vocab_gguf(v, path);
     auto f = GgufFile::open(path);
     const Tokenizer from_file = Tokenizer::from_gguf(*f);
@@ -62,6 +62,9 @@ TEST_CASE("load_vocab reads a GGUF vocabulary and rejects inconsistent ones by k
     CHECK(from_file.bos() == v.bos);
     CHECK(from_file.eos() == v.eos);
     CHECK(from_file.unk() == v.unk);
+    CHECK(from_file.pad() == v.pad);
+    CHECK(from_file.add_bos_default() == v.add_bos);
+    CHECK(from_file.vocab().pre == v.pre);
     CHECK(from_file.chat_format() == direct.chat_format());
     for (int trial = 0; trial < 20; ++trial) {
       const std::string text = random_text(rng, 60);

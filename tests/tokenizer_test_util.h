@@ -72,10 +72,12 @@ inline int32_t id_of(const Tokenizer& t, const std::string& s) {
   return id;
 }
 
-// Llama-3-like: the 256 byte pieces (in byte order: id = byte), the results of
-// `merges` (given in the byte alphabet), then control tokens.
-inline Vocab bpe_vocab(const std::vector<std::string>& merges, std::vector<std::string> extra = {},
-                       std::string pre = "llama-bpe") {
+// Byte-level BPE: the 256 byte pieces (in byte order: id = byte), the results
+// of `merges` (given in the byte alphabet), `extra` pieces, then `controls`
+// (control tokens) and `user_defined` tokens. No BOS/EOS set.
+inline Vocab byte_level_vocab(const std::vector<std::string>& merges, const std::vector<std::string>& extra,
+                              std::string pre, const std::vector<std::string>& controls,
+                              const std::vector<std::string>& user_defined = {}) {
   Vocab v;
   v.kind = VocabKind::Bpe;
   v.pre = std::move(pre);
@@ -87,15 +89,44 @@ inline Vocab bpe_vocab(const std::vector<std::string>& merges, std::vector<std::
   }
   for (auto& e : extra) v.tokens.push_back(e);
   v.types.assign(v.tokens.size(), TokenType::Normal);
-  for (const char* s :
-       {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}) {
-    v.tokens.push_back(s);
-    v.types.push_back(TokenType::Control);
-  }
+  for (auto* list : {&controls, &user_defined})
+    for (const std::string& s : *list) {
+      v.tokens.push_back(s);
+      v.types.push_back(list == &controls ? TokenType::Control : TokenType::UserDefined);
+    }
+  v.merges = merges;
+  return v;
+}
+
+// Llama-3-like: byte_level_vocab with the Llama 3 control tokens (BOS, EOS, ...).
+inline Vocab bpe_vocab(const std::vector<std::string>& merges, std::vector<std::string> extra = {},
+                       std::string pre = "llama-bpe") {
+  Vocab v = byte_level_vocab(merges, extra, std::move(pre),
+                             {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                              "<|eot_id|>"});
   const int32_t n = (int32_t)v.tokens.size();
   v.bos = n - 5, v.eos = n - 4;
-  v.merges = merges;
   v.architecture = "llama";
+  return v;
+}
+
+// Qwen2-like, as the Qwen2.5 GGUFs have it: the Qwen2 pre-tokenizer, control
+// <|endoftext|> (BOS and padding, never added), <|im_start|>, <|im_end|> (EOS)
+// and <|fim_pad|>, a user-defined <tool_call>, an unused [PAD] entry, and the
+// Qwen2.5 chat template's default-system line when `chat_template` is empty.
+inline Vocab qwen2_vocab(const std::vector<std::string>& merges, std::string chat_template = "") {
+  Vocab v = byte_level_vocab(merges, {}, "qwen2", {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|fim_pad|>"},
+                             {"<tool_call>"});
+  v.tokens.push_back("[PAD999]");
+  v.types.push_back(TokenType::Unused);
+  const int32_t n = (int32_t)v.tokens.size();
+  v.bos = v.pad = n - 6, v.eos = n - 4;
+  v.add_bos = false;
+  v.add_space_prefix = false;
+  v.architecture = "qwen2";
+  v.chat_template = !chat_template.empty() ? chat_template
+                                           : "{%- else %}\n        {{- '<|im_start|>system\\nYou are Qwen, a "
+                                             "\\'test\\' model.<|im_end|>\\n' }}";
   return v;
 }
 

@@ -79,7 +79,8 @@ void register_tokenize(CLI::App& app) {
                 "tokenized as plain text");
   cmd->add_flag(
       "--chat", o->chat,
-      "Wrap the text in the model's chat prompt for one user turn (implies BOS; control tokens in the text stay text)");
+      "Wrap the text in the model's chat prompt for one user turn (with BOS where the format has one; control "
+      "tokens in the text stay text)");
   cmd->callback([o] {
     TOPKV_CHECK(!o->prompt.empty() || !o->file.empty(), "give the text with -p TEXT or -f FILE");
     const std::string text = o->file.empty() ? o->prompt : read_input(o->file);

@@ -6,9 +6,18 @@
 //   Llama 3 <|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n{text}<|eot_id|>
 //           <|start_header_id|>assistant<|end_header_id|>\n\n
 //   Llama 2 <s>[INST] {text} [/INST]
+//   ChatML  <|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{text}<|im_end|>\n
+//           <|im_start|>assistant\n
 // (Hugging Face templates of google/gemma-3-*-it, meta-llama/Meta-Llama-3-*-Instruct,
-// meta-llama/Llama-2-*-chat, without a system prompt. The user text goes in
-// verbatim; Hugging Face's Llama 2 template also strips its outer spaces.)
+// meta-llama/Llama-2-*-chat, Qwen/Qwen2.5-*-Instruct, without a system prompt
+// of the caller's. The user text goes in verbatim; Hugging Face's Llama 2
+// template also strips its outer spaces.) ChatML's system turn is the default
+// one its template writes for a conversation without one (Qwen2.5: "You are
+// Qwen, created by Alibaba Cloud. You are a helpful assistant."), and left
+// out when the template has none (Qwen3, plain ChatML, no template at all).
+// ChatML templates write no BOS: it comes first only where the vocabulary
+// asks for one (tokenizer.ggml.add_bos_token; Qwen says false), as llama.cpp
+// adds it when it tokenizes the rendered prompt.
 #include "src/common/error.h"
 #include "src/model/tokenizer_impl.h"
 
@@ -19,6 +28,7 @@ const char* chat_format_name(ChatFormat f) {
     case ChatFormat::Gemma: return "gemma";
     case ChatFormat::Llama3: return "llama3";
     case ChatFormat::Llama2: return "llama2";
+    case ChatFormat::ChatML: return "chatml";
     case ChatFormat::None: break;
   }
   return "none";
@@ -34,6 +44,7 @@ bool has_all(const TokenizerImpl& t, std::initializer_list<const char*> texts) {
 
 // The format, if the vocabulary has the tokens it needs.
 ChatFormat usable(const TokenizerImpl& t, ChatFormat f) {
+  if (f == ChatFormat::ChatML) return has_all(t, {"<|im_start|>", "<|im_end|>"}) ? f : ChatFormat::None;
   if (t.vocab.bos < 0) return ChatFormat::None;
   switch (f) {
     case ChatFormat::Gemma: return has_all(t, {"<start_of_turn>", "<end_of_turn>"}) ? f : ChatFormat::None;
@@ -51,12 +62,37 @@ ChatFormat detect_chat_format(const TokenizerImpl& t) {
   if (!tmpl.empty()) {
     if (tmpl.find("<start_of_turn>") != std::string::npos) return usable(t, ChatFormat::Gemma);
     if (tmpl.find("<|start_header_id|>") != std::string::npos) return usable(t, ChatFormat::Llama3);
+    if (tmpl.find("<|im_start|>") != std::string::npos) return usable(t, ChatFormat::ChatML);
     if (tmpl.find("[INST]") != std::string::npos) return usable(t, ChatFormat::Llama2);
     return ChatFormat::None;
   }
   if (arch.rfind("gemma", 0) == 0) return usable(t, ChatFormat::Gemma);
   if (arch == "llama") return usable(t, ChatFormat::Llama3);  // a Llama 2 chat GGUF carries its template
+  if (arch.rfind("qwen", 0) == 0) return usable(t, ChatFormat::ChatML);  // qwen2, qwen2moe, qwen3, ...
   return ChatFormat::None;
+}
+
+std::string chatml_default_system(std::string_view tmpl) {
+  // The Jinja source spells the line break as the two characters \n.
+  static constexpr std::string_view kOpen = "<|im_start|>system\\n", kClose = "<|im_end|>";
+  for (size_t at = tmpl.find(kOpen); at != std::string_view::npos; at = tmpl.find(kOpen, at + 1)) {
+    // The quote that opens the literal holding <|im_start|>: a default system
+    // message is a literal that runs on to <|im_end|> without closing;
+    // '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>' closes.
+    const size_t q = tmpl.find_last_of("'\"", at);
+    if (q == std::string_view::npos) continue;
+    std::string text;
+    for (size_t i = at + kOpen.size(); i < tmpl.size() && tmpl[i] != tmpl[q]; ++i) {
+      if (tmpl.compare(i, kClose.size(), kClose) == 0) return text;
+      if (tmpl[i] == '\\' && i + 1 < tmpl.size()) {
+        const char e = tmpl[++i];
+        text += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;  // \\ \' \" stand for themselves
+      } else {
+        text += tmpl[i];
+      }
+    }
+  }
+  return {};
 }
 
 std::vector<ChatSegment> chat_segments(const TokenizerImpl& t, std::string_view user_text) {
@@ -84,11 +120,24 @@ std::vector<ChatSegment> chat_segments(const TokenizerImpl& t, std::string_view 
               tok("<|end_header_id|>"),
               {-1, "\n\n"}};
     case ChatFormat::Llama2: return {bos, {-1, "[INST] " + text + " [/INST]"}};
+    case ChatFormat::ChatML: {
+      std::vector<ChatSegment> s;
+      if (t.vocab.add_bos && t.vocab.bos >= 0) s.push_back(bos);
+      if (!t.chat_system.empty())
+        s.insert(s.end(), {tok("<|im_start|>"), {-1, "system\n" + t.chat_system}, tok("<|im_end|>"), {-1, "\n"}});
+      s.insert(s.end(), {tok("<|im_start|>"),
+                         {-1, "user\n" + text},
+                         tok("<|im_end|>"),
+                         {-1, "\n"},
+                         tok("<|im_start|>"),
+                         {-1, "assistant\n"}});
+      return s;
+    }
     case ChatFormat::None: break;
   }
   fail(
-      "this model's chat format is not one topkv knows (architecture '{}', {}); topkv formats Gemma, Llama 3 "
-      "and Llama 2 chat prompts. Pass --raw to send the prompt exactly as written",
+      "this model's chat format is not one topkv knows (architecture '{}', {}); topkv formats Gemma, Llama 3, "
+      "Llama 2 and ChatML (Qwen) chat prompts. Pass --raw to send the prompt exactly as written",
       t.vocab.architecture,
       t.vocab.chat_template.empty() ? std::string("no tokenizer.chat_template")
                                     : "tokenizer.chat_template starting '" + t.vocab.chat_template.substr(0, 60) + "'");

@@ -108,14 +108,22 @@ Tokenizer::Tokenizer(Vocab vocab) {
 
   // End of turn: from the metadata, else by the texts chat models use.
   if (t->vocab.eot < 0)
-    for (const char* s : {"<end_of_turn>", "<|eot_id|>"})
+    for (const char* s : {"<end_of_turn>", "<|eot_id|>", "<|im_end|>"})
       if (int32_t id = t->lookup(s); id >= 0 && t->vocab.eot < 0) t->vocab.eot = id;
+  // End of generation: eos, eot and the control tokens whose text is one of
+  // the end markers in llama.cpp's list (llama_vocab::impl::load,
+  // special_eog_ids). Qwen2.5 ends a reply with <|im_end|> (its eos) and a
+  // raw completion with <|endoftext|>, as its generation_config.json lists.
+  // llama.cpp's FIM markers (<|fim_pad|>, <|repo_name|>, <|file_sep|>) are
+  // left out: topkv does no fill-in-the-middle.
   for (int32_t id : {v.eos, v.eot})
     if (id >= 0) t->eog_ids.push_back(id);
-  for (const char* s : {"<|eom_id|>", "<|end_of_text|>", "<end_of_turn>", "<|eot_id|>"})
+  for (const char* s : {"<|eom_id|>", "<|end_of_text|>", "<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|endoftext|>",
+                        "<|end|>"})
     if (int32_t id = t->lookup(s); id >= 0 && t->type(id) == TokenType::Control) t->eog_ids.push_back(id);
 
   t->chat = detect_chat_format(*t);
+  if (t->chat == ChatFormat::ChatML) t->chat_system = chatml_default_system(t->vocab.chat_template);
   impl_ = std::move(t);
 }
 
@@ -229,6 +237,7 @@ int32_t Tokenizer::unk() const { return impl_->vocab.unk; }
 bool Tokenizer::add_bos_default() const { return impl_->vocab.add_bos; }
 const Vocab& Tokenizer::vocab() const { return impl_->vocab; }
 ChatFormat Tokenizer::chat_format() const { return impl_->chat; }
+const std::string& Tokenizer::chat_system_prompt() const { return impl_->chat_system; }
 
 bool Tokenizer::is_eog(int32_t id) const {
   for (int32_t e : impl_->eog_ids)

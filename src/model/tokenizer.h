@@ -5,7 +5,8 @@
 //        (Gemma 3, Llama 2). Spaces become U+2581; adjacent symbols merge by
 //        the score of the piece they form; what is no piece becomes <0xXX>.
 //   Bpe  tokenizer.ggml.model = "gpt2": byte-level BPE with ranked merges and
-//        the Llama 3 pre-tokenizer regex (Llama 3, 3.1, 3.2).
+//        the Llama 3 pre-tokenizer regex (Llama 3, 3.1, 3.2) or the Qwen2 one
+//        (Qwen2, 2.5, 2.5-Coder: the same with single-digit numbers).
 // Reference implementation: llama.cpp src/llama-vocab.cpp. Deliberate
 // differences are noted where they are made (tokenizer.cpp).
 //
@@ -38,7 +39,7 @@ enum class TokenType : uint8_t {
 enum class VocabKind : uint8_t { Spm, Bpe };
 
 // Prompt formats apply_chat_template knows.
-enum class ChatFormat : uint8_t { None, Gemma, Llama3, Llama2 };
+enum class ChatFormat : uint8_t { None, Gemma, Llama3, Llama2, ChatML };
 const char* chat_format_name(ChatFormat f);
 
 // Everything a tokenizer is built from; load_vocab fills it from GGUF, tests
@@ -100,12 +101,12 @@ class Tokenizer {
   VocabKind kind() const;
   int32_t bos() const;
   int32_t eos() const;
-  int32_t eot() const;  // end of turn (<end_of_turn>, <|eot_id|>), -1 if none
+  int32_t eot() const;  // end of turn (<end_of_turn>, <|eot_id|>, <|im_end|>), -1 if none
   int32_t pad() const;
   int32_t unk() const;
   bool add_bos_default() const;
   // End of generation: eos, eot, and the other end markers the vocabulary has
-  // (<|eom_id|>, <|end_of_text|>).
+  // as control tokens (<|eom_id|>, <|end_of_text|>, <|im_end|>, <|endoftext|>).
   bool is_eog(int32_t id) const;
   const Vocab& vocab() const;
 
@@ -114,8 +115,12 @@ class Tokenizer {
   // its markers), else from the architecture and vocabulary; ChatFormat::None
   // when neither identifies a known format.
   ChatFormat chat_format() const;
+  // The system message the chat prompt starts with (ChatML only; empty: none).
+  const std::string& chat_system_prompt() const;
   // The prompt as text, special tokens spelled out (encode it with
   // parse_special and no extra BOS). Throws topkv::Error for an unknown format.
+  // ChatML (Qwen) puts the template's default system message first when the
+  // template has one (chat_system_prompt()).
   std::string apply_chat_template(std::string_view user_text) const;
   // The prompt as ids. Unlike encoding apply_chat_template's text, special
   // tokens written inside user_text stay plain text.

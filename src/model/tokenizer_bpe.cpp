@@ -1,8 +1,9 @@
-// Byte-level BPE (tokenizer.ggml.model = "gpt2"): Llama 3. Reference:
-// llama.cpp src/llama-vocab.cpp (llm_tokenizer_bpe_session) and
+// Byte-level BPE (tokenizer.ggml.model = "gpt2"): Llama 3 and Qwen2 (2.5,
+// 2.5-Coder). Reference: llama.cpp src/llama-vocab.cpp
+// (llm_tokenizer_bpe_session; the pre-tokenizer types LLAMA3 and QWEN2) and
 // src/unicode.cpp (unicode_regex_split_custom_llama3); GPT-2 encoder.py.
 //
-// A fragment is cut into words by the Llama 3 pre-tokenizer regex; each word
+// A fragment is cut into words by the pre-tokenizer regex; each word
 // starts as one symbol per byte (the token of that byte's GPT-2 stand-in
 // character) and the adjacent pair with the lowest merge rank is fused,
 // leftmost on ties, until no merge rule applies. Vocabulary pieces are stored
@@ -46,7 +47,7 @@ bool is_nl(uint32_t cp) { return cp == '\r' || cp == '\n'; }
 uint32_t gpt2_byte_to_cp(uint8_t b) { return byte_map().to_cp[b]; }
 int gpt2_cp_to_byte(uint32_t cp) { return cp < 324 ? byte_map().from_cp[cp] : -1; }
 
-std::vector<std::pair<uint32_t, uint32_t>> llama3_pretokenize(std::string_view text) {
+std::vector<std::pair<uint32_t, uint32_t>> bpe_pretokenize(std::string_view text, int max_digits) {
   enum : uint8_t { kL = 1, kN = 2, kS = 4 };
   struct Cp {
     uint32_t cp, off;
@@ -65,7 +66,13 @@ std::vector<std::pair<uint32_t, uint32_t>> llama3_pretokenize(std::string_view t
   auto N = [&](size_t k) { return k < n && (c[k].cls & kN); };
   auto S = [&](size_t k) { return k < n && (c[k].cls & kS); };
   auto other = [&](size_t k) { return k < n && c[k].cls == 0; };  // [^\s\p{L}\p{N}]
-  auto lower = [&](size_t k) { return k < n && c[k].cp < 0x80 ? c[k].cp | 0x20 : 0u; };
+  // The contractions' (?i:...) as Hugging Face's regex engine applies it:
+  // ASCII case, and U+017F LONG S, whose Unicode case folding is 's'
+  // (llama.cpp's rewrite '[sS] misses that one).
+  auto lower = [&](size_t k) -> uint32_t {
+    if (k >= n) return 0;
+    return c[k].cp < 0x80 ? c[k].cp | 0x20 : c[k].cp == 0x17F ? 's' : 0;
+  };
 
   std::vector<std::pair<uint32_t, uint32_t>> words;
   auto byte_off = [&](size_t k) { return k < n ? c[k].off : (uint32_t)text.size(); };
@@ -85,9 +92,9 @@ std::vector<std::pair<uint32_t, uint32_t>> llama3_pretokenize(std::string_view t
       j = i + 1;
       while (L(j)) ++j;
     }
-    // \p{N}{1,3}
+    // \p{N}{1,3} (Llama 3), \p{N} (Qwen2)
     if (j == i && N(i)) {
-      while (j < i + 3 && N(j)) ++j;
+      while (j < i + (size_t)max_digits && N(j)) ++j;
     }
     //  ?[^\s\p{L}\p{N}]+[\r\n]*
     if (j == i) {
@@ -123,13 +130,19 @@ std::vector<std::pair<uint32_t, uint32_t>> llama3_pretokenize(std::string_view t
 void bpe_prepare(TokenizerImpl& t) {
   const Vocab& v = t.vocab;
   const int32_t n = (int32_t)v.tokens.size();
+  // As llama.cpp's llama_vocab::impl::load: only the Llama 3 type sets
+  // ignore_merges; Qwen2's tokenizer.json has no "ignore_merges" and always
+  // merges. (llama.cpp's "deepseek-r1-qwen" is the Qwen2 vocabulary as well.)
   if (v.pre == "llama-bpe" || v.pre == "llama3" || v.pre == "llama-v3") {
     t.bpe_ignore_merges = true;  // Hugging Face tokenizer.json of Llama 3: "ignore_merges": true
   } else if (v.pre == "dbrx" || v.pre == "smaug-bpe") {
     t.bpe_ignore_merges = false;  // the same regex, merges always applied
+  } else if (v.pre == "qwen2" || v.pre == "deepseek-r1-qwen") {
+    t.bpe_ignore_merges = false;
+    t.bpe_max_digits = kQwen2MaxDigits;
   } else {
     fail("byte-level BPE pre-tokenizer '{}' (tokenizer.ggml.pre) is not supported; topkv implements the Llama 3 "
-         "one ('llama-bpe', also 'dbrx', 'smaug-bpe')",
+         "one ('llama-bpe', also 'dbrx', 'smaug-bpe') and the Qwen2 one ('qwen2', 'deepseek-r1-qwen')",
          v.pre);
   }
   TOPKV_CHECK(v.scores.empty() || v.scores.size() == v.tokens.size(),
@@ -188,7 +201,7 @@ void bpe_encode_fragment(const TokenizerImpl& t, std::string_view fragment, bool
     if (it == t.bpe_rules.end()) return {0, -1};
     return {-(double)it->second.rank, it->second.result};
   };
-  for (auto [wb, we] : llama3_pretokenize(fragment)) {
+  for (auto [wb, we] : bpe_pretokenize(fragment, t.bpe_max_digits)) {
     const std::string_view word = fragment.substr(wb, we - wb);
     if (t.bpe_ignore_merges) {
       std::string& mapped = scratch.text;

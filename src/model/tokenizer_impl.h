@@ -73,6 +73,9 @@ class PieceTable {
   const std::vector<std::string>* tokens_ = nullptr;
 };
 
+// Digits per number word of the byte-level BPE pre-tokenizers (bpe_pretokenize).
+constexpr int kLlama3MaxDigits = 3, kQwen2MaxDigits = 1;
+
 // A byte-level BPE merge rule: fusing (left id, right id) gives `result`.
 struct BpeRule {
   int32_t rank;
@@ -88,10 +91,12 @@ struct TokenizerImpl {
   SpecialTokenTrie specials;
   std::vector<int32_t> eog_ids;
   ChatFormat chat = ChatFormat::None;
+  std::string chat_system;  // ChatML: the template's default system message (may be empty)
 
   // Bpe only.
   std::unordered_map<uint64_t, BpeRule> bpe_rules;  // key: left id << 32 | right id
   bool bpe_ignore_merges = false;  // a word that is a whole token is taken as is (Llama 3)
+  int bpe_max_digits = kLlama3MaxDigits;  // the pre-tokenizer's longest number word
 
   TokenType type(int32_t id) const { return vocab.types.empty() ? TokenType::Normal : vocab.types[id]; }
   int32_t lookup(std::string_view s) const { return pieces.find(s); }
@@ -126,12 +131,13 @@ void spm_encode_fragment(const TokenizerImpl& t, std::string_view fragment, bool
 void bpe_prepare(TokenizerImpl& t);
 void bpe_encode_fragment(const TokenizerImpl& t, std::string_view fragment, bool reference, EncodeScratch& scratch,
                          std::vector<int32_t>& out);
-// The Llama 3 pre-tokenizer: the regex
-//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+// The byte-level BPE pre-tokenizer regex
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,K}|
 //    ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-// by hand over code points; returns the [begin, end) byte offsets of the
-// words in order (they tile the text exactly).
-std::vector<std::pair<uint32_t, uint32_t>> llama3_pretokenize(std::string_view text);
+// by hand over code points, where `max_digits` K is 3 for Llama 3 and 1 for
+// Qwen2 (which splits numbers into single digits); returns the [begin, end)
+// byte offsets of the words in order (they tile the text exactly).
+std::vector<std::pair<uint32_t, uint32_t>> bpe_pretokenize(std::string_view text, int max_digits);
 // GPT-2's reversible byte <-> printable code point map (bytes_to_unicode).
 uint32_t gpt2_byte_to_cp(uint8_t b);
 int gpt2_cp_to_byte(uint32_t cp);  // -1 for a code point outside the map
@@ -143,6 +149,10 @@ struct ChatSegment {
   std::string text;
 };
 ChatFormat detect_chat_format(const TokenizerImpl& t);
+// The system message a ChatML template writes when the conversation has none:
+// the string literal '<|im_start|>system\n...<|im_end|>' in the Jinja source,
+// its escapes undone; empty when the template has no such literal.
+std::string chatml_default_system(std::string_view chat_template);
 std::vector<ChatSegment> chat_segments(const TokenizerImpl& t, std::string_view user_text);
 
 }  // namespace topkv

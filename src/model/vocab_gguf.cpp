@@ -35,7 +35,7 @@ Vocab load_vocab(const GgufFile& f) {
     v.kind = VocabKind::Bpe;
   else
     fail("model '{}': tokenizer '{}' (tokenizer.ggml.model) is not supported; topkv reads 'llama' (SentencePiece, "
-         "Gemma/Llama 2) and 'gpt2' (byte-level BPE, Llama 3)",
+         "Gemma/Llama 2) and 'gpt2' (byte-level BPE, Llama 3, Qwen2)",
          f.path(), model);
 
   v.tokens = f.get_arr_str("tokenizer.ggml.tokens");
