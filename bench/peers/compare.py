@@ -249,7 +249,7 @@ def plot(rows, out):
         import matplotlib  # noqa: F401
     except ImportError as e:
         print(f"{PROG}: warning: no peer.png: matplotlib is missing ({e}); the table is written", file=sys.stderr)
-        return
+        return False
     sys.path.insert(0, SCRIPTS)
     from plot_util import pyplot
     plt = pyplot(PROG)
@@ -277,7 +277,8 @@ def plot(rows, out):
             ax.minorticks_off()
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="best")
 
     ax, mx = axes[0], axes[1]
     for n, rs in sorted(series.items()):
@@ -297,6 +298,14 @@ def plot(rows, out):
     axis(mx, xs, "GPU memory (GiB)")
     mx.set_title("GPU memory: llama.cpp = nvidia-smi peak - idle;\ntopkv = its backend's account (no CUDA context)",
                  fontsize=9)
+    mx.set_xlim(ax.get_xlim())
+    mem = [r["gpu_mem_mib"] for rs in series.values() for r in rs if r["gpu_mem_mib"]]
+    if mem and max(mem) > 20 * min(mem):  # dense KV grows with context: a log axis keeps the small ones readable
+        mx.set_yscale("log")
+    if not mx.get_legend_handles_labels()[0]:
+        mx.text(0.5, 0.5, "no GPU memory in these rows\n(CPU runs, or no nvidia-smi)", ha="center", va="center",
+                transform=mx.transAxes, fontsize=9)
+        mx.set_yticks([])
     if pre:
         px = axes[2]
         for n, rs in sorted(pre.items()):
@@ -322,6 +331,7 @@ def plot(rows, out):
     path = os.path.join(out, "peer.png")
     fig.savefig(path + ".tmp", format="png", dpi=120)
     os.replace(path + ".tmp", path)
+    return True
 
 
 def main():
@@ -346,10 +356,8 @@ def main():
     ratios = ratio_rows(rows, pair_models(rows, args.alias))
     os.makedirs(args.out, exist_ok=True)
     write_table(rows, ratios, {"llama": args.llama, "topkv": args.topkv}, args.out)
-    if not args.no_plot:
-        plot(rows, args.out)
-    print(f"{len(rows)} rows -> {os.path.join(args.out, 'peer.csv')}, peer.json"
-          + ("" if args.no_plot else ", peer.png"))
+    drawn = not args.no_plot and plot(rows, args.out)
+    print(f"{len(rows)} rows -> {os.path.join(args.out, 'peer.csv')}, peer.json" + (", peer.png" if drawn else ""))
     print_ratios(ratios)
 
 

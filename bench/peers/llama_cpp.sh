@@ -22,7 +22,7 @@ SRC=${LLAMA_SRC:-$PEERS/llama.cpp}
 usage() {
   cat <<EOF
 usage: $PROG fetch [--force]
-       $PROG build [--cpu] [--clean]
+       $PROG build [--cpu] [--clean] [--configure-only]
        $PROG run -m MODEL.gguf --out DIR [options]
        $PROG --help
 
@@ -34,7 +34,9 @@ fetch   (needs the package index) downloads llama-cpp-python==$PYPKG_VERSION's s
 build   configures and builds the llama-bench target into \$LLAMA_BUILD (default
         /tmp/llama-build; /tmp/llama-build-cpu with --cpu), reusing a build that is
         there. CUDA by default (sm_\$CUDA_ARCH, default 90); --cpu or GGML_CUDA=OFF for
-        the CPU only. --clean removes the build folder first. Logs: \$LLAMA_BUILD/*.log.
+        the CPU only. --clean removes the build folder first; --configure-only stops
+        before compiling. A build cut short resumes where it stopped when run again.
+        Logs: \$LLAMA_BUILD/*.log.
 run     runs llama-bench on one GGUF file, one process per measurement, each under
         a time limit, and writes DIR/runs.csv (one line per run, appended as each
         ends) beside each run's JSON (llama-bench -o json) and log:
@@ -155,11 +157,12 @@ EOF
 # ---------------------------------------------------------------- build
 
 build() {
-  local cuda=${GGML_CUDA:-ON} clean=0
+  local cuda=${GGML_CUDA:-ON} clean=0 configure_only=0
   for a in "$@"; do
     case $a in
       --cpu) cuda=OFF ;;
       --clean) clean=1 ;;
+      --configure-only) configure_only=1 ;;
       *) die "build: unknown argument '$a' (see --help)" ;;
     esac
   done
@@ -193,6 +196,7 @@ build() {
       >"$bdir/configure.log" 2>&1 || { tail -30 "$bdir/configure.log" >&2; die "configure failed (log above)"; }
     echo "$want" >"$bdir/.peer-config"
   fi
+  if [[ $configure_only == 1 ]]; then say "configured $bdir"; return; fi
   say "building llama-bench with $jobs jobs (log: $bdir/build.log; progress every 10%)"
   local t0=$SECONDS rc
   # Print a line whenever the build passes another 10% (ninja: [done/total], make: [ NN%]).
@@ -212,18 +216,17 @@ build() {
 
 # ---------------------------------------------------------------- run
 
-# "4K" -> 4096, "1M" -> 1048576, "512" -> 512.
-count() {
-  local s=${1^^} mult=1
-  case $s in *K) mult=1024; s=${s%K} ;; *M) mult=1048576; s=${s%M} ;; esac
-  [[ $s =~ ^[0-9]+$ ]] || die "'$1' is not a token count (digits, optionally K or M)"
-  echo $((s * mult))
-}
-
+# "4K,512,1M" -> "512 4096 1048576": sorted, without repeats. Exits on a bad entry.
 counts() {
-  local out=() x
+  local out=() x s mult
   IFS=, read -ra parts <<<"$1"
-  for x in "${parts[@]}"; do out+=("$(count "$x")"); done
+  for x in "${parts[@]}"; do
+    s=${x^^} mult=1
+    case $s in *K) mult=1024; s=${s%K} ;; *M) mult=1048576; s=${s%M} ;; esac
+    [[ $s =~ ^[0-9]+$ ]] || die "'$x' is not a token count (digits, optionally K or M)"
+    out+=($((10#$s * mult)))
+  done
+  ((${#out[@]})) || die "'$1' holds no token count"
   printf '%s\n' "${out[@]}" | sort -n | uniq | tr '\n' ' '
 }
 
@@ -234,6 +237,20 @@ gpu_mem_used() {  # MiB in use on GPU $GPU_INDEX now, or nothing without nvidia-
 }
 
 csv_quote() { local s=${1//\"/\"\"}; printf '"%s"' "$s"; }
+
+# On SIGTERM/SIGINT (a device call's limit, ^C): stop the run in progress and
+# its sampler, and record it, so runs.csv says what happened to every run.
+RUN_PID=
+interrupted() {
+  if [[ -n $RUN_PID ]]; then
+    kill -TERM "$RUN_PID" 2>/dev/null || true
+    [[ -n $SAMPLER_PID ]] && kill "$SAMPLER_PID" 2>/dev/null
+    printf '%s,%s,%s,%s,%s,,,,,%s\n' "$RUN_NAME" "$RUN_MODE" "$(csv_quote "$(basename "$MODEL")")" "$RUN_CTX" \
+      "$(csv_quote interrupted)" "$(csv_quote "$RUN_CMD")" >>"$OUT/runs.csv"
+    say "$RUN_NAME: interrupted; the runs before it are in $OUT/runs.csv"
+  fi
+  exit 130
+}
 
 # One llama-bench process: NAME MODE CONTEXT ARGS...; appends a line to runs.csv.
 # Returns 1 when it timed out or failed.
@@ -252,7 +269,11 @@ one_run() {
   local t0 rc=0
   t0=$(date +%s.%N)
   echo "# ${cmd[*]}" >"$log"
-  timeout --signal=TERM --kill-after=10 "$TIMEOUT" "${cmd[@]}" >"$json.part" 2>>"$log" || rc=$?
+  # In the background so that a signal to this script is handled at once (interrupted()).
+  timeout --signal=TERM --kill-after=10 "$TIMEOUT" "${cmd[@]}" >"$json.part" 2>>"$log" &
+  RUN_PID=$! RUN_NAME=$name RUN_MODE=$mode RUN_CTX=$ctx RUN_CMD="${cmd[*]}" SAMPLER_PID=$sampler
+  wait "$RUN_PID" || rc=$?
+  RUN_PID=
   local wall
   wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
   if [[ -n $sampler ]]; then kill "$sampler" 2>/dev/null || true; wait "$sampler" 2>/dev/null || true; fi
@@ -298,13 +319,17 @@ run() {
   [[ -f $MODEL ]] || die "run: model $MODEL: no such file"
   [[ -n $OUT ]] || die "run: give the output folder: --out DIR"
   [[ -x $BIN ]] || die "run: no llama-bench at $BIN; run '$PROG build' first (or set LLAMA_BUILD / --bin)"
+  local ctx_list pre_list=
+  ctx_list=$(counts "$contexts")  # here, not in the loops: a bad list stops the script before any run
+  if [[ $prefill != none ]]; then pre_list=$(counts "$prefill"); fi
   need timeout "install GNU coreutils"
   need python3 "install Python 3"
   mkdir -p "$OUT"
   HAVE_SMI=0
   command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && HAVE_SMI=1
-  GPU_INDEX=${CUDA_VISIBLE_DEVICES%%,*}
+  GPU_INDEX=${CUDA_VISIBLE_DEVICES:-0}; GPU_INDEX=${GPU_INDEX%%,*}
   [[ $GPU_INDEX =~ ^[0-9]+$ ]] || GPU_INDEX=0
+  trap interrupted TERM INT
   [[ -f $OUT/runs.csv ]] || echo "name,mode,model,context,status,wall_s,gpu_idle_mib,gpu_peak_mib,json,command" >"$OUT/runs.csv"
   {
     echo "date: $(date -u +%FT%TZ)"
@@ -320,7 +345,7 @@ run() {
   if [[ -n $threads ]]; then common+=(-t "$threads"); fi
   local stem ctx n skip=
   stem=$(basename "$MODEL" .gguf)
-  for ctx in $(counts "$contexts"); do
+  for ctx in $ctx_list; do
     if [[ -n $skip ]]; then
       printf '%s,decode,%s,%s,%s,,,,,\n' "$stem-decode-d$ctx" "$(csv_quote "$(basename "$MODEL")")" "$ctx" \
         "$(csv_quote "skipped: $skip")" >>"$OUT/runs.csv"
@@ -331,12 +356,10 @@ run() {
       -b $((ubatch > 2048 ? ubatch : 2048)) -ub "$ubatch" "${common[@]}" ||
       { [[ $keep_going == 1 ]] || skip="context $ctx did not finish"; }
   done
-  if [[ $prefill != none ]]; then
-    for n in $(counts "$prefill"); do
-      one_run "$stem-prefill-p$n" prefill "$n" -p "$n" -n 0 -ctk "$kv" -ctv "$kv" -b "$chunk" -ub "$chunk" \
-        "${common[@]}" || true
-    done
-  fi
+  for n in $pre_list; do
+    one_run "$stem-prefill-p$n" prefill "$n" -p "$n" -n 0 -ctk "$kv" -ctv "$kv" -b "$chunk" -ub "$chunk" \
+      "${common[@]}" || true
+  done
   say "results in $OUT (runs.csv; compare: python3 bench/peers/compare.py --llama $OUT --topkv DECODE.json --out DIR)"
 }
 
