@@ -163,12 +163,13 @@ TEST_CASE("bench decode: --out-dir draws decode.png when matplotlib is there, an
 
 TEST_CASE("bench decode: context 0 decodes from an empty context; other modes skip it with the reason") {
   test::TempDir out("topkv_decode_ctx0");
-  auto r = run_topkv(kBase + "-m " + model() + " --contexts 0,64 --modes dense,topk --index flat --out-dir " +
-                     out.dir.string());
+  // --out-dir is created when missing (two levels here).
+  const std::string dir = (out.dir / "new" / "folder").string();
+  auto r = run_topkv(kBase + "-m " + model() + " --contexts 0,64 --modes dense,topk --index flat --out-dir " + dir);
   INFO(r.err);
   REQUIRE(r.rc == 0);
-  const json j = json::parse(test::slurp(out.file("decode.json")));
-  check_schema(out.file("decode.json"));
+  const json j = json::parse(test::slurp(dir + "/decode.json"));
+  check_schema(dir + "/decode.json");
   REQUIRE(j["results"].size() == 4);
   const json& dense0 = j["results"][0];
   CHECK(dense0["context"] == 0);
@@ -196,7 +197,7 @@ TEST_CASE("bench decode: bad input is a clear error and a non-zero exit") {
       {m + "--contexts 256 --attn topk", "drop --attn"},
       {m + "--contexts 256 --chunk 0", "--chunk must be positive"},
       {m + "--contexts 256 --dense-layers 6", "--dense-layers"},
-      {m + "--contexts 256 --out-dir /nonexistent/x", "no such folder"},
+      {m + "--contexts 256 --out-dir /proc/nonexistent/x", "cannot create that folder"},
       {"--contexts 256", "give the model either as -m FILE or as --synth-preset"},
       {"--synth-preset nosuch --contexts 256", "unknown preset 'nosuch'"},
   };

@@ -55,8 +55,12 @@ void run_decode(const DecodeArgs& a, const OffloadPolicy& policy) {
   c.kv_dtype = parse_dtype(a.kv_type);
   c.beyond_trained = a.beyond_trained;
   c.progress = !a.quiet;
-  if (!a.out_dir.empty())
-    TOPKV_CHECK(fs::is_directory(a.out_dir), "--out-dir {}: no such folder; create it first", a.out_dir);
+  if (!a.out_dir.empty()) {  // created when missing, before any long work (a bad path fails now)
+    std::error_code ec;
+    fs::create_directories(a.out_dir, ec);
+    TOPKV_CHECK(fs::is_directory(a.out_dir), "--out-dir {}: cannot create that folder ({}); choose a writable one",
+                a.out_dir, ec ? ec.message() : "a file of that name is in the way");
+  }
 
   TempModel temp;
   if (!a.synth_preset.empty()) {
