@@ -188,18 +188,51 @@ void CudaBackend::rms_norm(const float* x, const Weight& w, int64_t rows, int di
   cuda::rms_norm(x, reinterpret_cast<const float*>(w.data), rows, dim, eps, out, stream_);
 }
 
-void CudaBackend::rope(float* x, int T, int n_heads, int head_dim, int64_t pos0, const RopeParams& p) {
+void CudaBackend::rope_inv_freq(const RopeParams& p, int head_dim, double* inv_freq) {
   TOPKV_CHECK(p.n_rot >= 0 && p.n_rot % 2 == 0 && p.n_rot <= head_dim,
               "RoPE rotates {} dims of a {}-dim head: needs an even count within the head", p.n_rot, head_dim);
   const int half = p.n_rot / 2;
-  // The angle per position of each pair, in double, as the CPU backend has it.
-  double inv_freq[kMaxRopePairs];
   TOPKV_CHECK(half <= kMaxRopePairs, "RoPE over {} dims: the CUDA kernel rotates at most {}", p.n_rot,
               2 * kMaxRopePairs);
   for (int i = 0; i < half; ++i)
     inv_freq[i] = p.freq_scale * std::pow((double)p.base, -2.0 * i / p.n_rot) /
                   (p.freq_factors ? p.freq_factors[i] : 1.f);
+}
+
+void CudaBackend::rope(float* x, int T, int n_heads, int head_dim, int64_t pos0, const RopeParams& p) {
+  double inv_freq[kMaxRopePairs];
+  rope_inv_freq(p, head_dim, inv_freq);
   cuda::rope(x, T, n_heads, head_dim, pos0, p.style, p.n_rot, inv_freq, stream_, step_pos("rope", T, pos0));
+}
+
+void CudaBackend::attention_prologue(float* q, float* k, const float* v, int T, int n_head, int n_kv, int head_dim,
+                                     const Weight* q_norm, const Weight* k_norm, float eps, int64_t pos0,
+                                     const RopeParams& rope, KvLayerCache* cache) {
+  if (cache && cache->in_host)  // the host-resident cache is written through its staging path
+    return Backend::attention_prologue(q, k, v, T, n_head, n_kv, head_dim, q_norm, k_norm, eps, pos0, rope, cache);
+  AttentionPrologueArgs a;
+  a.q = q, a.k = k, a.v = v, a.T = T, a.n_head = n_head, a.n_kv = n_kv, a.head_dim = head_dim, a.eps = eps;
+  for (auto [w, dst] : {std::pair{q_norm, &a.q_norm}, std::pair{k_norm, &a.k_norm}}) {
+    if (!w) continue;
+    TOPKV_CHECK(w->type == GgmlType::F32 && w->rows * w->cols == head_dim, "QK-norm weight {} must be F32 of {} "
+                "values", w->name, head_dim);
+    check_device_weight(*w, "attention_prologue");
+    *dst = reinterpret_cast<const float*>(w->data);
+  }
+  double inv_freq[kMaxRopePairs];
+  rope_inv_freq(rope, head_dim, inv_freq);
+  a.rope_style = rope.style, a.rope_n_rot = rope.n_rot, a.inv_freq = inv_freq;
+  a.pos0 = pos0;
+  if (cache) {
+    check_cache(*cache, "attention_prologue");
+    TOPKV_CHECK(pos0 >= 0, "attention_prologue at negative position {}", pos0);
+    TOPKV_CHECK(cache->n_kv_heads == n_kv && cache->head_dim == head_dim, "attention_prologue: the cache holds {} "
+                "heads of {}, the keys are {} of {}", cache->n_kv_heads, cache->head_dim, n_kv, head_dim);
+    a.cache_type = cache->dtype, a.k_cache = cache->k.mem.get(), a.v_cache = cache->v.mem.get();
+    a.capacity = cache->capacity;
+  }
+  a.dev_pos = step_pos("attention_prologue", T, pos0);
+  cuda::attention_prologue(a, stream_);
 }
 
 void CudaBackend::matmul(const float* x, const Weight& w, int T, float* y, const MatmulEpilogue& ep) {

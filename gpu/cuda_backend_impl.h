@@ -40,6 +40,9 @@ class CudaBackend final : public Backend {
   void glu(GluKind kind, const float* gate, const float* up, int64_t n, float* out) override;
   void add(const float* x, int64_t n, float* y) override;
   void kv_write(KvLayerCache& cache, const float* k, const float* v, int T, int64_t pos0) override;
+  void attention_prologue(float* q, float* k, const float* v, int T, int n_head, int n_kv, int head_dim,
+                          const Weight* q_norm, const Weight* k_norm, float eps, int64_t pos0, const RopeParams& rope,
+                          KvLayerCache* cache) override;
   void attention(const float* q, int T, int n_head, int64_t pos0, const KvLayerCache& cache, int64_t window,
                  float scale, float* out) override;
 
@@ -87,6 +90,8 @@ class CudaBackend final : public Backend {
   void kv_write_host(KvLayerCache& c, const float* k, const float* v, int T, int64_t pos0);
   void streamed_attention(const float* q, int T, int n_head, int64_t pos0, const KvLayerCache& c, int64_t window,
                           float scale, float* out);
+  // RoPE's angle per position of each pair, in double, as the CPU backend has it.
+  static void rope_inv_freq(const RopeParams& p, int head_dim, double* inv_freq);
   // The device weight a matrix op may use: uploaded by prepare_weight.
   void check_device_weight(const Weight& w, const char* op) const;
   // While recording: the op must be a T = 1 op at the recorded position, and

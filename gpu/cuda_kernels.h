@@ -65,6 +65,33 @@ inline constexpr int kMaxRopePairs = 256;
 void rope(float* x, int T, int n_heads, int head_dim, int64_t pos0, RopeStyle style, int n_rot,
           const double* inv_freq, cudaStream_t stream, const int64_t* dev_pos = nullptr);
 
+// ---- attention prologue (kernels_attention_prologue.cu) ----------------------
+// QK-norm (when q_norm / k_norm are set) and RoPE in place on q[T][n_head][hd]
+// and k[T][n_kv][hd], and, when k_cache is set, the rotated k and v written
+// into the cache [n_kv][capacity][hd] of cache_type at slot position %
+// capacity: one kernel, one block per token. inv_freq (host, n_rot/2 values)
+// as for rope. dev_pos as for kv_write. Twin: Backend::attention_prologue
+// (rms_norm, rope and kv_write of the CPU backend).
+struct AttentionPrologueArgs {
+  float* q = nullptr;
+  float* k = nullptr;
+  const float* v = nullptr;
+  int T = 0, n_head = 0, n_kv = 0, head_dim = 0;
+  const float* q_norm = nullptr;  // device, head_dim values, or null
+  const float* k_norm = nullptr;
+  float eps = 0.f;
+  int64_t pos0 = 0;
+  const int64_t* dev_pos = nullptr;
+  RopeStyle rope_style = RopeStyle::NeoX;
+  int rope_n_rot = 0;
+  const double* inv_freq = nullptr;  // host
+  DType cache_type = DType::F32;
+  void* k_cache = nullptr;           // null: no cache write
+  void* v_cache = nullptr;
+  int64_t capacity = 0;
+};
+void attention_prologue(const AttentionPrologueArgs& a, cudaStream_t stream);
+
 // ---- matmul (kernels_matmul.cu) ----------------------------------------------
 // Tokens up to which matmul runs the GEMV kernel instead of cuBLAS.
 inline constexpr int kGemvMaxTokens = 4;

@@ -153,6 +153,15 @@ class Backend {
   virtual void add(const float* x, int64_t n, float* y) = 0;
   // Writes k, v [T][n_kv_heads][head_dim] of positions pos0.. into the cache.
   virtual void kv_write(KvLayerCache& cache, const float* k, const float* v, int T, int64_t pos0) = 0;
+  // The end of a layer's attention input, in place on q[T][n_head][head_dim]
+  // and k[T][n_kv][head_dim]: QK-norm (an RMSNorm over each head with q_norm /
+  // k_norm, when given), then RoPE at positions pos0..; when `cache` is given,
+  // the rotated k and v [T][n_kv][head_dim] are written into it (kv_write).
+  // This default calls rms_norm, rope and kv_write; a device backend runs it
+  // as one kernel (gpu/kernels_attention_prologue.cu).
+  virtual void attention_prologue(float* q, float* k, const float* v, int T, int n_head, int n_kv, int head_dim,
+                                  const Weight* q_norm, const Weight* k_norm, float eps, int64_t pos0,
+                                  const RopeParams& rope, KvLayerCache* cache);
   // Causal attention of q[T][n_head][head_dim] (positions pos0..pos0+T-1,
   // already in the cache) over the cache: query at p sees keys at
   // max(0, p - window + 1) .. p (window 0 = no limit). GQA: query head h reads

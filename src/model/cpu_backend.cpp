@@ -30,6 +30,16 @@ const char* weight_mode_name(WeightMode m) {
 
 // Backends that cannot record (the CPU one) run every op as it is called;
 // the model asks can_record() first, so reaching these is a caller's bug.
+void Backend::attention_prologue(float* q, float* k, const float* v, int T, int n_head, int n_kv, int head_dim,
+                                 const Weight* q_norm, const Weight* k_norm, float eps, int64_t pos0,
+                                 const RopeParams& rope_p, KvLayerCache* cache) {
+  if (q_norm) rms_norm(q, *q_norm, (int64_t)T * n_head, head_dim, eps, q);
+  if (k_norm) rms_norm(k, *k_norm, (int64_t)T * n_kv, head_dim, eps, k);
+  rope(q, T, n_head, head_dim, pos0, rope_p);
+  rope(k, T, n_kv, head_dim, pos0, rope_p);
+  if (cache) kv_write(*cache, k, v, T, pos0);
+}
+
 void Backend::begin_recording(int64_t, int32_t) {
   fail("backend '{}' cannot record decode steps (can_record() is false); run the ops directly", name());
 }

@@ -183,16 +183,18 @@ void Model::project_logits(int r0, int nr) {
 // Split in three so that a recorded decode step can end a segment before an
 // overridden layer's attention (src/model/model_decode.cpp).
 void Model::layer(int il, int T) {
-  attention_input(il, T);
-  if (override_ && override_->overrides(il))
+  const bool overridden = override_ && override_->overrides(il);
+  attention_input(il, T, /*write_cache=*/!overridden);
+  if (overridden)
     overridden_attention(il, T);  // reads q_, k_, v_, writes att_
   else
     dense_attention(il, T);
   attention_output_ffn(il, T);
 }
 
-// x_ -> q_, k_, v_ (normed, projected, QK-normed, rotated).
-void Model::attention_input(int il, int T) {
+// x_ -> q_, k_, v_ (normed, projected, QK-normed, rotated); with write_cache,
+// k and v also go into the layer's cache (one fused op on a device backend).
+void Model::attention_input(int il, int T, bool write_cache) {
   const LayerWeights& L = layers_[il];
   const LayerConfig& lc = cfg_.layers[il];
   const int d = cfg_.n_embd, hd = cfg_.head_dim, nh = cfg_.n_head, nkv = cfg_.n_head_kv;
@@ -203,20 +205,17 @@ void Model::attention_input(int il, int T) {
   be_.matmul(xb, L.wq, T, q, bias(L.bq));
   be_.matmul(xb, L.wk, T, k, bias(L.bk));
   be_.matmul(xb, L.wv, T, v, bias(L.bv));
-  if (cfg_.qk_norm) {
-    be_.rms_norm(q, L.q_norm, (int64_t)T * nh, hd, eps, q);
-    be_.rms_norm(k, L.k_norm, (int64_t)T * nkv, hd, eps, k);
-  }
-  be_.rope(q, T, nh, hd, n_past_, lc.rope);
-  be_.rope(k, T, nkv, hd, n_past_, lc.rope);
+  if (write_cache)
+    TOPKV_CHECK(cache_[il].capacity > 0, "layer {} has no KV cache (it is among ModelOptions::override_layers, "
+                "or release_kv handed it to an override): its attention needs an attention override that serves "
+                "it (set_attention_override)", il);
+  be_.attention_prologue(q, k, v, T, nh, nkv, hd, cfg_.qk_norm ? &L.q_norm : nullptr,
+                         cfg_.qk_norm ? &L.k_norm : nullptr, eps, n_past_, lc.rope,
+                         write_cache ? &cache_[il] : nullptr);
 }
 
-// q_, k_, v_ -> att_ over the layer's own cache.
+// q_ -> att_ over the layer's own cache (k_ and v_ were written by attention_input).
 void Model::dense_attention(int il, int T) {
-  TOPKV_CHECK(cache_[il].capacity > 0, "layer {} has no KV cache (it is among ModelOptions::override_layers, "
-              "or release_kv handed it to an override): its attention needs an attention override that serves "
-              "it (set_attention_override)", il);
-  be_.kv_write(cache_[il], k_.f32(), v_.f32(), T, n_past_);
   be_.attention(q_.f32(), T, cfg_.n_head, n_past_, cache_[il], cfg_.layers[il].window, cfg_.attn_scale, att_.f32());
 }
 

@@ -153,7 +153,7 @@ class Model {
   void forward_chunk(const int32_t* ids, int T, bool all_logits, float* logits_out);
   void project_logits(int r0, int nr);
   void layer(int il, int T);
-  void attention_input(int il, int T);
+  void attention_input(int il, int T, bool write_cache);
   void dense_attention(int il, int T);
   void attention_output_ffn(int il, int T);
   void overridden_attention(int il, int T);

@@ -101,8 +101,9 @@ void Model::record_step(const std::vector<int>& overridden, int32_t token) {
   begin();
   be_.embed(token_embd_, &token, 1, cfg_.embed_scale, x_.f32());
   for (int il = 0; il < cfg_.n_layer; ++il) {
-    attention_input(il, 1);
-    if (std::binary_search(overridden.begin(), overridden.end(), il)) {
+    const bool ov = std::binary_search(overridden.begin(), overridden.end(), il);
+    attention_input(il, 1, /*write_cache=*/!ov);
+    if (ov) {
       end();  // the override's attention runs here, between two replays
       begin();
     } else {

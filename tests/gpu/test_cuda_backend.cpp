@@ -366,3 +366,65 @@ TEST_CASE("matmul and memory refuse host weights, bad copies and a full budget")
   bad.device = 999;
   REQUIRE_THROWS_AS(make_cuda_backend(bad), Error);
 }
+
+TEST_CASE("attention_prologue: QK-norm + RoPE + cache write in one kernel equals the three ops on the CPU") {
+  auto cpu = make_cpu_backend();
+  auto& be = gpu();
+  std::mt19937 rng(23);
+  OpSummary s_q("attention_prologue q, k (vs CPU)", 1e-5), s_c("attention_prologue cache (vs CPU)", 1e-3);
+  struct Case {
+    int hd, n_kv, group, T;
+    bool qk_norm;
+    RopeStyle style;
+    int64_t pos0, capacity;
+    DType dt;
+  };
+  const std::vector<Case> cases = {
+      {64, 2, 7, 1, false, RopeStyle::NeoX, 0, 64, DType::F16},           // qwen2.5-0.5b: GQA 7
+      {128, 2, 6, 1, false, RopeStyle::NeoX, 31000, 32768, DType::F16},   // qwen2.5-1.5b: GQA 6
+      {256, 1, 4, 1, true, RopeStyle::NeoX, 1000003, 1100000, DType::F32}, // gemma3 global layer, far position
+      {256, 1, 4, 5, true, RopeStyle::NeoX, 600, 512 + 8 - 1, DType::F16}, // gemma3 ring slots wrap
+      {128, 8, 4, 17, false, RopeStyle::Interleaved, 77, 200, DType::BF16}, // llama 8B geometry, a chunk
+      {96, 1, 3, 3, true, RopeStyle::Interleaved, 5, 40, DType::F32},     // head_dim 96
+      {128, 2, 2, 9, false, RopeStyle::NeoX, 10, 4, DType::F16},          // T > capacity: last 4 written
+  };
+  for (const Case& c : cases)
+    for (bool with_cache : {true, false}) {
+      const int nh = c.n_kv * c.group;
+      CAPTURE(c.hd, c.n_kv, c.group, c.T, c.qk_norm, (int)c.style, c.pos0, with_cache);
+      RopeParams rp;
+      rp.style = c.style, rp.n_rot = c.hd, rp.base = 1e6f;
+      const auto q = randn((size_t)c.T * nh * c.hd, rng), k = randn((size_t)c.T * c.n_kv * c.hd, rng, 1.f, 0.3f);
+      const auto v = randn(k.size(), rng);
+      const auto wq = randn((size_t)c.hd, rng, 0.1f, 1.f), wk = randn((size_t)c.hd, rng, 0.1f, 1.f);
+      std::vector<float> hq(q), hk(k);
+      KvLayerCache hc = cpu->alloc_kv(c.n_kv, c.hd, c.capacity, c.dt), dc = be.alloc_kv(c.n_kv, c.hd, c.capacity, c.dt);
+      const Weight hwq = f32_host_weight(wq), hwk = f32_host_weight(wk);
+      cpu->attention_prologue(hq.data(), hk.data(), v.data(), c.T, nh, c.n_kv, c.hd, c.qk_norm ? &hwq : nullptr,
+                              c.qk_norm ? &hwk : nullptr, 1e-6f, c.pos0, rp, with_cache ? &hc : nullptr);
+      const Weight dwq = be.prepare_weight(hwq, WeightMode::Quant), dwk = be.prepare_weight(hwk, WeightMode::Quant);
+      Buffer dq = upload(be, q), dk = upload(be, k), dv = upload(be, v);
+      be.attention_prologue(dq.f32(), dk.f32(), dv.f32(), c.T, nh, c.n_kv, c.hd, c.qk_norm ? &dwq : nullptr,
+                            c.qk_norm ? &dwk : nullptr, 1e-6f, c.pos0, rp, with_cache ? &dc : nullptr);
+      s_q.check(rel_err(download(be, dq, q.size()), hq));
+      s_q.check(rel_err(download(be, dk, k.size()), hk));
+      if (!with_cache) continue;
+      // The slots this call wrote (the last min(T, capacity) positions), as fp32.
+      for (const auto* hb : {&hc.k, &hc.v}) {
+        const Buffer& db = hb == &hc.k ? dc.k : dc.v;
+        const size_t es = dtype_size(c.dt), n = (size_t)c.n_kv * c.capacity * c.hd;
+        std::vector<uint8_t> got(n * es);
+        be.to_host(db, 0, got.data(), got.size());
+        std::vector<float> g32, w32;
+        for (int h = 0; h < c.n_kv; ++h)
+          for (int64_t p = std::max<int64_t>(c.pos0, c.pos0 + c.T - c.capacity); p < c.pos0 + c.T; ++p) {
+            const size_t off = ((size_t)h * c.capacity + (size_t)(p % c.capacity)) * c.hd;
+            std::vector<float> a(c.hd), b(c.hd);
+            to_f32(c.dt, got.data() + off * es, a.data(), c.hd);
+            to_f32(c.dt, hb->as<uint8_t>() + off * es, b.data(), c.hd);
+            g32.insert(g32.end(), a.begin(), a.end()), w32.insert(w32.end(), b.begin(), b.end());
+          }
+        s_c.check(rel_err(g32, w32));
+      }
+    }
+}
