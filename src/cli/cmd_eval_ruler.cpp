@@ -39,10 +39,12 @@ struct RulerArgs {
   std::string model, tasks, lengths = "4K", csv, json, png, tmp_dir, save_prompts, kv_type = "f32";
   BackendArgs where;
   MethodArgs methods{{"multipole"}, {"1%", "2%", "5%"}, {}, {}};
-  int samples = 1, answer_tokens = 0, agreement_tokens = 64, chunk = 256;
+  int samples = 1, answer_tokens = 0, agreement_tokens = 64, error_steps = -1, chunk = 256;
   uint64_t seed = 1;
   bool chat = false, quiet = false;
   int answer_of(RulerTask t) const { return answer_tokens > 0 ? answer_tokens : ruler_answer_tokens(t); }
+  // Tokens the dense reference decodes for a task: its answer and the teacher-forced steps.
+  int reference_of(RulerTask t) const { return std::max(answer_of(t), agreement_tokens); }
 };
 
 struct Prompt {
@@ -94,7 +96,6 @@ struct Session {
   Backend& backend;
   Model& model;
   std::string tmp_dir;
-  int decode_len;  // dense reference tokens: the longest answer or the agreement steps
   RulerReport& rep;
   std::map<std::string, std::map<int64_t, std::vector<double>>> k_tokens;  // method -> length -> k means
 };
@@ -119,13 +120,16 @@ RulerRow run_method(Session& ss, SharedContext& ctx, const EvalMethod& m, const 
     time.method_decode_s += run.decode_s;
   }
   {
-    auto rt = ctx.attach(ss.backend, m.policy, /*measure_error=*/true, &restore2_s);
+    const int error_steps = ss.a.error_steps < 0 ? ss.a.agreement_tokens : ss.a.error_steps;
+    auto rt = ctx.attach(ss.backend, m.policy, /*measure_error=*/error_steps > 0, &restore2_s);
     Timer t;
-    const ForcedRun forced = teacher_forced_run(ss.model, first, ref, ss.a.agreement_tokens);
+    const ForcedRun forced = teacher_forced_run(ss.model, first, ref, ss.a.agreement_tokens, [&](int step) {
+      if (step == error_steps) rt->set_measure_error(false);  // decode steps 0 .. error_steps - 1 measured
+    });
     time.forced_s += t.seconds();
     ctx.detach();
     row.agreement = forced.agreement, row.kl_mean = forced.kl_mean, row.kl_max = forced.kl_max;
-    row.attn_err = rt->attention_rel_error();
+    if (error_steps > 0) row.attn_err = rt->attention_rel_error();
   }
   row.restore_s = (restore_s + restore2_s) / 2;
   time.restore_s += restore_s + restore2_s;
@@ -144,7 +148,7 @@ void run_prompt(Session& ss, const Prompt& p, const std::vector<EvalMethod>& met
   Timer tf;
   const std::vector<float> first = ss.model.prefill(p.s.tokens, ss.a.chunk);
   time.prefill_s += tf.seconds();
-  const DenseReference ref = decode_reference(ss.model, first, ss.decode_len, ss.a.agreement_tokens);
+  const DenseReference ref = decode_reference(ss.model, first, ss.a.reference_of(p.task), ss.a.agreement_tokens);
   time.dense_decode_s += ref.decode_s;
   RulerRow dense = proto;
   dense.method = "dense";
@@ -193,27 +197,29 @@ void run_ruler(const RulerArgs& a, const OffloadPolicy& base) {
   for (const EvalMethod& m : methods) OffloadRuntime(cfg, m.policy, false);  // e.g. too many dense layers: now
   bool sliding = false;
   for (const LayerConfig& l : cfg.layers) sliding = sliding || l.window > 0;
-  const int decode_len = std::max(longest_answer, a.agreement_tokens);
+  const int decode_len = std::max(longest_answer, a.agreement_tokens);  // the most a run decodes past a prompt
   TOPKV_CHECK(!sliding || decode_len < a.chunk, "this model has sliding-window layers, whose ring takes back at most "
               "--chunk - 1 positions after each method's run; the answer and agreement tokens ({}) need --chunk {} "
               "or more", decode_len, decode_len + 1);
+  bool cuda = false;
+  std::unique_ptr<Backend> backend = make_backend(a.where, cuda);
   RulerReport rep;
   Timer tp;
   const std::vector<Prompt> prompts = make_prompts(a, tasks, lengths, RulerFormat{&tok, a.chat});
   rep.timing.prompts_s = tp.seconds();
   if (!a.save_prompts.empty()) save_prompts(a.save_prompts, prompts, tok);
 
-  bool cuda = false;
-  std::unique_ptr<Backend> backend = make_backend(a.where, cuda);
+  int64_t positions = 0;  // the dense reference decodes reference_of - 1 tokens past its prompt
+  for (const Prompt& p : prompts) positions = std::max(positions, (int64_t)p.s.tokens.size() + a.reference_of(p.task));
   ModelOptions mo;
-  mo.n_ctx = *std::max_element(lengths.begin(), lengths.end()) + a.agreement_tokens + 1;
+  mo.n_ctx = positions;
   mo.max_chunk = a.chunk;
   mo.kv_dtype = parse_dtype(a.kv_type);
   Model model(file, *backend, mo);
   model.touch_weights();
-  if (mo.n_ctx > cfg.n_ctx_train)
-    fmt::print(stderr, "topkv: warning: lengths up to {} exceed the {} tokens the model was trained on\n", mo.n_ctx,
-               cfg.n_ctx_train);
+  if (mo.n_ctx - 1 > cfg.n_ctx_train)
+    fmt::print(stderr, "topkv: warning: prompts and decoding reach {} tokens, past the {} the model was trained on "
+               "(--lengths, --agreement-tokens)\n", mo.n_ctx - 1, cfg.n_ctx_train);
   if (!a.quiet)
     fmt::print(stderr, "eval ruler: {} tasks x {} lengths x {} samples; dense + {} methods; {} backend; {}\n",
                tasks.size(), lengths.size(), a.samples, methods.size(), backend->name(), cfg.summary());
@@ -222,7 +228,7 @@ void run_ruler(const RulerArgs& a, const OffloadPolicy& base) {
   rep.lengths = lengths;
   rep.methods.push_back("dense");
   for (const EvalMethod& m : methods) rep.methods.push_back(m.name);
-  Session ss{a, *file, tok, *backend, model, tmp_dir, decode_len, rep, {}};
+  Session ss{a, *file, tok, *backend, model, tmp_dir, rep, {}};
   Progress bar("ruler", (int64_t)prompts.size(), "prompts");
   for (const Prompt& p : prompts) {
     run_prompt(ss, p, methods);
@@ -247,6 +253,7 @@ void run_ruler(const RulerArgs& a, const OffloadPolicy& base) {
                 {"model_summary", cfg.summary()}, {"backend", backend->name()}, {"threads", omp_get_max_threads()},
                 {"tasks", rep.tasks}, {"lengths", lengths}, {"samples", a.samples}, {"seed", a.seed},
                 {"chat", a.chat}, {"answer_tokens", answer_tokens_json}, {"agreement_tokens", a.agreement_tokens},
+                {"error_steps", a.error_steps < 0 ? a.agreement_tokens : a.error_steps},
                 {"chunk", a.chunk}, {"kv_type", a.kv_type}, {"policy", nlohmann::json::parse(base.to_json())},
                 {"methods", jm}};
   const nlohmann::json summary = ruler_summary(rep);
@@ -290,6 +297,9 @@ void register_eval_ruler(CLI::App& eval) {
       ->capture_default_str();
   cmd->add_option("--agreement-tokens", a->agreement_tokens, "Teacher-forced steps on the dense tokens for greedy "
                   "agreement, next-token KL and attention error")->capture_default_str();
+  cmd->add_option("--error-steps", a->error_steps, "Teacher-forced decode steps whose attention error is measured "
+                  "(exact attention over every held key per retrieval layer on the host: the slow part at long "
+                  "contexts); default: all of them, 0: none")->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--chat", a->chat, "Put each prompt in the model's chat template as one user turn (instruct models "
                 "answer better so); the answer prefix starts the reply");
   add_method_options(cmd, a->methods);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "src/cli/policy_options.h"
 #include "src/common/error.h"
 #include "src/common/options.h"
@@ -28,8 +30,10 @@ std::vector<EvalMethod> make_eval_methods(const MethodArgs& a, const OffloadPoli
   for (const std::string& spec : specs) KvIndex::create(spec);  // a bad spec fails before any prefill
   std::vector<int> dense_layers;
   for (const std::string& d : a.dense_layers) {
-    const int64_t v = d == "0" ? 0 : parse_count(d);
-    TOPKV_CHECK(v < 1 << 20, "--methods-dense-layers {} is not a layer count", d);
+    char* end = nullptr;
+    const long v = std::strtol(d.c_str(), &end, 10);
+    TOPKV_CHECK(!d.empty() && *end == '\0' && v >= 0 && v < (1 << 20), "--methods-dense-layers '{}' is not a layer "
+                "count (0, 1, 2, ...)", d);
     dense_layers.push_back((int)v);
   }
   if (dense_layers.empty()) dense_layers.push_back(base.dense_layers);

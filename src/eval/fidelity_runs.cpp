@@ -38,37 +38,38 @@ DenseReference decode_reference(Model& model, std::vector<float> first, int step
   TOPKV_CHECK(steps >= 1 && keep >= 0 && keep <= steps, "internal: a reference of {} steps keeping {}", steps, keep);
   DenseReference r;
   std::vector<float> z = std::move(first);
-  Timer t;
   for (int s = 0; s < steps; ++s) {
     if (s < keep) r.log_p.push_back(log_softmax(z));
     r.ids.push_back(argmax_token(z));
     if (s + 1 < steps) {
+      Timer t;  // the model's step alone: the distributions kept above are evaluation work
       z = model.decode(r.ids.back());
+      r.decode_s += t.seconds();
       ++r.decode_steps;
     }
   }
-  r.decode_s = t.seconds();
   return r;
 }
 
 GreedyRun greedy_run(Model& model, std::vector<float> first, int max_tokens, const Tokenizer* stop_tok) {
   GreedyRun r;
   std::vector<float> z = std::move(first);
-  Timer t;
   for (int s = 0; s < max_tokens; ++s) {
     const int32_t id = argmax_token(z);
     if (stop_tok && stop_tok->is_eog(id)) break;
     r.ids.push_back(id);
     if (s + 1 < max_tokens) {
+      Timer t;  // timed as decode_reference times the dense steps
       z = model.decode(id);
+      r.decode_s += t.seconds();
       ++r.decode_steps;
     }
   }
-  r.decode_s = t.seconds();
   return r;
 }
 
-ForcedRun teacher_forced_run(Model& model, std::vector<float> first, const DenseReference& ref, int steps) {
+ForcedRun teacher_forced_run(Model& model, std::vector<float> first, const DenseReference& ref, int steps,
+                             const std::function<void(int)>& before_feed) {
   TOPKV_CHECK(steps >= 1 && steps <= (int)ref.log_p.size() && steps <= (int)ref.ids.size(),
               "internal: {} teacher-forced steps on a reference of {}", steps, ref.log_p.size());
   ForcedRun r;
@@ -81,7 +82,10 @@ ForcedRun teacher_forced_run(Model& model, std::vector<float> first, const Dense
     const double kl = kl_divergence(ref.log_p[(size_t)s], z);
     kl_sum += kl;
     r.kl_max = std::max(r.kl_max, kl);
-    if (s + 1 < steps) z = model.decode(ref.ids[(size_t)s]);
+    if (s + 1 < steps) {
+      if (before_feed) before_feed(s);
+      z = model.decode(ref.ids[(size_t)s]);
+    }
   }
   r.agreement = (double)agree / steps;
   r.kl_mean = kl_sum / steps;

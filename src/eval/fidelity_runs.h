@@ -6,6 +6,7 @@
 // against dense, step by step).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "src/model/model.h"
@@ -22,7 +23,7 @@ double kl_divergence(const std::vector<float>& log_p, const std::vector<float>& 
 struct DenseReference {
   std::vector<int32_t> ids;                // greedy tokens, end-of-generation included
   std::vector<std::vector<float>> log_p;   // log-probabilities of the first steps (teacher forcing)
-  int decode_steps = 0;                    // model.decode calls timed
+  int decode_steps = 0;                    // model.decode calls, and their time (decode tok/s)
   double decode_s = 0;
 };
 // Greedy decoding of `steps` tokens from `first` (the logits after the
@@ -46,9 +47,10 @@ struct ForcedRun {
   double kl_mean = 0, kl_max = 0;
 };
 // Step s compares the model's logits with the reference's (argmax and
-// KL(dense || model)), then feeds the reference's token s. `steps` <=
-// ref.log_p.size().
-ForcedRun teacher_forced_run(Model& model, std::vector<float> first, const DenseReference& ref, int steps);
+// KL(dense || model)), then feeds the reference's token s, calling
+// `before_feed(s)` first when given. `steps` <= ref.log_p.size().
+ForcedRun teacher_forced_run(Model& model, std::vector<float> first, const DenseReference& ref, int steps,
+                             const std::function<void(int)>& before_feed = {});
 
 // The reference's answer: its tokens up to the first end-of-generation token, at most n.
 std::vector<int32_t> answer_tokens(const std::vector<int32_t>& ids, int n, const Tokenizer& tok);
