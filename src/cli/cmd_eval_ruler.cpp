@@ -249,7 +249,8 @@ void run_ruler(const RulerArgs& a, const OffloadPolicy& base) {
   }
   nlohmann::json answer_tokens_json = nlohmann::json::object();
   for (RulerTask t : tasks) answer_tokens_json[ruler_task_name(t)] = a.answer_of(t);
-  rep.config = {{"command", "eval ruler"}, {"model", model_path}, {"arch", arch_name(cfg.arch)},
+  rep.config = {{"command", "eval ruler"}, {"model", a.model.empty() ? std::string(kDefaultModel) : a.model},
+                {"model_content_hash", fmt::format("{:016x}", file->content_hash())}, {"arch", arch_name(cfg.arch)},
                 {"model_summary", cfg.summary()}, {"backend", backend->name()}, {"threads", omp_get_max_threads()},
                 {"tasks", rep.tasks}, {"lengths", lengths}, {"samples", a.samples}, {"seed", a.seed},
                 {"chat", a.chat}, {"answer_tokens", answer_tokens_json}, {"agreement_tokens", a.agreement_tokens},

@@ -63,6 +63,9 @@ const SharedContext::Build& SharedContext::prepare(const OffloadPolicy& policy) 
   b.pack_bytes = std::filesystem::file_size(path_, ec);
   TOPKV_CHECK(!ec, "cannot read back the temporary context pack {}: {} (--tmp-dir)", path_, ec.message());
   pack_ = std::make_unique<ContextPack>(path_, /*verify=*/false);  // written just now
+  // The reader keeps the file open and maps it through that descriptor: the
+  // name can go now, so that a run stopped midway leaves no pack behind.
+  std::filesystem::remove(path_, ec);
   build_ = b;
   ++builds_;
   return build_;

@@ -11,7 +11,8 @@
 // into the index) stay in that runtime, never in the pack (the stores and
 // index arrays are mapped copy-on-write). One pack exists at a time: asking
 // for another build policy replaces it, so callers order their methods by
-// build policy.
+// build policy. Its file is unlinked once open (the mapping stays): nothing
+// is left in the directory, even by a run that is killed.
 #pragma once
 #include <cstdint>
 #include <memory>
