@@ -57,8 +57,9 @@ def main():
     for i, task in enumerate(panels):
         ax = axes[i // cols][i % cols]
         for m in methods:
-            style = dict(color="black", linewidth=2.2, zorder=3) if m == "dense" else dict(linewidth=1.2, marker="o",
-                                                                                            markersize=3)
+            # dense: a thick black line with large squares, under the methods' thinner lines
+            style = (dict(color="black", linewidth=2.2, marker="s", markersize=7, zorder=1) if m == "dense"
+                     else dict(linewidth=1.2, marker="o", markersize=3, zorder=2))
             ax.plot(xs, [value(m, task, L) for L in lengths], label=m, **style)
         ax.set_title(task, fontsize=9, fontweight="bold" if task == "average" else "normal")
         ax.set_xticks(xs, [length_label(L) for L in lengths], fontsize=8)
