@@ -22,7 +22,7 @@ namespace topkv::cli {
 
 namespace fs = std::filesystem;
 
-void add_backend_options(CLI::App* cmd, BackendArgs& a, const std::string& cuda_note) {
+void add_backend_options(CLI::App* cmd, BackendArgs& a, const std::string& cuda_note, bool prefill_options) {
   cmd->add_option("--backend", a.backend, "Where the model runs: cpu, cuda, or auto (cuda when a GPU is visible)" +
                   cuda_note)
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
@@ -31,6 +31,7 @@ void add_backend_options(CLI::App* cmd, BackendArgs& a, const std::string& cuda_
                   "Most GPU memory the run may hold, e.g. 16G or 1500M (weights, KV cache and window, buffers, "
                   "prefill scratch); the run stops with a breakdown rather than exceed it");
   cmd->add_option("--threads", a.threads, "CPU threads (default: OpenMP's, i.e. all cores or OMP_NUM_THREADS)");
+  if (!prefill_options) return;
   cmd->add_option("--overlap-build", a.overlap_build, "Top-k: build the indexes while the model prefills (multipole "
                   "and centroid cluster each 8K-key block as it completes): on, off, or auto (on when the model "
                   "runs on the GPU, whose prefill leaves the host cores free)")
@@ -157,7 +158,9 @@ void write_json_atomic(const std::string& path, const nlohmann::json& j) {
   {
     std::ofstream out(tmp);
     TOPKV_CHECK(out, "cannot write {}", tmp);
-    out << j.dump(2) << "\n";
+    // Generated text cut at a token limit may end inside a UTF-8 character:
+    // such bytes are written as U+FFFD rather than refused.
+    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     TOPKV_CHECK(out.good(), "writing {} failed", tmp);
   }
   std::error_code ec;

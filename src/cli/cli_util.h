@@ -22,7 +22,9 @@ struct BackendArgs {
   int threads = 0;
 };
 // Adds the options; `cuda_note` ends --backend's help (what cuda means for this command).
-void add_backend_options(CLI::App* cmd, BackendArgs& a, const std::string& cuda_note);
+// `prefill_options`: also --overlap-build and --prefill-kv (commands whose
+// top-k runtime takes the prefill; eval prefills densely and shares it).
+void add_backend_options(CLI::App* cmd, BackendArgs& a, const std::string& cuda_note, bool prefill_options = true);
 // The CUDA backend for "cuda", or "auto" with a GPU visible (cuda = true);
 // else the CPU backend. Throws Error on a budget for the CPU or a bad size.
 std::unique_ptr<Backend> make_backend(const BackendArgs& a, bool& cuda);
@@ -66,7 +68,7 @@ void check_memory_plan(const GgufFile& file, const ModelConfig& cfg, const Offlo
 
 size_t peak_rss_bytes();
 std::string mib(size_t bytes);  // "12.3 MiB"
-// Writes path.tmp and renames it to path.
+// Writes path.tmp and renames it to path (invalid UTF-8 in strings is written as U+FFFD).
 void write_json_atomic(const std::string& path, const nlohmann::json& j);
 
 }  // namespace topkv::cli

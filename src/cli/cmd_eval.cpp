@@ -3,25 +3,30 @@
 //
 // For every (length, depth, trial) it builds a passkey / needle prompt,
 // prefills it once (dense), decodes the answer densely, then for every method
-// (index backend x k) hands the same prefilled KV to a fresh offloaded runtime
-// and decodes again: once greedily on its own (pass / fail) and once
-// teacher-forced on the dense tokens (greedy-token agreement, next-token KL
-// divergence against dense, attention-output error per retrieval layer).
+// (index backend x k x dense layers x k schedule) decodes again from the same
+// context, each index built once (src/eval/shared_context.h): once greedily on
+// its own (pass / fail) and once teacher-forced on the dense tokens
+// (greedy-token agreement, next-token KL divergence against dense,
+// attention-output error per retrieval layer; src/eval/fidelity_runs.h).
+// `topkv eval ruler` (cmd_eval_ruler.cpp) runs the RULER tasks the same way.
 #include <fmt/format.h>
 
-#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "offload/offload_runtime.h"
 #include "src/cli/cli_util.h"
 #include "src/cli/commands.h"
+#include "src/cli/eval_methods.h"
 #include "src/cli/policy_options.h"
 #include "src/common/error.h"
 #include "src/common/options.h"
 #include "src/common/progress.h"
 #include "src/common/timer.h"
+#include "src/eval/fidelity_runs.h"
 #include "src/eval/passkey_prompt.h"
+#include "src/eval/shared_context.h"
 #include "src/model/model.h"
 #include "src/model/tokenizer.h"
 
@@ -31,14 +36,9 @@ namespace {
 struct EvalArgs {
   std::string model, task = "passkey", lengths = "2048,4096,8192",
               depths = "0,0.25,0.5,0.75,1", csv, json, png;
-  std::vector<std::string> indexes{"flat"}, ks{"64"};
+  MethodArgs methods{{"flat"}, {"64"}, {}, {}};
   int trials = 1, answer_tokens = 8, threads = 0, chunk = 256;
   uint64_t seed = 1;
-};
-
-struct Method {
-  std::string name;     // "topk:flat@64"
-  OffloadPolicy policy;
 };
 
 struct Row {
@@ -51,59 +51,17 @@ struct Row {
   double decode_ms;
 };
 
-// Softmax of logits in double, for the KL divergence.
-std::vector<double> softmax(const std::vector<float>& z) {
-  double m = *std::max_element(z.begin(), z.end()), s = 0;
-  std::vector<double> p(z.size());
-  for (size_t i = 0; i < z.size(); ++i) s += p[i] = std::exp((double)z[i] - m);
-  for (auto& x : p) x /= s;
-  return p;
-}
-
-double kl(const std::vector<double>& p, const std::vector<float>& zq) {
-  auto q = softmax(zq);
-  double d = 0;
-  for (size_t i = 0; i < p.size(); ++i)
-    if (p[i] > 0) d += p[i] * (std::log(p[i]) - std::log(std::max(q[i], 1e-300)));
-  return d;
-}
-
-int argmax(const std::vector<float>& v) { return (int)(std::max_element(v.begin(), v.end()) - v.begin()); }
-
-std::vector<Method> make_methods(const EvalArgs& a, const OffloadPolicy& base) {
-  std::vector<Method> out;
-  std::vector<std::string> specs;
-  for (const std::string& value : a.indexes)
-    for (std::string& spec : split_index_specs(value)) specs.push_back(std::move(spec));
-  for (auto& idx : specs)
-    for (auto& k : a.ks) {
-      Method m{fmt::format("topk:{}@{}", idx, k), base};
-      m.policy.attn = AttnMode::TopK;
-      m.policy.index = idx;
-      if (!k.empty() && k.back() == '%') {
-        m.policy.k_fraction = parse_double_list(k.substr(0, k.size() - 1)).at(0) / 100.0;
-        TOPKV_CHECK(m.policy.k_fraction > 0 && m.policy.k_fraction <= 1, "--k {} must be in (0%, 100%]", k);
-      } else {
-        m.policy.search.k = parse_sweep(k).at(0);
-        m.policy.k_fraction = 0;
-      }
-      m.policy.validate();
-      KvIndex::create(idx);  // bad spec: fail before any prefill
-      out.push_back(std::move(m));
-    }
-  return out;
-}
-
 void run_eval(const EvalArgs& a, const OffloadPolicy& base) {
   TOPKV_CHECK(a.trials >= 1 && a.answer_tokens >= 1, "--trials and --answer-tokens must be at least 1");
   const RetrievalTask task = parse_retrieval_task(a.task);
   const auto lengths = parse_sweep(a.lengths);
   const auto depths = parse_double_list(a.depths);
-  const auto methods = make_methods(a, base);
+  const auto methods = make_eval_methods(a.methods, base);
   const std::string model_path = a.model.empty() ? default_model_path() : a.model;
   std::shared_ptr<const GgufFile> file = GgufFile::open(model_path);
   const Tokenizer tok = Tokenizer::from_gguf(*file);
   const ModelConfig cfg = read_model_config(*file);
+  for (const EvalMethod& m : methods) OffloadRuntime(cfg, m.policy, false);  // e.g. too many dense layers: now
   const int64_t max_len = *std::max_element(lengths.begin(), lengths.end());
   auto backend = make_cpu_backend({a.threads});
   ModelOptions mo;
@@ -126,53 +84,26 @@ void run_eval(const EvalArgs& a, const OffloadPolicy& base) {
         model.reset();
         const std::vector<float> first = model.prefill(pr.tokens, a.chunk);
         // Dense: greedy answer, keeping each step's distribution.
-        std::vector<int32_t> dense_ids;
-        std::vector<std::vector<double>> dense_p;
-        std::vector<float> z = first;
-        Timer td;
-        for (int s = 0; s < a.answer_tokens; ++s) {
-          dense_p.push_back(softmax(z));
-          dense_ids.push_back(argmax(z));
-          if (s + 1 < a.answer_tokens) z = model.decode(dense_ids.back());
-        }
-        const double dense_ms = td.ms() / std::max(1, a.answer_tokens - 1);
-        const std::string dense_text = tok.decode(dense_ids);
+        const DenseReference ref = decode_reference(model, first, a.answer_tokens, a.answer_tokens);
+        const double dense_ms = ref.decode_s * 1e3 / std::max(1, ref.decode_steps);
+        const std::string dense_text = tok.decode(ref.ids);
         rows.push_back({"dense", pr.answer, dense_text, n, pr.needle_token, depth, 1.0, 0.0, trial,
                         answer_found(dense_text, pr.answer), {}, dense_ms});
-        for (const Method& m : methods) {
-          model.rewind(n);
-          OffloadRuntime rt(cfg, m.policy, /*progress=*/false);
-          rt.take_prefill(model);
-          model.set_attention_override(&rt);
+        SharedContext ctx(*file, model, pr.tokens, first, std::filesystem::temp_directory_path().string());
+        for (const EvalMethod& m : methods) {
+          ctx.prepare(m.policy);
           // Free greedy run: pass / fail.
-          std::vector<int32_t> ids;
-          z = first;
-          Timer tt;
-          for (int s = 0; s < a.answer_tokens; ++s) {
-            ids.push_back(argmax(z));
-            if (s + 1 < a.answer_tokens) z = model.decode(ids.back());
-          }
-          const double ms = tt.ms() / std::max(1, a.answer_tokens - 1);
-          model.set_attention_override(nullptr);
-          model.rewind(n);
+          auto rt = ctx.attach(*backend, m.policy, /*measure_error=*/false);
+          const GreedyRun run = greedy_run(model, first, a.answer_tokens, nullptr);
+          ctx.detach();
           // Teacher-forced on the dense tokens: agreement, KL, attention error.
-          OffloadRuntime rt2(cfg, m.policy, false);
-          rt2.set_measure_error(true);
-          rt2.take_prefill(model);
-          model.set_attention_override(&rt2);
-          int agree = 0;
-          double kl_sum = 0;
-          z = first;
-          for (int s = 0; s < a.answer_tokens; ++s) {
-            agree += argmax(z) == dense_ids[(size_t)s];
-            kl_sum += kl(dense_p[(size_t)s], z);
-            if (s + 1 < a.answer_tokens) z = model.decode(dense_ids[(size_t)s]);
-          }
-          model.set_attention_override(nullptr);
-          const std::string text = tok.decode(ids);
-          rows.push_back({m.name, pr.answer, text, n, pr.needle_token, depth, (double)agree / a.answer_tokens,
-                          kl_sum / a.answer_tokens, trial, answer_found(text, pr.answer), rt2.attention_rel_error(),
-                          ms});
+          rt = ctx.attach(*backend, m.policy, /*measure_error=*/true);
+          const ForcedRun forced = teacher_forced_run(model, first, ref, a.answer_tokens);
+          ctx.detach();
+          const std::string text = tok.decode(run.ids);
+          rows.push_back({m.name, pr.answer, text, n, pr.needle_token, depth, forced.agreement, forced.kl_mean, trial,
+                          answer_found(text, pr.answer), rt->attention_rel_error(),
+                          run.decode_s * 1e3 / std::max(1, run.decode_steps)});
         }
         bar.add(1);
       }
@@ -180,7 +111,7 @@ void run_eval(const EvalArgs& a, const OffloadPolicy& base) {
 
   // Summary: per method, pass rate and means.
   std::vector<std::string> names{"dense"};
-  for (auto& m : methods) names.push_back(m.name);
+  for (const EvalMethod& m : methods) names.push_back(m.name);
   nlohmann::json summary = nlohmann::json::array();
   fmt::print("{:<28} {:>6} {:>10} {:>10} {:>12} {:>10}  attention error per layer\n", "method", "pass", "agreement",
              "KL", "decode ms", "runs");
@@ -251,11 +182,7 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--lengths", a->lengths, "Prompt lengths in tokens (list or lo:hi:x2)")->capture_default_str();
   cmd->add_option("--depths", a->depths, "Needle depths as fractions of the filler")->capture_default_str();
   cmd->add_option("--trials", a->trials, "Prompts (random keys) per length and depth")->capture_default_str();
-  cmd->add_option("--methods-index", a->indexes, "Index backends to evaluate (repeat, or a comma list whose specs "
-                  "may carry parameters: multipole,multipole:levels=2,coarse_ratio=64)")
-      ->capture_default_str();
-  cmd->add_option("--methods-k", a->ks, "k values: a number, or a percentage of the prompt like 1%")
-      ->delimiter(',')->capture_default_str();
+  add_method_options(cmd, a->methods);
   cmd->add_option("--answer-tokens", a->answer_tokens, "Tokens decoded per answer")->capture_default_str();
   cmd->add_option("--threads", a->threads, "CPU threads (0 = OpenMP default)");
   cmd->add_option("--chunk", a->chunk, "Prefill chunk")->capture_default_str();
@@ -266,10 +193,10 @@ void register_eval(CLI::App& app) {
   add_policy_options(cmd, pol);
   cmd->callback([a, pol, cmd] {
     OffloadPolicy p = pol->resolve(*cmd);
-    TOPKV_CHECK(cmd->count("--index") == 0 && cmd->count("--k") == 0,
-                "eval passkey takes its methods from --methods-index and --methods-k, not --index/--k");
+    check_no_single_method(*cmd, "eval passkey");
     run_eval(*a, p);
   });
+  register_eval_ruler(*eval);
 }
 
 }  // namespace topkv::cli

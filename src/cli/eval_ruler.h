@@ -1,0 +1,58 @@
+// `topkv eval ruler`: its result rows and their reports (cmd_eval_ruler.cpp
+// runs the prompts, eval_ruler_report.cpp prints and writes the results).
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace topkv::cli {
+
+// One (task, length, sample, method).
+struct RulerRow {
+  std::string task, method;          // method "dense" or an EvalMethod's name
+  std::string index, k, k_schedule;  // empty for dense
+  int64_t length = 0;                // RULER's sequence length: prompt + the answer's tokens
+  int64_t prompt_tokens = 0;
+  int sample = 0;
+  uint64_t seed = 0;                 // the prompt's own seed
+  int dense_layers = 0;
+  std::vector<int64_t> k_per_layer;  // tokens, per retrieval layer
+  double score = 0;                  // string_match_all x 100
+  std::vector<std::string> answers;
+  std::string generated;
+  std::vector<double> depths;
+  double agreement = 1, kl_mean = 0, kl_max = 0;
+  std::vector<double> attn_err;      // per retrieval layer (teacher-forced steps)
+  int decode_steps = 0;              // of the free run (dense: of the reference)
+  double decode_s = 0;
+  double build_s = 0, write_s = 0, restore_s = 0;  // the method's index build and pack (shared by its build group)
+  double tok_per_s() const { return decode_steps > 0 ? decode_steps / decode_s : 0.0; }
+  double k_mean() const;
+  double attn_err_mean() const;
+};
+
+struct RulerTiming {
+  double total_s = 0, prompts_s = 0, prefill_s = 0, dense_decode_s = 0, build_s = 0, write_s = 0, restore_s = 0,
+         method_decode_s = 0, forced_s = 0;
+  int builds = 0;
+};
+
+struct RulerReport {
+  nlohmann::json config;             // what reproduces the run
+  std::vector<std::string> tasks, methods;  // methods: "dense" first
+  std::vector<int64_t> lengths;
+  std::vector<RulerRow> rows;
+  nlohmann::json builds = nlohmann::json::array();  // one entry per pack built
+  RulerTiming timing;
+};
+
+// Per method: score per length and overall, ratio to dense, agreement, KL,
+// attention error, decode tok/s; per task and method: the score per length.
+nlohmann::json ruler_summary(const RulerReport& r);
+// The summary as two tables on stdout.
+void print_ruler_summary(const RulerReport& r, const nlohmann::json& summary);
+void write_ruler_csv(const RulerReport& r, const std::string& path);
+void write_ruler_json(const RulerReport& r, const nlohmann::json& summary, const std::string& path);
+
+}  // namespace topkv::cli

@@ -1,0 +1,89 @@
+// SharedContext (src/eval/shared_context.h), the index reuse of eval ruler and
+// eval passkey: a method restored from the one pack built for its index
+// decodes bit for bit as a runtime that took the prefill itself, for several
+// k and schedules; a method's decode (evictions, folds) leaves nothing for the
+// next; the model's dense decoding of the prompt is unchanged in between.
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "offload/offload_runtime.h"
+#include "src/eval/fidelity_runs.h"
+#include "src/eval/shared_context.h"
+#include "src/model/synth.h"
+#include "tests/model_test_util.h"
+#include "tests/test_util.h"
+
+using namespace topkv;
+
+namespace {
+
+struct Decoded {
+  std::vector<std::vector<float>> logits;
+  std::vector<double> attn_err;
+};
+
+// Teacher-forced on `ids` from `first`, with `rt` serving the model.
+Decoded decode_with(Model& model, OffloadRuntime& rt, std::vector<float> first, const std::vector<int32_t>& ids) {
+  Decoded d;
+  d.logits.push_back(std::move(first));
+  for (int32_t id : ids) d.logits.push_back(model.decode(id));
+  d.attn_err = rt.attention_rel_error();
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("shared context: every method restored from its index's pack decodes as a fresh build does") {
+  test::TempDir tmp("topkv_shared_ctx");
+  const std::string path = tmp.file("m.gguf");
+  synth_write(synth_preset("tiny-gemma3"), path);  // global layers 2 and 5; windows of 16 elsewhere
+  std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  const ModelConfig cfg = read_model_config(*file);
+  auto be = make_cpu_backend();
+  const int64_t P = 157;
+  const int steps = 14;  // past the window of 8: evictions into the store and folds into the index
+  std::vector<int32_t> prompt((size_t)P);
+  for (int64_t i = 0; i < P; ++i) prompt[(size_t)i] = (int32_t)((i * 7919 + 13) % cfg.n_vocab);
+  Model model(file, *be, test::model_options(P + steps + 4, 32));
+  const std::vector<float> first = model.prefill(prompt, 32);
+  const DenseReference ref = decode_reference(model, first, steps + 1, steps + 1);
+  const std::vector<int32_t> feed(ref.ids.begin(), ref.ids.end() - 1);
+
+  SharedContext ctx(*file, model, prompt, first, tmp.dir.string());
+  int methods = 0;
+  for (const char* index : {"multipole", "quest:page=4", "flat"})
+    for (auto [k, schedule] : {std::pair{6, KSchedule::Uniform}, {6, KSchedule::Linear}, {40, KSchedule::Uniform}}) {
+      INFO(index << " k " << k << " schedule " << (int)schedule);
+      OffloadPolicy p;
+      p.attn = AttnMode::TopK, p.index = index, p.search.k = k, p.k_schedule = schedule, p.sinks = 2, p.window = 8;
+      // The reference: a runtime that takes the prefill itself.
+      ctx.detach();
+      OffloadRuntime fresh(cfg, p, false);
+      fresh.set_measure_error(true);
+      fresh.take_prefill(model);
+      model.set_attention_override(&fresh);
+      const Decoded want = decode_with(model, fresh, first, feed);
+      ctx.detach();
+      // From the shared pack, twice: the first restore's decode must not reach the second.
+      const SharedContext::Build& b = ctx.prepare(p);
+      CHECK(b.keys_indexed == fresh.stats().keys_indexed);
+      CHECK(b.pack_bytes > 0);
+      CHECK(std::distance(std::filesystem::directory_iterator(tmp.dir), {}) == 1);  // the model; the pack unlinked
+      for (int again = 0; again < 2; ++again) {
+        auto rt = ctx.attach(*be, p, /*measure_error=*/true);
+        CHECK(rt->k_per_layer() == fresh.k_per_layer());
+        const Decoded got = decode_with(model, *rt, first, feed);
+        ctx.detach();
+        REQUIRE(got.logits == want.logits);
+        CHECK(got.attn_err == want.attn_err);
+      }
+      ++methods;
+    }
+  CHECK(methods == 9);
+  CHECK(ctx.builds() == 3);  // one per index, shared by its k and schedules
+  // Dense decoding of the prompt is as it was before any method ran.
+  ctx.detach();
+  const DenseReference again = decode_reference(model, first, steps + 1, steps + 1);
+  CHECK(again.ids == ref.ids);
+  CHECK(again.log_p == ref.log_p);
+}
