@@ -77,9 +77,11 @@ class CudaBackend final : public Backend {
   // same purpose.
   // Dequant holds a quantised weight dequantised for the prefill GEMM: grown
   // by prepare_weight to the largest quantised matrix, at most
-  // kDequantScratchMax (larger matrices are multiplied in row tiles).
+  // dequant_tile_bytes (kDequantScratchMax unless a test asks for small
+  // tiles; larger matrices are multiplied in row tiles).
   enum class Scratch : int { Ids, Cast, Attention, Sampling, KvStage, Stream, QuantX, Dequant, Count };
   static constexpr size_t kDequantScratchMax = size_t{256} << 20;
+  void set_dequant_tile_bytes(size_t bytes) { dequant_tile_bytes_ = bytes; }
   // Keys per block a streamed attention copies up for this cache (a
   // multiple of kKeyRangeAlign; ~stream_stage_bytes of K and V per block,
   // 64 MiB unless a test asks for small blocks to cross many block edges).
@@ -163,6 +165,7 @@ class CudaBackend final : public Backend {
   // ready (the host cache is written), copied[stage], consumed[stage].
   cudaStream_t copy_stream_ = nullptr;
   size_t stream_stage_bytes_ = size_t{64} << 20;
+  size_t dequant_tile_bytes_ = kDequantScratchMax;
   cudaEvent_t stream_ev_[5] = {};
 };
 

@@ -4,7 +4,7 @@
 //     quant_gemv launch per kQuantGroupMaxJobs matrices (q, k, v together;
 //     gate and up together), the epilogue applied in the kernel;
 //   prefill: x cast to fp16 once (the cuBLAS path of gpu/kernels_matmul.cu),
-//     then per row tile of at most kDequantScratchMax bytes: the tile
+//     then per row tile of at most dequant_tile_bytes_ (256 MiB): the tile
 //     dequantised to fp16 into the Dequant scratch, one cuBLAS GEMM into
 //     y's rows; the bias (if any) is added once at the end.
 #ifdef TOPKV_HAVE_CUDA
@@ -61,7 +61,7 @@ void CudaBackend::quant_prefill(const float* x, const Weight& w, int T, float* y
   }
   const DType wt = wide ? DType::BF16 : DType::F16;
   const size_t row16 = (size_t)w.cols * 2;
-  const int64_t tile_rows = std::clamp<int64_t>((int64_t)(kDequantScratchMax / row16), 1, w.rows);
+  const int64_t tile_rows = std::clamp<int64_t>((int64_t)(dequant_tile_bytes_ / row16), 1, w.rows);
   void* w16 = scratch(Scratch::Dequant, (size_t)tile_rows * row16);
   void* x16 = scratch(Scratch::Cast, gemm_workspace_bytes(w.cols, T));
   cast_activations_16bit(wt, x, T, w.cols, x16, scalars_, stream_);

@@ -111,7 +111,8 @@ Weight CudaBackend::upload_quant(const Weight& src) {
       mem.reset();  // frees the device memory only after the key is gone
     });
   }
-  scratch(Scratch::Dequant, std::min((size_t)rows * (size_t)cols * 2, kDequantScratchMax));
+  const size_t row16 = (size_t)cols * 2;
+  scratch(Scratch::Dequant, (size_t)std::clamp<int64_t>((int64_t)(dequant_tile_bytes_ / row16), 1, rows) * row16);
   return w;
 }
 

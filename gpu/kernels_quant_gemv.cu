@@ -137,7 +137,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) quant_gemv_kernel(const __gri
 
 }  // namespace
 
-size_t q8_activation_bytes(int T, int64_t cols) { return align16((size_t)T * cols) + (size_t)T * (cols / 32) * sizeof(Q8Scale); }
+size_t q8_activation_bytes(int T, int64_t cols) {
+  return align16((size_t)T * cols) + (size_t)T * (cols / 32) * sizeof(Q8Scale);
+}
 
 Q8DeviceActivations carve_q8_activations(void* workspace, int T, int64_t cols) {
   auto* base = static_cast<uint8_t*>(workspace);

@@ -106,7 +106,8 @@ TOPKV_HD int dp4a(int a, int b, int c) {
 #ifdef __CUDA_ARCH__
   return __dp4a(a, b, c);
 #else
-  for (int i = 0; i < 4; ++i) c += (int)(int8_t)(uint8_t)((uint32_t)a >> 8 * i) * (int)(int8_t)(uint8_t)((uint32_t)b >> 8 * i);
+  for (int i = 0; i < 4; ++i)
+    c += (int)(int8_t)(uint8_t)((uint32_t)a >> 8 * i) * (int)(int8_t)(uint8_t)((uint32_t)b >> 8 * i);
   return c;
 #endif
 }

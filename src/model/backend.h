@@ -58,6 +58,9 @@ struct Weight {
 enum class WeightMode { Quant, F16, F32 };
 WeightMode parse_weight_mode(const std::string& s);  // "quant" | "f16" | "f32"; throws Error
 const char* weight_mode_name(WeightMode m);
+// Throws Error when `m` is not a mode of that backend (CUDA: quant, f16; CPU:
+// quant, f32), naming the ones it has.
+void check_weight_mode(WeightMode m, bool cuda);
 
 // What a matmul does with its product before it stores it, so that a device
 // backend fuses it into the same kernel (llama.cpp's fused bias and residual

@@ -45,6 +45,13 @@ WeightMode Backend::other_weight_mode(WeightMode mode) const {
   return mode == WeightMode::Quant ? WeightMode::F32 : WeightMode::Quant;
 }
 
+void check_weight_mode(WeightMode m, bool cuda) {
+  TOPKV_CHECK(!(cuda && m == WeightMode::F32), "--weights f32 is for the CPU backend; on the CUDA backend use quant "
+              "(the file's quantised blocks on the GPU, the default) or f16 (dequantised to fp16 at load)");
+  TOPKV_CHECK(cuda || m != WeightMode::F16, "--weights f16 is for the CUDA backend; on the CPU backend use quant "
+              "(the mapped file's quantised rows, the default) or f32 (dequantised to fp32 at load)");
+}
+
 // Backends that cannot record (the CPU one) run every op as it is called;
 // the model asks can_record() first, so reaching these is a caller's bug.
 void Backend::begin_recording(int64_t, int32_t) {
