@@ -163,9 +163,9 @@ void bench_quant_matmul(CudaBackend& be, EventTimer& tm, Report& rep, int reps, 
   for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K}) {
     shapes.push_back({"llama8b gate/up 14336x4096", 14336, 4096, t, true});
     if (quick) continue;
-    shapes.push_back({"llama8b q/o 4096x4096", 4096, 4096, t, false});
-    shapes.push_back({"llama8b k/v 1024x4096", 1024, 4096, t, false});
-    shapes.push_back({"llama8b down 4096x14336", 4096, 14336, t, false});
+    shapes.push_back({"llama8b q/o 4096x4096", 4096, 4096, t, true});
+    shapes.push_back({"llama8b k/v 1024x4096", 1024, 4096, t, true});
+    shapes.push_back({"llama8b down 4096x14336", 4096, 14336, t, true});
     shapes.push_back({"llama8b lm_head 128256x4096", 128256, 4096, t, false});
   }
   shapes.push_back({"gemma270m lm_head 262144x640", 262144, 640, GgmlType::Q8_0, false});

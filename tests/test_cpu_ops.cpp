@@ -123,7 +123,7 @@ TEST_CASE("matmul epilogue: bias and accumulate on the GEMV and GEMM paths") {
   REQUIRE_THROWS_WITH(be->matmul(x.data(), tw.w, 1, y.data(), MatmulEpilogue{&b, false}), Catch::Contains("bias"));
 }
 
-TEST_CASE("matmul_group runs each job as matmul; weights of different widths are refused") {
+TEST_CASE("matmul_group runs each job as matmul, and refuses weights of different widths") {
   auto be = make_cpu_backend();
   std::mt19937 rng(14);
   const int64_t cols = 256;
