@@ -9,7 +9,8 @@
 //     Q4_K, 1.06 for Q8_0); activations and the scale headers come from L1/L2.
 //     At T = 8 the integer work (8 dp4a + ~10 other ops per 32 values per
 //     token) and the L1 traffic of the activations approach the memory time
-//     on big matrices: rows are tiled 4 per warp there to share them.
+//     on big matrices: rows are tiled 4 per warp there to share them
+//     (kernels_quant_gemv.cu says the tile of each T).
 //   dequant_16bit: memory, the weight once plus 2 bytes written per value.
 #pragma once
 #include <cuda_runtime.h>

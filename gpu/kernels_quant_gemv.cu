@@ -11,8 +11,10 @@
 //                         partials; a butterfly reduces the lanes, lane 0
 //                         applies the epilogue (bias, accumulate).
 // Tiling by token count T: R rows share each activation load (the L1 traffic
-// of the activations grows with T), B keeps loads in flight when R is 1:
-//   T = 1: R = 1, B = 2;  T = 2..4: R = 2, B = 1;  T = 5..8: R = 4, B = 1.
+// of the activations grows with T), B keeps loads in flight when R is small:
+//   T = 1: R = 1, B = 2 (R = 2 for rows of <= 1024 values: a 640-wide row is
+//          40 Q8_0 units, one round of loads, so the warp takes two);
+//   T = 2..4: R = 2, B = 1;  T = 5..8: R = 4, B = 1.
 // Twins: qref::quantize_q8_1 and qref::mmvq (gpu/quant_matvec_ref.h), which
 // sum in the same order, so the two agree to the last bit.
 #include "gpu/cuda_common.cuh"
@@ -58,12 +60,17 @@ struct GemvArgs {
   const Q8Scale* ds;
 };
 
-__host__ __device__ constexpr int rows_per_warp(int nt) { return nt == 1 ? 1 : nt <= 4 ? 2 : 4; }
-__host__ __device__ constexpr int unit_batch(int nt) { return nt == 1 ? 2 : 1; }
+// The tile of a launch: rows per warp R, unit rounds per load batch B.
+struct Tile {
+  int R, B;
+};
+Tile gemv_tile(int T, int64_t cols) {
+  if (T == 1) return cols <= 1024 ? Tile{2, 2} : Tile{1, 2};
+  return T <= 4 ? Tile{2, 1} : Tile{4, 1};
+}
 
-template <class U, int NT>
+template <class U, int NT, int R, int B>
 __device__ __forceinline__ void gemv_warp(const GemvJobDev& job, const GemvArgs& a, int64_t row0, int lane) {
-  constexpr int R = rows_per_warp(NT), B = unit_batch(NT);
   const int nb = (int)(a.cols / U::kValues), units = nb * U::kUnits;
   int64_t g0[R];  // first block of each row (past the last row: the last row, loaded and discarded)
 #pragma unroll
@@ -113,24 +120,24 @@ __device__ __forceinline__ void gemv_warp(const GemvJobDev& job, const GemvArgs&
 
 // The arguments stay in the constant bank (__grid_constant__): a warp reads
 // its job's fields there by index, without a copy in registers.
-template <int NT>
+template <int NT, int R, int B>
 __global__ void __launch_bounds__(kGemvWarps * 32) quant_gemv_kernel(const __grid_constant__ GemvArgs a) {
   const int lane = threadIdx.x % 32;
   const int64_t warp = (int64_t)blockIdx.x * kGemvWarps + threadIdx.x / 32;
   int j = 0;
   while (j + 1 < a.n_jobs && warp >= a.jobs[j + 1].warp0) ++j;
   const GemvJobDev& job = a.jobs[j];
-  const int64_t row0 = (warp - job.warp0) * rows_per_warp(NT);
+  const int64_t row0 = (warp - job.warp0) * R;
   if (row0 >= job.rows) return;  // the grid's last warps
   switch ((GgmlType)job.type) {
-    case GgmlType::Q8_0: gemv_warp<Q8_0U, NT>(job, a, row0, lane); break;
-    case GgmlType::Q4_0: gemv_warp<Q4_0U, NT>(job, a, row0, lane); break;
-    case GgmlType::Q4_1: gemv_warp<Q4_1U, NT>(job, a, row0, lane); break;
-    case GgmlType::Q5_0: gemv_warp<Q5_0U, NT>(job, a, row0, lane); break;
-    case GgmlType::Q5_1: gemv_warp<Q5_1U, NT>(job, a, row0, lane); break;
-    case GgmlType::Q4_K: gemv_warp<Q4_KU, NT>(job, a, row0, lane); break;
-    case GgmlType::Q5_K: gemv_warp<Q5_KU, NT>(job, a, row0, lane); break;
-    case GgmlType::Q6_K: gemv_warp<Q6_KU, NT>(job, a, row0, lane); break;
+    case GgmlType::Q8_0: gemv_warp<Q8_0U, NT, R, B>(job, a, row0, lane); break;
+    case GgmlType::Q4_0: gemv_warp<Q4_0U, NT, R, B>(job, a, row0, lane); break;
+    case GgmlType::Q4_1: gemv_warp<Q4_1U, NT, R, B>(job, a, row0, lane); break;
+    case GgmlType::Q5_0: gemv_warp<Q5_0U, NT, R, B>(job, a, row0, lane); break;
+    case GgmlType::Q5_1: gemv_warp<Q5_1U, NT, R, B>(job, a, row0, lane); break;
+    case GgmlType::Q4_K: gemv_warp<Q4_KU, NT, R, B>(job, a, row0, lane); break;
+    case GgmlType::Q5_K: gemv_warp<Q5_KU, NT, R, B>(job, a, row0, lane); break;
+    case GgmlType::Q6_K: gemv_warp<Q6_KU, NT, R, B>(job, a, row0, lane); break;
     default: break;  // refused on the host
   }
 }
@@ -163,7 +170,8 @@ void quant_gemv(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, const
               kQuantGroupMaxJobs, n_jobs);
   TOPKV_CHECK(T >= 1 && T <= kQuantGemvMaxTokens, "quant_gemv runs 1..{} tokens, got {}", kQuantGemvMaxTokens, T);
   GemvArgs a{};
-  const int R = rows_per_warp(T);
+  const Tile tile = gemv_tile(T, cols);
+  const int R = tile.R;
   int64_t warps = 0;
   for (int j = 0; j < n_jobs; ++j) {
     const QuantGemvJob& s = jobs[j];
@@ -180,15 +188,20 @@ void quant_gemv(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, const
   a.qs = q.qs, a.ds = q.ds;
   const unsigned blocks = (unsigned)((warps + kGemvWarps - 1) / kGemvWarps);
   const unsigned threads = kGemvWarps * 32;
-  switch (T) {
-    case 1: quant_gemv_kernel<1><<<blocks, threads, 0, stream>>>(a); break;
-    case 2: quant_gemv_kernel<2><<<blocks, threads, 0, stream>>>(a); break;
-    case 3: quant_gemv_kernel<3><<<blocks, threads, 0, stream>>>(a); break;
-    case 4: quant_gemv_kernel<4><<<blocks, threads, 0, stream>>>(a); break;
-    case 5: quant_gemv_kernel<5><<<blocks, threads, 0, stream>>>(a); break;
-    case 6: quant_gemv_kernel<6><<<blocks, threads, 0, stream>>>(a); break;
-    case 7: quant_gemv_kernel<7><<<blocks, threads, 0, stream>>>(a); break;
-    default: quant_gemv_kernel<8><<<blocks, threads, 0, stream>>>(a); break;
+  switch (T) {  // the instantiations gemv_tile picks from
+    case 1:
+      if (R == 2)
+        quant_gemv_kernel<1, 2, 2><<<blocks, threads, 0, stream>>>(a);
+      else
+        quant_gemv_kernel<1, 1, 2><<<blocks, threads, 0, stream>>>(a);
+      break;
+    case 2: quant_gemv_kernel<2, 2, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 3: quant_gemv_kernel<3, 2, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 4: quant_gemv_kernel<4, 2, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 5: quant_gemv_kernel<5, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 6: quant_gemv_kernel<6, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 7: quant_gemv_kernel<7, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
+    default: quant_gemv_kernel<8, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
   }
   TOPKV_CUDA_CHECK_LAUNCH();
 }
