@@ -6,7 +6,8 @@
 // backend's paths: matmul on prepared weights (GEMV for T <= 8, dequantised
 // row tiles + cuBLAS beyond) against the CPU backend, matmul_group with mixed
 // types against separate matmuls, embed from quantised tables. Whole models:
-// tests/gpu/test_cuda_model.cpp; the real Gemma 3 file: the last case here.
+// tests/gpu/test_cuda_model.cpp; the real Gemma 3 and Qwen2.5-Coder files: the
+// last case here.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -275,17 +276,22 @@ TEST_CASE("quant: matmul_group with mixed types equals separate matmuls") {
   REQUIRE_THROWS_AS(be.matmul_group(dx.f32(), 1, bad), Error);
 }
 
-// The real Gemma 3 270M file (TOPKV_MODEL or .models/): greedy decoding of a
-// text prompt with --weights quant against --weights f16 on the same device.
-// The quantised path rounds the activations of every decode product to q8_1
-// (~2-4e-2 relative on this model's logits, measured with the CPU twin): the
-// greedy tokens must agree while the f16 run's top-2 margin is clearly
-// larger than the logit difference; the first near-tie ends the comparison.
-TEST_CASE("quant: the real Gemma 3 270M, --weights quant against --weights f16") {
-  const char* env = std::getenv("TOPKV_MODEL");
-  const std::string path = env ? env : std::string(TOPKV_SOURCE_DIR) + "/.models/gemma-3-270m-q4_k_m.gguf";
+namespace {
+
+// The real files (scripts/fetch-model.sh; the env variable overrides the
+// path): greedy decoding of a text prompt with --weights quant against
+// --weights f16 on the same device. The quantised path rounds the activations
+// of every decode product to q8_1 (1-4e-2 relative on these models' logits,
+// measured with the CPU twin in place of the CPU matmul): the greedy tokens
+// must agree while the f16 run's top-2 margin is clearly larger than the
+// logit difference; the first near-tie ends the comparison. On Gemma 3 270M
+// the twin kept all 32 tokens on this prompt, so at least 16 must agree there;
+// on the Qwen files only the near-tie rule is required.
+void real_model_quant_vs_f16(const char* label, const char* env, const char* file_name, int min_equal) {
+  const char* over = std::getenv(env);
+  const std::string path = over ? over : std::string(TOPKV_SOURCE_DIR) + "/.models/" + file_name;
   if (!std::filesystem::exists(path)) {
-    WARN("skipped: no model at " << path << " (scripts/fetch-model.sh gemma3-270m or TOPKV_MODEL)");
+    WARN("skipped: no model at " << path << " (scripts/fetch-model.sh, or set " << env << ")");
     return;
   }
   std::shared_ptr<const GgufFile> file = GgufFile::open(path);
@@ -295,11 +301,11 @@ TEST_CASE("quant: the real Gemma 3 270M, --weights quant against --weights f16")
   oq.n_ctx = of.n_ctx = 256, oq.max_chunk = of.max_chunk = 64;
   oq.weights = WeightMode::Quant, of.weights = WeightMode::F16;
   Model mq(file, be, oq), mf(file, be, of);
-  std::printf("SUMMARY-WEIGHTS gemma3-270m: quant %.1f MiB (file %.1f MiB), f16 %.1f MiB\n",
+  std::printf("SUMMARY-WEIGHTS %s: quant %.1f MiB (file %.1f MiB), f16 %.1f MiB\n", label,
               mq.weight_bytes() / 1048576.0, file->file_size() / 1048576.0, mf.weight_bytes() / 1048576.0);
-  CHECK(mq.weight_bytes() < mf.weight_bytes() / 2);
-  OpSummary s("gemma3 real: quant vs f16 logits", 6e-2);
-  int equal = 0, compared = 0;
+  CHECK(mq.weight_bytes() < mf.weight_bytes() * 3 / 4);
+  OpSummary s(fmt::format("{} real: quant vs f16 logits", label), 6e-2);
+  int equal = 0;
   const std::vector<int32_t> ids =
       tok.encode("Write a short story about a robot who learns to paint.", tok.add_bos_default(), false);
   std::vector<float> lf = mf.prefill(ids, 64), lq = mq.prefill(ids, 64);
@@ -311,15 +317,23 @@ TEST_CASE("quant: the real Gemma 3 270M, --weights quant against --weights f16")
     for (size_t i = 0; i < lf.size(); ++i) diff = std::max(diff, std::fabs(lq[i] - lf[i]));
     const int32_t tf = argmax(lf), tq = argmax(lq);
     if (tf != tq) {
-      std::printf("gemma3 real: step %d differs (f16 %d, quant %d; f16 top-2 margin %.3f, max |logit diff| %.3f)\n",
-                  step, tf, tq, sorted[0] - sorted[1], diff);
+      std::printf("%s real: step %d differs (f16 %d, quant %d; f16 top-2 margin %.3f, max |logit diff| %.3f)\n",
+                  label, step, tf, tq, sorted[0] - sorted[1], diff);
       CHECK(sorted[0] - sorted[1] <= 2 * diff);  // only a near-tie may flip
       break;
     }
-    ++equal, ++compared;
+    ++equal;
     lf = mf.decode(tf), lq = mq.decode(tf);
   }
-  std::printf("SUMMARY %-34s greedy equal %2d of 32 steps   %s\n", "gemma3 real quant vs f16", equal,
-              equal >= 16 ? "ok" : "FAIL");
-  CHECK(equal >= 16);
+  std::printf("SUMMARY %-34s greedy equal %2d of 32 steps   %s\n", fmt::format("{} real quant vs f16", label).c_str(),
+              equal, equal >= min_equal ? "ok" : "FAIL");
+  CHECK(equal >= min_equal);
+}
+
+}  // namespace
+
+TEST_CASE("quant: the real Gemma 3 270M and Qwen2.5-Coder files, --weights quant against --weights f16") {
+  real_model_quant_vs_f16("gemma3-270m", "TOPKV_MODEL", "gemma-3-270m-q4_k_m.gguf", 16);
+  real_model_quant_vs_f16("qwen2.5-coder-0.5b", "TOPKV_QWEN05_MODEL", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", 0);
+  real_model_quant_vs_f16("qwen2.5-coder-1.5b", "TOPKV_QWEN15_MODEL", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 0);
 }
