@@ -80,6 +80,7 @@ void validate_config(const DecodeBenchConfig& c) {
 }
 
 void validate_for_model(const DecodeBenchConfig& c, const GgufFile& file, const ModelConfig& mc, bool cuda) {
+  check_weight_mode(c.weights, cuda);
   for (int64_t n : c.contexts) {
     const int64_t need = n + c.warmup + c.steps;
     TOPKV_CHECK(c.beyond_trained || need <= mc.n_ctx_train,
@@ -101,7 +102,7 @@ void validate_for_model(const DecodeBenchConfig& c, const GgufFile& file, const 
   }
   if (c.gpu_mem_budget > 0) {  // the least any row holds: weights, scratch, sliding-window rings
     ModelOptions least;
-    least.n_ctx = 1, least.max_chunk = 1, least.kv_dtype = c.kv_dtype;
+    least.n_ctx = 1, least.max_chunk = 1, least.kv_dtype = c.kv_dtype, least.weights = c.weights;
     for (int il = 0; il < mc.n_layer; ++il) least.override_layers.push_back(il);
     const ModelMemory m = estimate_model_memory(file, mc, least, cuda);
     TOPKV_CHECK(m.total() <= (double)c.gpu_mem_budget,

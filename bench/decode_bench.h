@@ -44,6 +44,7 @@ struct DecodeBenchConfig {
   int steps = 16, warmup = 2;
   ContextFill fill = ContextFill::Synthetic;
   DType kv_dtype = DType::F16;     // the model's cache (dense) and the host-dense rows
+  WeightMode weights = WeightMode::Quant;  // quant (either backend), f16 (CUDA) or f32 (CPU)
   int chunk = 512;                 // prefill chunk
   bool beyond_trained = false;     // allow contexts past the model's trained context
   uint64_t seed = 1;               // synthetic data and the passkey prompt

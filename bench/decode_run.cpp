@@ -71,6 +71,7 @@ DecodeRow DecodeRunner::run(int64_t context, DecodeMode mode, const std::string&
   mo.n_ctx = n + cfg_.warmup + cfg_.steps;
   mo.max_chunk = prefill ? (int)std::min<int64_t>(cfg_.chunk, n) : 1;
   mo.kv_dtype = cfg_.kv_dtype;
+  mo.weights = cfg_.weights;
   if (!prefill) mo.override_layers = taken;  // a prefill attends densely: caches for all, released after
   const ModelMemory need = estimate_model_memory(*file_, mc_, mo, cuda_);
   if (cfg_.gpu_mem_budget > 0 && need.total() > (double)cfg_.gpu_mem_budget) {

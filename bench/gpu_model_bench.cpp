@@ -40,10 +40,12 @@ void bench_model_file(Backend& be, const std::string& path, const std::string& l
   std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   ModelOptions opt;
   opt.n_ctx = o.prompt + 3 * (o.decode + 2) + 8, opt.max_chunk = std::min(512, o.prompt);
+  opt.weights = o.weights;
   Timer load;
   Model m(file, be, opt);
-  sink.note("model", label + " load", fmt::format("{:.1f} s; {}; device memory {}", load.seconds(),
-                                                  m.config().summary(), cuda_memory_use(be).describe()));
+  sink.note("model", label + " load", fmt::format("{:.1f} s; {}; --weights {}; device memory {}", load.seconds(),
+                                                  m.config().summary(), weight_mode_name(o.weights),
+                                                  cuda_memory_use(be).describe()));
   std::mt19937 rng(9);
   std::vector<int32_t> prompt((size_t)o.prompt);
   for (auto& id : prompt) id = (int32_t)(rng() % (uint32_t)m.config().n_vocab);
@@ -104,12 +106,13 @@ void bench_synth_models(Backend& be, const std::string& list, const ModelBenchOp
       c.layers = layers;
       label += fmt::format(" ({} of its layers)", layers);
     }
-    c.type = GgmlType::F16;
+    if (o.synth_type != "preset") c.type = ggml_type_from_name(o.synth_type);
     const std::string path = (dir / (preset + ".gguf")).string();
     Timer w;
     synth_write(c, path);
-    sink.note("model", label + " synth", fmt::format("{} F16 written in {:.1f} s", format_bytes((double)
-                                                     fs::file_size(path)), w.seconds()));
+    sink.note("model", label + " synth", fmt::format("{} {} written in {:.1f} s", format_bytes((double)
+                                                     fs::file_size(path)), ggml_type_name((uint32_t)c.type),
+                                                     w.seconds()));
     bench_model_file(be, path, label, o, sink);
     fs::remove(path);
   }

@@ -21,6 +21,8 @@ struct RowSink {
 struct ModelBenchOptions {
   int prompt = 512;  // random prompt tokens prefilled first
   int decode = 64;   // timed steps per mode (median reported)
+  WeightMode weights = WeightMode::Quant;  // how the device holds the matrices (--weights quant|f16)
+  std::string synth_type = "f16";          // synthetic matrices: a GGML type name, or "preset" (its own type)
 };
 
 // One GGUF file; `label` prefixes its rows.
@@ -29,8 +31,10 @@ void bench_model_file(Backend& cuda, const std::string& path, const std::string&
 
 // Synthetic presets, comma-separated: "gemma3-270m", "llama3-8b@4" (the preset
 // with its first 4 layers only: the full 32 would take minutes to write).
-// Matrices are written as F16 (the device holds 16-bit weights either way,
-// and random F16 rows are quick to write). "none" or "" runs nothing.
+// Matrices are written as o.synth_type: F16 by default (random F16 rows are
+// quick to write), "preset" keeps the preset's own type (llama3-8b: Q4_K,
+// gemma3-270m: Q8_0), any GGML type name forces that one. "none" or ""
+// runs nothing.
 void bench_synth_models(Backend& cuda, const std::string& list, const ModelBenchOptions& o, const RowSink& sink);
 
 }  // namespace topkv::bench

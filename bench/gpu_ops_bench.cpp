@@ -5,6 +5,10 @@
 //   gemv / gemm  the decode GEMV (T <= 4) against cuBLAS at the same shapes
 //                (Llama-3-8B and Gemma-3-270M projections), prefill GEMMs in
 //                TFLOP/s; weights rotate over copies larger than L2;
+//   quant        products on the file's quantised blocks: the MMVQ (T = 1..8)
+//                beside the fp16 GEMV, grouped q/k/v launches, the
+//                dequantised prefill (--only quant: this group alone,
+//                bench/gpu_quant_bench.cpp);
 //   attention    decode (split-KV) over 4k..128k-token f16 caches in GB/s of
 //                cache read, prefill chunks in TFLOP/s;
 //   prefill      prefill attention at 32k / 128k contexts, the fp32 kernel
@@ -56,6 +60,8 @@ struct GpuOpsArgs {
   std::string model;
   int prompt = 512, decode = 64;
   std::string synth = "gemma3-270m,llama3-8b@4";
+  std::string synth_type = "f16";
+  std::string weights = "quant";
   bool quick = false;
   bool model_only = false;
   std::string only;
@@ -205,6 +211,7 @@ void run_gpu_ops(const GpuOpsArgs& a) {
   sink.note = [&](const std::string& g, const std::string& n, const std::string& t) { rep.note(g, n, t); };
   bench::ModelBenchOptions mo;
   mo.prompt = a.prompt, mo.decode = a.decode;
+  mo.weights = parse_weight_mode(a.weights), mo.synth_type = a.synth_type;
   if (a.model_only) {
     TOPKV_CHECK(!a.model.empty(), "--model-only needs --model FILE");
     bench::bench_model_file(be, a.model, "model", mo, sink);
@@ -218,7 +225,7 @@ void run_gpu_ops(const GpuOpsArgs& a) {
     bench_device_search(be, tm, rep, a.reps);
     return;
   }
-  {
+  {  // the ceiling every "% of copy" is taken against
     const size_t bytes = a.quick ? size_t{256} << 20 : size_t{1} << 30;
     Buffer src = be.alloc(bytes), dst = be.alloc(bytes);
     const double us = tm.median_us(a.reps, [&] {
@@ -226,7 +233,12 @@ void run_gpu_ops(const GpuOpsArgs& a) {
     });
     rep.add("copy", fmt::format("device memcpy {} (read + write)", format_bytes((double)bytes)), us, 2.0 * bytes, 0);
   }
+  if (a.only == "quant") {
+    bench_quant_matmul(be, tm, rep, a.reps, a.quick);
+    return;
+  }
   bench_matmul(be, tm, rep, a);
+  bench_quant_matmul(be, tm, rep, a.reps, a.quick);
   bench_attention(be, tm, rep, a);
   bench_prefill_attention(be, tm, rep, a.reps, a.quick);
   bench_device_search(be, tm, rep, a.reps);
@@ -257,13 +269,21 @@ void register_bench_gpu(CLI::App& app) {
   cmd->add_option("--synth", a->synth,
                   "Synthetic presets to time end to end, comma-separated; PRESET@N keeps N layers; 'none' skips "
                   "(default gemma3-270m,llama3-8b@4)");
+  cmd->add_option("--synth-type", a->synth_type, "Weight type of the synthetic presets' matrices: a GGML type "
+                  "(f16, q8_0, q4_k, ...) or 'preset' for the preset's own (llama3-8b: Q4_K, gemma3-270m: Q8_0)")
+      ->capture_default_str();
+  cmd->add_option("--weights", a->weights, "Model rows: quant keeps the file's quantised blocks on the device "
+                  "(decode on the MMVQ kernels), f16 dequantises them to fp16 at load")
+      ->check(CLI::IsMember({"quant", "f16"}))
+      ->capture_default_str();
   cmd->add_option("--prompt", a->prompt, "Model: prompt tokens, random ids (default 512)");
   cmd->add_option("--decode", a->decode, "Model: decode steps (default 64)");
   cmd->add_flag("--quick", a->quick, "Fewer shapes and smaller buffers (a smoke run)");
   cmd->add_flag("--model-only", a->model_only, "Time only the --model, none of the kernels");
   cmd->add_option("--only", a->only, "Time one group only: 'prefill' (prefill attention, fp32 kernel vs tensor "
-                  "cores) or 'search' (the device search's steps)")
-      ->check(CLI::IsMember({"prefill", "search"}));
+                  "cores), 'search' (the device search's steps) or 'quant' (products on quantised weights: MMVQ, "
+                  "grouped launches, dequantised prefill; after the copy row)")
+      ->check(CLI::IsMember({"prefill", "search", "quant"}));
   cmd->callback([a] { run_gpu_ops(*a); });
 }
 

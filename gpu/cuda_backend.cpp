@@ -10,6 +10,7 @@
 #include "gpu/cuda_backend_impl.h"
 #include "gpu/cuda_check.h"
 #include "gpu/cuda_kernels.h"
+#include "gpu/cuda_quant.h"
 
 namespace topkv {
 
@@ -93,7 +94,8 @@ void* CudaBackend::scratch(Scratch which, size_t bytes) {
   if (bytes > r.bytes || !r.mem) {
     synchronize();  // queued kernels may still use the old region
     r.mem.reset();
-    const size_t grown = std::max(bytes, r.bytes + r.bytes / 2);
+    // The dequantised weight is sized once, to the largest matrix: no slack.
+    const size_t grown = which == Scratch::Dequant ? bytes : std::max(bytes, r.bytes + r.bytes / 2);
     r.mem = mem_.alloc(grown, MemKind::Scratch, "backend work space");
     r.bytes = grown;
   }
@@ -166,19 +168,24 @@ void CudaBackend::embed(const Weight& table, const int32_t* ids, int T, float sc
     TOPKV_CHECK(ids[t] >= 0 && ids[t] < table.rows, "token id {} is outside the vocabulary (0..{})", ids[t],
                 table.rows - 1);
   if (T <= 0) return;
+  const int32_t* d_ids = nullptr;
   if (rec_) {  // recorded: the id comes from the step state at replay
     TOPKV_CHECK(T == 1 && ids[0] == rec_->token, "embed while recording a decode step must take the recorded token "
                 "{}, got {} tokens starting with {}", rec_->token, T, ids[0]);
-    embed_rows(device_dtype(table, "embed"), table.data, table.cols, step_token_dev(), 1, scale, out, stream_);
-    return;
+    d_ids = step_token_dev();
+  } else {
+    // Through a pageable copy: cudaMemcpyAsync from pageable memory has read
+    // it when it returns, so the caller's ids (pinned or not) are free at once.
+    ids_staging_.assign(ids, ids + T);
+    auto* staged = static_cast<int32_t*>(scratch(Scratch::Ids, (size_t)T * sizeof(int32_t)));
+    TOPKV_CUDA_CHECK(
+        cudaMemcpyAsync(staged, ids_staging_.data(), (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    d_ids = staged;
   }
-  // Through a pageable copy: cudaMemcpyAsync from pageable memory has read it
-  // when it returns, so the caller's ids (pinned or not) are free at once.
-  ids_staging_.assign(ids, ids + T);
-  auto* d_ids = static_cast<int32_t*>(scratch(Scratch::Ids, (size_t)T * sizeof(int32_t)));
-  TOPKV_CUDA_CHECK(
-      cudaMemcpyAsync(d_ids, ids_staging_.data(), (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-  embed_rows(device_dtype(table, "embed"), table.data, table.cols, d_ids, T, scale, out, stream_);
+  if (qunits::has_device_layout(table.type))  // a quantised table: its rows dequantised in place
+    dequant_rows_f32(table.type, table.data, table.rows, table.cols, d_ids, T, scale, out, stream_);
+  else
+    embed_rows(device_dtype(table, "embed"), table.data, table.cols, d_ids, T, scale, out, stream_);
 }
 
 void CudaBackend::rms_norm(const float* x, const Weight& w, int64_t rows, int dim, float eps, float* out) {
@@ -235,17 +242,29 @@ void CudaBackend::attention_prologue(float* q, float* k, const float* v, int T, 
   cuda::attention_prologue(a, stream_);
 }
 
+const float* CudaBackend::epilogue_bias(const Weight& w, const MatmulEpilogue& ep, const char* op) const {
+  if (!ep.bias) return nullptr;
+  TOPKV_CHECK(ep.bias->type == GgmlType::F32 && ep.bias->rows * ep.bias->cols == w.rows,
+              "{} by '{}': bias '{}' must be F32 with {} values (one per output row)", op, w.name, ep.bias->name,
+              w.rows);
+  check_device_weight(*ep.bias, "matmul bias");
+  return reinterpret_cast<const float*>(ep.bias->data);
+}
+
 void CudaBackend::matmul(const float* x, const Weight& w, int T, float* y, const MatmulEpilogue& ep) {
   check_device_weight(w, "matmul");
-  const DType wt = device_dtype(w, "matmul");
-  const float* bias = nullptr;
-  if (ep.bias) {
-    TOPKV_CHECK(ep.bias->type == GgmlType::F32 && ep.bias->rows * ep.bias->cols == w.rows,
-                "matmul by '{}': bias '{}' must be F32 with {} values (one per output row)", w.name, ep.bias->name,
-                w.rows);
-    check_device_weight(*ep.bias, "matmul bias");
-    bias = reinterpret_cast<const float*>(ep.bias->data);
+  const float* bias = epilogue_bias(w, ep, "matmul");
+  if (qunits::has_device_layout(w.type)) {  // the file's blocks (gpu/cuda_quant_matmul.cpp)
+    if (T <= 0) return;
+    if (T <= kQuantGemvMaxTokens) {
+      const MatmulJob job{&w, y, ep};
+      quant_gemv_group(x, T, std::span<const MatmulJob>(&job, 1));
+    } else {
+      quant_prefill(x, w, T, y, ep);
+    }
+    return;
   }
+  const DType wt = device_dtype(w, "matmul");
   if (T <= 0) return;
   if (T <= kGemvMaxTokens) {
     gemv(wt, w.data, w.rows, w.cols, x, T, y, stream_, bias, ep.accumulate);

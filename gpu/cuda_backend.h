@@ -3,15 +3,27 @@
 // test_cuda_backend.cpp compares the two op by op and on whole models.
 //
 // What differs from the CPU backend, by design:
-//   - Weights. prepare_weight dequantises every matrix once on the host and
-//     uploads it as fp16 (bf16 when the file holds BF16, or when a value lies
-//     beyond fp16's range); 1-row weights (norms) are uploaded as F32. The
-//     WeightMode is ignored for matrices: the device never holds quantised
-//     rows (no quantised GEMV kernels yet), and never fp32 copies (twice the
-//     memory and bandwidth of fp16 for no gain the tests could see).
-//   - matmul. T <= 4 tokens (decode) run a GEMV kernel that streams the
-//     16-bit weight once with fp32 activations and accumulation; larger T
-//     cast the activations to the weight's 16-bit type (with a power-of-two
+//   - Weights (gpu/cuda_weights.cpp). --weights quant (the default): a
+//     quantised matrix (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) keeps
+//     the file's blocks, split into 16-byte-aligned planes on upload (the
+//     device layout of gpu/quant_units.h; Weight::type stays the GGML type):
+//     the file's size on the device. --weights f16: every matrix dequantised
+//     once on the host to fp16. Either way F32 matrices become fp16, F16 and
+//     BF16 ones stay 16-bit (bf16 also for a value beyond fp16's range) and
+//     1-row weights (norms, biases) F32. --weights f32 is refused (twice
+//     fp16's memory and bandwidth for no gain the tests could see).
+//   - matmul on quantised weights (gpu/cuda_quant_matmul.cpp). T <= 8 tokens:
+//     the activations are quantised to q8_1 once (32 int8 and an fp32 scale
+//     per block) and the MMVQ kernel takes integer dot products (dp4a) with
+//     the blocks, fp32 accumulation, the epilogue in the kernel; matmul_group
+//     runs the products of one input (q, k, v; gate, up) in one launch. Expect
+//     ~1e-2 relative difference from the CPU per product (the q8_1 rounding of
+//     the activations; 1-4e-2 on a model's logits). T > 8: the weight is
+//     dequantised to fp16 in row tiles (<= 256 MiB of work space, reserved
+//     when the weight is prepared) and multiplied by cuBLAS as below.
+//   - matmul on 16-bit weights. T <= 4 tokens (decode) run a GEMV kernel that
+//     streams the weight once with fp32 activations and accumulation; larger
+//     T cast the activations to the weight's 16-bit type (with a power-of-two
 //     scale that keeps them inside fp16's range) and call cuBLAS with fp32
 //     accumulation and output. Expect ~1e-3 relative difference from the CPU.
 //   - Every float* an op takes is device memory from alloc(); token ids and
@@ -44,7 +56,7 @@ struct CudaMemoryUse {
   size_t weights = 0;      // prepare_weight
   size_t kv_cache = 0;     // alloc_kv
   size_t activations = 0;  // alloc
-  size_t scratch = 0;      // the backend's own work space (cast activations, attention partials, ...)
+  size_t scratch = 0;      // the backend's own work space (cast activations, dequantised weight tiles, ...)
   size_t budget = 0;       // 0 = none
   size_t total() const { return weights + kv_cache + activations + scratch; }
   std::string describe() const;  // "weights 1.20 GiB, kv cache 512.00 MiB, ..."

@@ -6,7 +6,10 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <mutex>
+#include <span>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "gpu/cuda_backend.h"
@@ -27,6 +30,8 @@ class CudaBackend final : public Backend {
   void to_host(const Buffer& src, size_t offset_bytes, void* dst, size_t bytes) override;
   void from_host(const void* src, const Buffer& dst, size_t offset_bytes, size_t bytes) override;
   Weight prepare_weight(const Weight& src, WeightMode mode) override;  // gpu/cuda_weights.cpp
+  size_t prepared_weight_bytes(const Weight& src, WeightMode mode) const override;
+  WeightMode other_weight_mode(WeightMode mode) const override;
   KvLayerCache alloc_kv(int n_kv_heads, int head_dim, int64_t capacity, DType dtype) override;
   // Pinned, device-mapped host memory (gpu/cuda_streamed_attention.cpp).
   KvLayerCache alloc_kv_host(int n_kv_heads, int head_dim, int64_t capacity, DType dtype) override;
@@ -37,6 +42,9 @@ class CudaBackend final : public Backend {
   void rope(float* x, int T, int n_heads, int head_dim, int64_t pos0, const RopeParams& p) override;
   using Backend::matmul;
   void matmul(const float* x, const Weight& w, int T, float* y, const MatmulEpilogue& ep) override;
+  // gpu/cuda_quant_matmul.cpp: one quantisation of x and one GEMV launch per
+  // kQuantGroupMaxJobs jobs when every weight is quantised and T <= 8.
+  void matmul_group(const float* x, int T, std::span<const MatmulJob> jobs) override;
   void glu(GluKind kind, const float* gate, const float* up, int64_t n, float* out) override;
   void add(const float* x, int64_t n, float* y) override;
   void kv_write(KvLayerCache& cache, const float* k, const float* v, int T, int64_t pos0) override;
@@ -70,7 +78,13 @@ class CudaBackend final : public Backend {
   // Backend-owned device work space, one region per purpose, grown as needed
   // (growing waits for queued work first). Valid until the next call for the
   // same purpose.
-  enum class Scratch : int { Ids, Cast, Attention, Sampling, KvStage, Stream, Count };
+  // Dequant holds a quantised weight dequantised for the prefill GEMM: grown
+  // by prepare_weight to the largest quantised matrix, at most
+  // dequant_tile_bytes (kDequantScratchMax unless a test asks for small
+  // tiles; larger matrices are multiplied in row tiles).
+  enum class Scratch : int { Ids, Cast, Attention, Sampling, KvStage, Stream, QuantX, Dequant, Count };
+  static constexpr size_t kDequantScratchMax = size_t{256} << 20;
+  void set_dequant_tile_bytes(size_t bytes) { dequant_tile_bytes_ = bytes; }
   // Keys per block a streamed attention copies up for this cache (a
   // multiple of kKeyRangeAlign; ~stream_stage_bytes of K and V per block,
   // 64 MiB unless a test asks for small blocks to cross many block edges).
@@ -94,6 +108,14 @@ class CudaBackend final : public Backend {
   static void rope_inv_freq(const RopeParams& p, int head_dim, double* inv_freq);
   // The device weight a matrix op may use: uploaded by prepare_weight.
   void check_device_weight(const Weight& w, const char* op) const;
+  // The epilogue's bias as a device pointer (null when none), checked.
+  const float* epilogue_bias(const Weight& w, const MatmulEpilogue& ep, const char* op) const;
+  // Quantised weights (gpu/cuda_quant_matmul.cpp): the GEMV of a group
+  // (T <= kQuantGemvMaxTokens), and the prefill (dequantised row tiles to
+  // fp16, bf16 for weights in wide_weights_, times cuBLAS).
+  void quant_gemv_group(const float* x, int T, std::span<const MatmulJob> jobs);
+  void quant_prefill(const float* x, const Weight& w, int T, float* y, const MatmulEpilogue& ep);
+  Weight upload_quant(const Weight& src);  // gpu/cuda_weights.cpp
   // While recording: the op must be a T = 1 op at the recorded position, and
   // gets the device position to read (null when not recording).
   const int64_t* step_pos(const char* op, int T, int64_t pos);
@@ -113,6 +135,14 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> scalars_mem_;  // 4 floats for cuBLAS: absmax, alpha, beta = 0, spare
   float* scalars_ = nullptr;
   std::vector<int32_t> ids_staging_;  // pageable copy of embed's ids (see embed)
+  // Quantised weights whose values may pass fp16's range (a bound from the
+  // block scales): their prefill dequantises to bf16. Keys leave the set
+  // when the weight's memory is freed (shared with those deleters).
+  struct WideWeights {
+    std::mutex mu;
+    std::unordered_set<const void*> set;
+  };
+  std::shared_ptr<WideWeights> wide_weights_ = std::make_shared<WideWeights>();
   std::shared_ptr<void> bounce_;      // pinned staging of mid-sized to_host copies (logits)
 
   // Step state of recorded decode steps: the device copy the recorded kernels
@@ -140,6 +170,7 @@ class CudaBackend final : public Backend {
   // ready (the host cache is written), copied[stage], consumed[stage].
   cudaStream_t copy_stream_ = nullptr;
   size_t stream_stage_bytes_ = size_t{64} << 20;
+  size_t dequant_tile_bytes_ = kDequantScratchMax;
   cudaEvent_t stream_ev_[5] = {};
 };
 

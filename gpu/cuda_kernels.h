@@ -24,7 +24,7 @@
 
 #include "gpu/attention_tc_tiles.h"
 #include "src/common/dtype.h"
-#include "src/model/backend.h"
+#include "src/model/op_kinds.h"
 
 namespace topkv::cuda {
 
@@ -113,6 +113,15 @@ size_t gemm_workspace_bytes(int64_t cols, int T);
 void gemm(cublasHandle_t handle, DType w_type, const void* w, int64_t rows, int64_t cols, const float* x, int T,
           float* y, void* workspace, float* scalars, cudaStream_t stream, const float* bias = nullptr,
           bool accumulate = false);
+// gemm's two halves, for callers that multiply one cast of x by several
+// 16-bit matrices (the quantised prefill: row tiles of a dequantised weight):
+// x[T][cols] -> w_type (F16: times 2^-k, alpha = 2^k left in scalars[1];
+// BF16: as is) in `workspace` (gemm_workspace_bytes), then
+// y[t * ldy + r] = alpha sum_c w[r][c] x16[t][c] (+ y when accumulate), r < rows.
+void cast_activations_16bit(DType w_type, const float* x, int T, int64_t cols, void* workspace, float* scalars,
+                            cudaStream_t stream);
+void gemm_16bit_cast(cublasHandle_t handle, DType w_type, const void* w, int64_t rows, int64_t cols, const void* x16,
+                     int T, float* y, int64_t ldy, float* scalars, cudaStream_t stream, bool accumulate);
 // y[t][r] += bias[r] for t < T, r < rows. Twin: cpu::matmul's bias epilogue.
 void add_bias(float* y, const float* bias, int T, int64_t rows, cudaStream_t stream);
 

@@ -194,45 +194,68 @@ void add_bias(float* y, const float* bias, int T, int64_t rows, cudaStream_t str
   TOPKV_CUDA_CHECK_LAUNCH();
 }
 
-namespace {
-// cuBLAS's product with beta = accumulate (the body of gemm).
-void gemm_product(cublasHandle_t handle, DType w_type, const void* w, int64_t rows, int64_t cols, const float* x,
-                  int T, float* y, void* workspace, float* scalars, cudaStream_t stream, bool accumulate) {
-  TOPKV_CHECK(rows < INT32_MAX && cols < INT32_MAX && (int64_t)T * cols < INT32_MAX,
-              "matmul of {} x {} by {} tokens exceeds cuBLAS's 32-bit sizes", rows, cols, T);
-  TOPKV_CUBLAS_CHECK(cublasSetStream(handle, stream));
-  const int m = (int)rows, n = T, k = (int)cols;
-  // Column-major view: W [rows][cols] row-major is a cols x rows matrix, so
-  // Y^T (rows x T, ld rows) = op_T(W) (rows x cols) * X^T (cols x T, ld cols).
-  const float one = 1.f, beta = accumulate ? 1.f : 0.f;
-  if (w_type == DType::F32) {
-    TOPKV_CUBLAS_CHECK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));
-    TOPKV_CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, static_cast<const float*>(w), k,
-                                   x, k, &beta, y, m));
-    return;
-  }
+void cast_activations_16bit(DType w_type, const float* x, int T, int64_t cols, void* workspace, float* scalars,
+                            cudaStream_t stream) {
   const int64_t nx = (int64_t)T * cols;
+  if (nx <= 0) return;
   const unsigned blocks = grid_for(nx, kCastThreads, 4096);
   if (w_type == DType::F16) {
     TOPKV_CUDA_CHECK(cudaMemsetAsync(scalars, 0, sizeof(float), stream));
     absmax_kernel<<<blocks, kCastThreads, 0, stream>>>(x, nx, reinterpret_cast<unsigned*>(scalars));
     TOPKV_CUDA_CHECK_LAUNCH();
     cast_f16_scaled_kernel<<<blocks, kCastThreads, 0, stream>>>(x, nx, static_cast<__half*>(workspace), scalars);
-    TOPKV_CUDA_CHECK_LAUNCH();
+  } else {
+    TOPKV_CHECK(w_type == DType::BF16, "16-bit activations are fp16 or bf16");
+    cast_bf16_kernel<<<blocks, kCastThreads, 0, stream>>>(x, nx, static_cast<__nv_bfloat16*>(workspace));
+  }
+  TOPKV_CUDA_CHECK_LAUNCH();
+}
+
+void gemm_16bit_cast(cublasHandle_t handle, DType w_type, const void* w, int64_t rows, int64_t cols, const void* x16,
+                     int T, float* y, int64_t ldy, float* scalars, cudaStream_t stream, bool accumulate) {
+  TOPKV_CHECK(rows < INT32_MAX && cols < INT32_MAX && ldy < INT32_MAX && (int64_t)T * cols < INT32_MAX,
+              "matmul of {} x {} by {} tokens exceeds cuBLAS's 32-bit sizes", rows, cols, T);
+  TOPKV_CHECK(ldy >= rows, "gemm: output stride {} below the {} rows", ldy, rows);
+  if (rows <= 0 || T <= 0) return;
+  TOPKV_CUBLAS_CHECK(cublasSetStream(handle, stream));
+  const int m = (int)rows, n = T, k = (int)cols;
+  // Column-major view: W [rows][cols] row-major is a cols x rows matrix, so
+  // Y^T (rows x T, ld ldy) = op_T(W) (rows x cols) * X^T (cols x T, ld cols).
+  if (w_type == DType::F16) {
     // alpha = scalars[1] (set by the cast), beta = scalars[2] (zero) or scalars[3] (one).
     TOPKV_CUBLAS_CHECK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_DEVICE));
-    const cublasStatus_t st =
-        cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, scalars + 1, w, CUDA_R_16F, k, workspace, CUDA_R_16F,
-                     k, scalars + (accumulate ? 3 : 2), y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    const cublasStatus_t st = cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, scalars + 1, w, CUDA_R_16F, k,
+                                           x16, CUDA_R_16F, k, scalars + (accumulate ? 3 : 2), y, CUDA_R_32F, (int)ldy,
+                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     TOPKV_CUBLAS_CHECK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));
     TOPKV_CUBLAS_CHECK(st);
   } else {
-    cast_bf16_kernel<<<blocks, kCastThreads, 0, stream>>>(x, nx, static_cast<__nv_bfloat16*>(workspace));
-    TOPKV_CUDA_CHECK_LAUNCH();
+    TOPKV_CHECK(w_type == DType::BF16, "gemm_16bit_cast takes fp16 or bf16 weights");
+    const float one = 1.f, beta = accumulate ? 1.f : 0.f;
     TOPKV_CUBLAS_CHECK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));
-    TOPKV_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, CUDA_R_16BF, k, workspace,
-                                    CUDA_R_16BF, k, &beta, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    TOPKV_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, CUDA_R_16BF, k, x16,
+                                    CUDA_R_16BF, k, &beta, y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
   }
+}
+
+namespace {
+// cuBLAS's product with beta = accumulate (the body of gemm).
+void gemm_product(cublasHandle_t handle, DType w_type, const void* w, int64_t rows, int64_t cols, const float* x,
+                  int T, float* y, void* workspace, float* scalars, cudaStream_t stream, bool accumulate) {
+  TOPKV_CHECK(rows < INT32_MAX && cols < INT32_MAX && (int64_t)T * cols < INT32_MAX,
+              "matmul of {} x {} by {} tokens exceeds cuBLAS's 32-bit sizes", rows, cols, T);
+  if (w_type == DType::F32) {
+    TOPKV_CUBLAS_CHECK(cublasSetStream(handle, stream));
+    const int m = (int)rows, n = T, k = (int)cols;
+    const float one = 1.f, beta = accumulate ? 1.f : 0.f;
+    TOPKV_CUBLAS_CHECK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));
+    TOPKV_CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, static_cast<const float*>(w), k,
+                                   x, k, &beta, y, m));
+    return;
+  }
+  cast_activations_16bit(w_type, x, T, cols, workspace, scalars, stream);
+  gemm_16bit_cast(handle, w_type, w, rows, cols, workspace, T, y, rows, scalars, stream, accumulate);
 }
 
 }  // namespace

@@ -31,6 +31,9 @@ TEST_CASE("generate: dense and top-k runs stream tokens and write their statisti
     CHECK(j["generated_tokens"].get<int>() >= 1);
     CHECK(j["prompt_tokens"].get<int>() > 5);
     CHECK(j["attn"].get<std::string>() == attn.substr(0, attn.find(' ')));
+    // The other weight mode of the backend that ran (auto: CUDA when there is a device).
+    CHECK(r.err.find(cuda_device_count() ? "--weights f16 would take" : "--weights f32 would take") !=
+          std::string::npos);
     if (attn != "dense") {
       CHECK(j["offload"]["retrieval_layers"].size() == 2);  // tiny-gemma3: global layers 2 and 5 of 6
       CHECK(r.err.find("memory plan") != std::string::npos);
@@ -88,9 +91,13 @@ TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
       {"-m " + model() + " -p hi --backend cpu --attn topk --prefill-kv host", "--prefill-kv host applies to the CUDA"},
       {"-m " + model() + " -p hi --backend cpu --attn topk --prefill-kv gpu", "--prefill-kv gpu applies to the CUDA"},
       {"-m " + model() + " -p hi --measure-error", "--measure-error compares top-k attention"},
+      {"-m " + model() + " -p hi --backend cpu --weights f16", "--weights f16 is for the CUDA backend"},
+      {"-m " + model() + " -p hi --weights f8", "f8"},
   };
   if (cuda_device_count() == 0)  // without a device, asking for one is refused with the reason
     cases.push_back({"-m " + model() + " -p hi --backend cuda", "CUDA"});
+  else
+    cases.push_back({"-m " + model() + " -p hi --backend cuda --weights f32", "--weights f32 is for the CPU backend"});
   for (const Bad& b : cases) {
     INFO(b.args);
     auto r = run_topkv("generate " + b.args);

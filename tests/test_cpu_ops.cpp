@@ -123,6 +123,36 @@ TEST_CASE("matmul epilogue: bias and accumulate on the GEMV and GEMM paths") {
   REQUIRE_THROWS_WITH(be->matmul(x.data(), tw.w, 1, y.data(), MatmulEpilogue{&b, false}), Catch::Contains("bias"));
 }
 
+TEST_CASE("matmul_group runs each job as matmul, and refuses weights of different widths") {
+  auto be = make_cpu_backend();
+  std::mt19937 rng(14);
+  const int64_t cols = 256;
+  TestWeight a = make_weight(GgmlType::Q5_0, 33, cols, rng), b = make_weight(GgmlType::Q8_0, 7, cols, rng),
+             c = make_weight(GgmlType::Q4_K, 12, cols, rng);
+  const auto bias_v = randn(33, rng);
+  const Weight bias = f32_weight(bias_v);
+  for (int T : {1, 5}) {
+    const auto x = randn((size_t)T * cols, rng);
+    std::vector<std::vector<float>> got, want;
+    for (const TestWeight* w : {&a, &b, &c}) {
+      got.push_back(randn((size_t)T * w->w.rows, rng));
+      want.push_back(got.back());
+    }
+    const MatmulEpilogue eps[] = {{&bias, false}, {nullptr, true}, {nullptr, false}};
+    const MatmulJob jobs[] = {
+        {&a.w, got[0].data(), eps[0]}, {&b.w, got[1].data(), eps[1]}, {&c.w, got[2].data(), eps[2]}};
+    be->matmul_group(x.data(), T, jobs);
+    be->matmul(x.data(), a.w, T, want[0].data(), eps[0]);
+    be->matmul(x.data(), b.w, T, want[1].data(), eps[1]);
+    be->matmul(x.data(), c.w, T, want[2].data(), eps[2]);
+    for (int j = 0; j < 3; ++j) REQUIRE(got[j] == want[j]);
+  }
+  TestWeight narrow = make_weight(GgmlType::Q8_0, 4, 128, rng);
+  std::vector<float> x(cols), y(64);
+  const MatmulJob bad[] = {{&a.w, y.data(), {}}, {&narrow.w, y.data(), {}}};
+  REQUIRE_THROWS_WITH(be->matmul_group(x.data(), 1, bad), Catch::Contains("columns"));
+}
+
 TEST_CASE("embedding rows are dequantised and scaled") {
   auto be = make_cpu_backend();
   std::mt19937 rng(5);

@@ -10,6 +10,7 @@
 #include "offload/policy.h"
 #include "src/common/options.h"
 #include "src/model/model.h"
+#include "src/model/synth.h"
 #include "tests/test_util.h"
 
 using namespace topkv;
@@ -200,6 +201,7 @@ TEST_CASE("bench decode: bad input is a clear error and a non-zero exit") {
       {m + "--contexts 256 --out-dir /proc/nonexistent/x", "cannot create that folder"},
       {"--contexts 256", "give the model either as -m FILE or as --synth-preset"},
       {"--synth-preset nosuch --contexts 256", "unknown preset 'nosuch'"},
+      {m + "--contexts 256 --weights f16", "--weights f16 is for the CUDA backend"},
   };
   for (const Bad& b : cases) {
     INFO(b.args);
@@ -208,6 +210,41 @@ TEST_CASE("bench decode: bad input is a clear error and a non-zero exit") {
     CHECK(r.rc != 0);
     CHECK(r.err.find(b.says) != std::string::npos);
   }
+}
+
+TEST_CASE("bench decode's memory estimate holds the weights as each backend and weight mode keep them") {
+  test::TempDir dir("topkv_mem_estimate");
+  SynthConfig c = synth_preset("tiny-llama");
+  c.type = GgmlType::Q8_0;
+  synth_write(c, dir.file("m.gguf"));
+  std::shared_ptr<const GgufFile> file = GgufFile::open(dir.file("m.gguf"));
+  const ModelConfig cfg = read_model_config(*file);
+  double matrix_bytes = 0, matrix_values = 0, row_values = 0, largest = 0;
+  for (const GgufTensor& t : file->tensors()) {
+    if (t.nrows() == 1) {
+      row_values += (double)t.nelements();
+    } else {
+      REQUIRE(t.type == GgmlType::Q8_0);
+      matrix_bytes += (double)t.nbytes, matrix_values += (double)t.nelements();
+      largest = std::max(largest, (double)t.nelements());
+    }
+  }
+  ModelOptions mo;
+  mo.n_ctx = 64, mo.max_chunk = 8;
+  const double planned = (double)Model::planned_scratch_bytes(cfg, mo);
+  mo.weights = WeightMode::Quant;  // CUDA: the blocks, and a dequantisation scratch for the largest matrix
+  ModelMemory m = estimate_model_memory(*file, cfg, mo, true);
+  CHECK(m.weights == matrix_bytes + 4 * row_values);
+  CHECK(m.scratch == planned + 2 * largest);
+  m = estimate_model_memory(*file, cfg, mo, false);  // CPU: the file's rows
+  CHECK(m.weights == matrix_bytes + 4 * row_values);
+  CHECK(m.scratch == planned);
+  mo.weights = WeightMode::F16;
+  m = estimate_model_memory(*file, cfg, mo, true);
+  CHECK(m.weights == 2 * matrix_values + 4 * row_values);
+  CHECK(m.scratch == planned);
+  mo.weights = WeightMode::F32;
+  CHECK(estimate_model_memory(*file, cfg, mo, false).weights == 4 * (matrix_values + row_values));
 }
 
 TEST_CASE("token counts: K and M suffixes, lists") {

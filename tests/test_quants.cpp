@@ -10,6 +10,7 @@
 #include "src/common/dtype.h"
 #include "src/common/error.h"
 #include "src/model/ggml_types.h"
+#include "tests/quant_test_util.h"
 
 using namespace topkv;
 
@@ -29,34 +30,8 @@ std::vector<float> dequant(GgmlType t, const std::vector<uint8_t>& b, int64_t n)
   return y;
 }
 
-// A row of random bytes of type t with every scale field replaced by a finite
-// fp16 in [0.001, 0.1) (random code bits, sane scales).
-std::vector<uint8_t> random_row(GgmlType t, int64_t n, std::mt19937& rng) {
-  GgmlTypeInfo ti = ggml_type_info(t);
-  std::vector<uint8_t> b(ggml_row_bytes(t, n));
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(0.001f, 0.1f), val(-2.f, 2.f);
-  if (ti.block_elems == 1) {  // plain floats: random values
-    std::vector<float> v(n);
-    for (auto& x : v) x = val(rng);
-    quantize_row(t, v.data(), b.data(), n);
-    return b;
-  }
-  for (auto& x : b) x = (uint8_t)byte(rng);
-  for (int64_t i = 0; i < n / ti.block_elems; ++i) {
-    size_t at = i * ti.block_bytes;
-    auto s = [&] { return f32_to_f16(scale(rng) * (byte(rng) & 1 ? 1 : -1)); };
-    switch (t) {
-      case GgmlType::Q8_0: case GgmlType::Q4_0: case GgmlType::Q5_0: put16(b, at, s()); break;
-      case GgmlType::Q4_1: case GgmlType::Q5_1: put16(b, at, s()); put16(b, at + 2, s()); break;
-      case GgmlType::Q4_K: case GgmlType::Q5_K:
-        put16(b, at, f32_to_f16(scale(rng))); put16(b, at + 2, f32_to_f16(scale(rng))); break;
-      case GgmlType::Q6_K: put16(b, at + 208, s()); break;
-      default: break;
-    }
-  }
-  return b;
-}
+// Random code bits, sane scales (tests/quant_test_util.h).
+std::vector<uint8_t> random_row(GgmlType t, int64_t n, std::mt19937& rng) { return test::random_quant_row(t, n, rng); }
 
 const GgmlType kAllTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
                               GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,

@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 
 struct DecodeArgs {
   std::string model, synth_preset, contexts = "8K,32K", modes = "dense,topk,host-dense", backend = "auto";
-  std::string budget, fill = "synthetic", kv_type = "f16", out_dir;
+  std::string budget, fill = "synthetic", kv_type = "f16", weights = "quant", out_dir;
   std::vector<std::string> indexes;
   int steps = 16, warmup = 2, chunk = 512;
   uint64_t seed = 1;
@@ -53,6 +53,7 @@ void run_decode(const DecodeArgs& a, const OffloadPolicy& policy) {
   c.steps = a.steps, c.warmup = a.warmup, c.chunk = a.chunk, c.seed = a.seed;
   c.fill = parse_context_fill(a.fill);
   c.kv_dtype = parse_dtype(a.kv_type);
+  c.weights = parse_weight_mode(a.weights);
   c.beyond_trained = a.beyond_trained;
   c.progress = !a.quiet;
   if (!a.out_dir.empty()) {  // created when missing, before any long work (a bad path fails now)
@@ -125,6 +126,10 @@ void register_bench_decode(CLI::App& bench) {
                   "prefill of a passkey prompt")->check(CLI::IsMember({"synthetic", "prefill"}))->capture_default_str();
   cmd->add_option("--kv-type", a->kv_type, "KV element type of the dense cache and the host-dense rows: f16 or f32")
       ->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
+  cmd->add_option("--weights", a->weights, "How the backend holds the weights: quant (the file's quantised blocks; "
+                  "on the GPU the decode runs on them), f16 (CUDA: dequantised to fp16 at load) or f32 (CPU: "
+                  "dequantised to fp32 at load)")
+      ->check(CLI::IsMember({"quant", "f16", "f32"}))->capture_default_str();
   cmd->add_option("--chunk", a->chunk, "Prefill chunk (--fill prefill)")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the synthetic data and the passkey")->capture_default_str();
   cmd->add_flag("--beyond-trained", a->beyond_trained, "Allow contexts past the model's trained context (speed is "

@@ -178,6 +178,7 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
   mo.kv_dtype = parse_dtype(a.kv_type);
   TOPKV_CHECK(mo.kv_dtype != DType::BF16, "--kv-type must be f32 or f16");
   mo.weights = parse_weight_mode(a.weights);
+  check_weight_mode(mo.weights, cuda);
   const auto new_runtime = [&]() -> std::unique_ptr<OffloadRuntime> {  // the CUDA runtime on a CUDA backend
     if (policy.attn != AttnMode::TopK) return nullptr;
     auto rt = make_offload_runtime(*backend, cfg, policy, !a.quiet);
@@ -194,7 +195,7 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
   model.touch_weights();  // page the mapped weights in now, not inside the timed prefill
   const double load_s = load_timer.seconds();
   if (const std::string s = describe_prefill_kv(model); !s.empty()) note(s);
-  const char* other = mo.weights == WeightMode::Quant ? "f32" : "quant";
+  const char* other = weight_mode_name(backend->other_weight_mode(mo.weights));
   note(fmt::format("topkv: {}", cfg.summary()));
   note(fmt::format("topkv: weights {} ({}; --weights {} would take {}), KV cache {} ({} positions, {}), "
                    "{} prompt tokens", a.weights, mib(model.weight_bytes()), other,
@@ -382,9 +383,10 @@ void register_generate(CLI::App& app) {
   add_backend_options(cmd, a->where, ". With cuda and --attn topk the retrieval layers' KV stays in pinned host "
                       "memory and only sinks + window live on the GPU");
   cmd->add_option("--weights", a->weights,
-                  "quant: keep the file's quantised rows (mapped, smallest); f32: dequantise once at load "
-                  "(about 4 bytes per parameter; the memory of both is printed)")
-      ->check(CLI::IsMember({"quant", "f32"}))
+                  "quant: keep the file's quantised rows (CPU: mapped; CUDA: the blocks on the GPU, decoded by the "
+                  "quantised GEMV kernels; smallest); f32 (CPU): dequantise once at load (4 bytes per parameter); "
+                  "f16 (CUDA): dequantise to fp16 at load (2 bytes per parameter). The memory of both is printed")
+      ->check(CLI::IsMember({"quant", "f16", "f32"}))
       ->capture_default_str();
   cmd->add_option("--kv-type", a->kv_type, "KV cache element type: f32 or f16")
       ->check(CLI::IsMember({"f32", "f16"}))

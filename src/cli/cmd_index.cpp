@@ -78,6 +78,7 @@ void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
   mo.max_chunk = (int)std::min<int64_t>(a.chunk, n);
   mo.kv_dtype = parse_dtype(a.kv_type);
   mo.weights = parse_weight_mode(a.weights);
+  check_weight_mode(mo.weights, cuda);
   // The host-side runtime whatever the backend: a pack holds host stores and
   // indexes; the model's KV comes to the host through Model::read_kv.
   std::unique_ptr<OffloadRuntime> rt;
@@ -235,8 +236,9 @@ void register_index(CLI::App& app) {
   build->add_option("-o,--out", a->out, "Context pack to write (written whole or not at all)")->required();
   add_backend_options(build, a->where, ". With cuda the prefill runs on the GPU and the pack is written from "
                       "host copies of its KV");
-  build->add_option("--weights", a->weights, "quant: the file's quantised rows; f32: dequantised once at load")
-      ->check(CLI::IsMember({"quant", "f32"}))
+  build->add_option("--weights", a->weights, "quant: the file's quantised rows (on either backend); f32 (CPU) / "
+                    "f16 (CUDA): dequantised once at load")
+      ->check(CLI::IsMember({"quant", "f16", "f32"}))
       ->capture_default_str();
   build->add_option("--kv-type", a->kv_type, "Element type of the model's KV cache, and of the KV the pack keeps "
                     "for the model's own (dense and sliding-window) layers: f32 or f16")

@@ -17,11 +17,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "src/common/dtype.h"
 #include "src/common/error.h"
 #include "src/model/ggml_types.h"
+#include "src/model/op_kinds.h"
 
 namespace topkv {
 
@@ -36,6 +38,9 @@ struct Buffer {
 // A weight as the backend holds it: rows x cols of `type`, row r at
 // data + r * row_bytes. For `--weights f32` the backend dequantises at
 // prepare time and `type` is F32; otherwise it references the mapped file.
+// The CUDA backend's quantised weights keep their GGML type but split the
+// blocks into planes (gpu/quant_units.h): row() does not apply to them, while
+// bytes() is still the file's size of the rows.
 struct Weight {
   std::string name;
   GgmlType type = GgmlType::F32;
@@ -53,6 +58,9 @@ struct Weight {
 enum class WeightMode { Quant, F16, F32 };
 WeightMode parse_weight_mode(const std::string& s);  // "quant" | "f16" | "f32"; throws Error
 const char* weight_mode_name(WeightMode m);
+// Throws Error when `m` is not a mode of that backend (CUDA: quant, f16; CPU:
+// quant, f32), naming the ones it has.
+void check_weight_mode(WeightMode m, bool cuda);
 
 // What a matmul does with its product before it stores it, so that a device
 // backend fuses it into the same kernel (llama.cpp's fused bias and residual
@@ -62,13 +70,16 @@ struct MatmulEpilogue {
   bool accumulate = false;       // add the product to what y holds instead of overwriting it
 };
 
+// One product of a group of products of the same input (Backend::matmul_group).
+struct MatmulJob {
+  const Weight* w = nullptr;
+  float* y = nullptr;  // [T][w->rows]
+  MatmulEpilogue ep;
+};
+
 // RoPE of one layer. theta_i = freq_scale * pos * base^(-2i/n_rot) / factor_i
 // for pair i < n_rot/2 (factor_i from `rope_freqs`, 1 when absent); dims past
-// n_rot are left as they are.
-//   Interleaved (llama.cpp LLAMA_ROPE_TYPE_NORM): pairs (2i, 2i+1). GGUF llama
-//     files store q/k permuted for this pairing (convert_hf_to_gguf permute).
-//   NeoX (gemma3): pairs (i, i + n_rot/2), as Hugging Face rotate_half.
-enum class RopeStyle { Interleaved, NeoX };
+// n_rot are left as they are. RopeStyle (the pairing): src/model/op_kinds.h.
 struct RopeParams {
   RopeStyle style = RopeStyle::Interleaved;
   int n_rot = 0;
@@ -76,8 +87,6 @@ struct RopeParams {
   float freq_scale = 1.f;              // 1/factor of "linear" RoPE scaling
   const float* freq_factors = nullptr; // host, n_rot/2 values, or null
 };
-
-enum class GluKind { SiLU, GeluTanh };  // out = act(gate) * up
 
 // KV cache of one layer: k and v each [n_kv_heads][capacity][head_dim] of
 // `dtype`. Token position p lives in slot p % capacity, so a layer that keeps
@@ -125,6 +134,12 @@ class Backend {
   // A weight for the ops below from `src` (which references the mapped file
   // and must outlive the returned weight when it is kept quantised).
   virtual Weight prepare_weight(const Weight& src, WeightMode mode) = 0;
+  // Bytes prepare_weight(src, mode) would take (the model's memory report),
+  // and the mode this backend offers beside `mode` ("--weights X would take
+  // Y"). Defaults, the CPU's: quant = the file's bytes (mapped), f32 = 4 bytes
+  // a value; quant <-> f32.
+  virtual size_t prepared_weight_bytes(const Weight& src, WeightMode mode) const;
+  virtual WeightMode other_weight_mode(WeightMode mode) const;
   virtual KvLayerCache alloc_kv(int n_kv_heads, int head_dim, int64_t capacity, DType dtype) = 0;
   // A cache in host memory (KvLayerCache::in_host) for a device backend whose
   // memory cannot hold it; the CPU backend's caches are host memory already.
@@ -147,6 +162,12 @@ class Backend {
   // y[T][w.rows] = x[T][w.cols] * W^T, then the epilogue. y must not alias x.
   virtual void matmul(const float* x, const Weight& w, int T, float* y, const MatmulEpilogue& ep) = 0;
   void matmul(const float* x, const Weight& w, int T, float* y) { matmul(x, w, T, y, MatmulEpilogue{}); }
+  // The products of one input x[T][cols] by several weights of the same cols
+  // (q, k, v; gate, up): what `matmul` does for each job, in order. A device
+  // backend may run them as one launch over one quantisation of x (the CUDA
+  // backend on quantised weights). No y may alias x or another job's y.
+  // Throws Error when the weights' cols differ. Default: matmul per job.
+  virtual void matmul_group(const float* x, int T, std::span<const MatmulJob> jobs);
   // out[i] = act(gate[i]) * up[i], i < n. out may alias gate or up.
   virtual void glu(GluKind kind, const float* gate, const float* up, int64_t n, float* out) = 0;
   // y[i] += x[i], i < n.

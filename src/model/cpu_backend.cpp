@@ -28,6 +28,30 @@ const char* weight_mode_name(WeightMode m) {
   return m == WeightMode::Quant ? "quant" : m == WeightMode::F16 ? "f16" : "f32";
 }
 
+void Backend::matmul_group(const float* x, int T, std::span<const MatmulJob> jobs) {
+  for (const MatmulJob& j : jobs) {
+    TOPKV_CHECK(j.w && j.y, "matmul_group: a job without a weight or an output");
+    TOPKV_CHECK(j.w->cols == jobs[0].w->cols, "matmul_group: '{}' has {} columns but '{}' has {}; the jobs of a "
+                "group multiply the same x", j.w->name, j.w->cols, jobs[0].w->name, jobs[0].w->cols);
+  }
+  for (const MatmulJob& j : jobs) matmul(x, *j.w, T, j.y, j.ep);
+}
+
+size_t Backend::prepared_weight_bytes(const Weight& src, WeightMode mode) const {
+  if (mode == WeightMode::F32) return (size_t)src.rows * (size_t)src.cols * sizeof(float);
+  return src.bytes();
+}
+WeightMode Backend::other_weight_mode(WeightMode mode) const {
+  return mode == WeightMode::Quant ? WeightMode::F32 : WeightMode::Quant;
+}
+
+void check_weight_mode(WeightMode m, bool cuda) {
+  TOPKV_CHECK(!(cuda && m == WeightMode::F32), "--weights f32 is for the CPU backend; on the CUDA backend use quant "
+              "(the file's quantised blocks on the GPU, the default) or f16 (dequantised to fp16 at load)");
+  TOPKV_CHECK(cuda || m != WeightMode::F16, "--weights f16 is for the CUDA backend; on the CPU backend use quant "
+              "(the mapped file's quantised rows, the default) or f32 (dequantised to fp32 at load)");
+}
+
 // Backends that cannot record (the CPU one) run every op as it is called;
 // the model asks can_record() first, so reaching these is a caller's bug.
 void Backend::attention_prologue(float* q, float* k, const float* v, int T, int n_head, int n_kv, int head_dim,

@@ -14,16 +14,17 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
   TOPKV_CHECK(opt_.max_chunk > 0, "the prefill chunk must be positive, got {}", opt_.max_chunk);
   const ModelTensors t = find_model_tensors(*file_, cfg_);
 
-  // Weights: prepared once on the backend; bytes counted for both modes so the
-  // CLI can show what the other choice would cost.
+  // Weights: prepared once on the backend; bytes counted for this mode and
+  // the backend's other one so the CLI can show what that choice would cost.
+  const WeightMode other = be_.other_weight_mode(opt_.weights);
   const auto prep = [&](const GgufTensor* g, bool count = true) {
     if (!g) return Weight{};
+    const Weight view = weight_view(*g);
     if (count) {
-      const size_t as_file = g->nbytes, as_f32 = (size_t)g->nelements() * sizeof(float);
-      weight_bytes_ += opt_.weights == WeightMode::Quant ? as_file : as_f32;
-      weight_bytes_other_ += opt_.weights == WeightMode::Quant ? as_f32 : as_file;
+      weight_bytes_ += be_.prepared_weight_bytes(view, opt_.weights);
+      weight_bytes_other_ += be_.prepared_weight_bytes(view, other);
     }
-    return be_.prepare_weight(weight_view(*g), opt_.weights);
+    return be_.prepare_weight(view, opt_.weights);
   };
   token_embd_ = prep(t.token_embd);
   output_norm_ = prep(t.output_norm);
@@ -202,9 +203,8 @@ void Model::attention_input(int il, int T, bool write_cache) {
   float *x = x_.f32(), *xb = xb_.f32(), *q = q_.f32(), *k = k_.f32(), *v = v_.f32();
   be_.rms_norm(x, L.attn_norm, T, d, eps, xb);
   const auto bias = [](const Weight& b) { return MatmulEpilogue{b.data ? &b : nullptr, false}; };
-  be_.matmul(xb, L.wq, T, q, bias(L.bq));
-  be_.matmul(xb, L.wk, T, k, bias(L.bk));
-  be_.matmul(xb, L.wv, T, v, bias(L.bv));
+  const MatmulJob qkv[] = {{&L.wq, q, bias(L.bq)}, {&L.wk, k, bias(L.bk)}, {&L.wv, v, bias(L.bv)}};
+  be_.matmul_group(xb, T, qkv);  // one launch on a device backend with quantised weights
   if (write_cache)
     TOPKV_CHECK(cache_[il].capacity > 0, "layer {} has no KV cache (it is among ModelOptions::override_layers, "
                 "or release_kv handed it to an override): its attention needs an attention override that serves "
@@ -235,8 +235,8 @@ void Model::attention_output_ffn(int il, int T) {
   }
 
   be_.rms_norm(x, L.ffn_norm, T, d, eps, xb);
-  be_.matmul(xb, L.ffn_gate, T, gate);
-  be_.matmul(xb, L.ffn_up, T, up);
+  const MatmulJob gate_up[] = {{&L.ffn_gate, gate, {}}, {&L.ffn_up, up, {}}};
+  be_.matmul_group(xb, T, gate_up);
   be_.glu(cfg_.glu, gate, up, (int64_t)T * cfg_.n_ff, gate);
   if (cfg_.post_norms) {
     be_.matmul(gate, L.ffn_down, T, xb);

@@ -1,7 +1,8 @@
 // The forward pass of a llama / gemma3 / qwen2 model on a Backend, with dense
 // attention over a KV cache: prefill a prompt in chunks, then decode one token
 // at a time. Weights reference the memory-mapped GGUF file (or dequantised
-// copies, --weights f32).
+// copies, --weights f32), or live where the backend put them (CUDA: the
+// file's blocks, or fp16 with --weights f16).
 //
 // KV cache (one KvLayerCache per layer, layout in backend.h): layers that see
 // the whole context keep n_ctx slots; gemma3's sliding-window layers keep a
@@ -137,8 +138,9 @@ class Model {
   static int64_t planned_kv_capacity(const ModelConfig& cfg, const ModelOptions& opt, int layer);
   static size_t planned_scratch_bytes(const ModelConfig& cfg, const ModelOptions& opt);
 
-  // Memory: the weights as held (mapped quantised rows, or f32 copies), what
-  // the other weight mode would take, and the KV cache.
+  // Memory: the weights as held (Backend::prepared_weight_bytes), what the
+  // backend's other weight mode would take (Backend::other_weight_mode), and
+  // the KV cache.
   size_t weight_bytes() const { return weight_bytes_; }
   size_t weight_bytes_other_mode() const { return weight_bytes_other_; }
   size_t kv_bytes() const;

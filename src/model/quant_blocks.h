@@ -4,6 +4,9 @@
 //
 // Every block size is even and GGUF aligns each tensor to >= 32 bytes, so
 // these structs (alignment 2) can be read in place from a mapped file.
+// On a CUDA device (--weights quant) the same bytes are split into planes so
+// that every block's quants start 16-byte aligned: gpu/quant_units.h gives
+// that layout per type.
 #pragma once
 #include <cstdint>
 

@@ -53,6 +53,8 @@ TEST_CASE("device: what the tests run on") {
   REQUIRE(is_cuda_backend(be));
 }
 
+// --weights f16: every matrix as 16-bit rows (the quantised path, --weights
+// quant, is tests/gpu/test_cuda_quant.cpp's).
 TEST_CASE("matmul: GEMV (T<=4) and cuBLAS (T>4) paths against the CPU, every weight type") {
   auto cpu = make_cpu_backend();
   auto& be = gpu();
@@ -74,7 +76,7 @@ TEST_CASE("matmul: GEMV (T<=4) and cuBLAS (T>4) paths against the CPU, every wei
         const auto x = randn((size_t)T * cols, rng);
         std::vector<float> ref((size_t)T * rows);
         cpu->matmul(x.data(), hw.w, T, ref.data());
-        const Weight dw = be.prepare_weight(hw.w, WeightMode::Quant);
+        const Weight dw = be.prepare_weight(hw.w, WeightMode::F16);
         REQUIRE(dw.type == (rows == 1 ? GgmlType::F32 : t == GgmlType::BF16 ? GgmlType::BF16 : GgmlType::F16));
         Buffer dx = upload(be, x), dy = poisoned(be, ref.size());
         be.matmul(dx.f32(), dw, T, dy.f32());

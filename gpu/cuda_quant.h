@@ -1,0 +1,69 @@
+// Host launchers of the kernels on quantised weights in the device layout
+// (gpu/quant_units.h): q8_1 activations, the decode GEMV (MMVQ) over a group
+// of matrices, and dequantisation (to fp16 for the prefill GEMM, to fp32 for
+// embedding rows). Each names its CPU twin in gpu/quant_matvec_ref.h. CUDA
+// builds only (C++17).
+//
+// Expected bounds per call (H100: ~3.0 TB/s measured copy):
+//   quant_gemv: memory, the weight bytes once (~0.56 bytes per value for
+//     Q4_K, 1.06 for Q8_0); activations and the scale headers come from L1/L2.
+//     At T = 8 the integer work (8 dp4a + ~10 other ops per 32 values per
+//     token) and the L1 traffic of the activations approach the memory time
+//     on big matrices: rows are tiled 4 per warp there to share them
+//     (kernels_quant_gemv.cu says the tile of each T).
+//   dequant_16bit: memory, the weight once plus 2 bytes written per value.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gpu/quant_units.h"
+#include "src/model/ggml_types.h"
+
+namespace topkv::cuda {
+
+// Tokens up to which a quantised matmul runs the GEMV; larger T dequantise
+// the weight to fp16 and run cuBLAS.
+inline constexpr int kQuantGemvMaxTokens = 8;
+// Matrices one quant_gemv launch covers.
+inline constexpr int kQuantGroupMaxJobs = 4;
+
+// One product of a group: y[T][rows] (= or += when accumulate) x W^T (+ bias).
+struct QuantGemvJob {
+  GgmlType type = GgmlType::Q8_0;
+  const uint8_t* w = nullptr;  // rows x cols in the device layout
+  int64_t rows = 0;
+  float* y = nullptr;
+  const float* bias = nullptr;  // [rows] or null
+  bool accumulate = false;
+};
+
+// The q8_1 activations of T tokens of `cols` (a multiple of 32) in a work
+// space of q8_activation_bytes: qs [T][cols] int8, then ds [T][cols / 32].
+size_t q8_activation_bytes(int T, int64_t cols);
+struct Q8DeviceActivations {
+  int8_t* qs;
+  qunits::Q8Scale* ds;
+};
+Q8DeviceActivations carve_q8_activations(void* workspace, int T, int64_t cols);
+
+// x[T][cols] (fp32, any alignment) -> q8_1 in `workspace`. Twin: qref::quantize_q8_1.
+void quantize_q8_1(const float* x, int T, int64_t cols, void* workspace, cudaStream_t stream);
+// The MMVQ of n_jobs (1..kQuantGroupMaxJobs) matrices of `cols` columns over
+// the activations of T (1..kQuantGemvMaxTokens) tokens quantised in
+// `workspace`, in one launch: every warp finds its job and the job's type.
+// Twin: qref::mmvq per job.
+void quant_gemv(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, const void* workspace,
+                cudaStream_t stream);
+// Rows row0 .. row0 + n_rows - 1 of a rows x cols matrix -> out [n_rows][cols]
+// of out_type (F16 or BF16, round to nearest; 16-byte aligned). Twin:
+// qref::dequant_row, then from_f32.
+void dequant_16bit(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, int64_t row0, int64_t n_rows,
+                   DType out_type, void* out, cudaStream_t stream);
+// out[t][:] = scale * row ids[t] (device ids, already checked), fp32. Twin:
+// qref::dequant_row times scale (CpuBackend::embed).
+void dequant_rows_f32(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, const int32_t* ids, int T, float scale,
+                      float* out, cudaStream_t stream);
+
+}  // namespace topkv::cuda

@@ -1,0 +1,89 @@
+// The CUDA backend's products on quantised weights (the file's blocks in the
+// device layout of gpu/quant_units.h), and its weight-memory arithmetic:
+//   decode (T <= kQuantGemvMaxTokens): x quantised once to q8_1, then one
+//     quant_gemv launch per kQuantGroupMaxJobs matrices (q, k, v together;
+//     gate and up together), the epilogue applied in the kernel;
+//   prefill: x cast to fp16 once (the cuBLAS path of gpu/kernels_matmul.cu),
+//     then per row tile of at most dequant_tile_bytes_ (256 MiB): the tile
+//     dequantised to fp16 into the Dequant scratch, one cuBLAS GEMM into
+//     y's rows; the bias (if any) is added once at the end.
+#ifdef TOPKV_HAVE_CUDA
+#include <algorithm>
+
+#include "gpu/cuda_backend_impl.h"
+#include "gpu/cuda_check.h"
+#include "gpu/cuda_kernels.h"
+#include "gpu/cuda_quant.h"
+#include "gpu/quant_matvec_ref.h"
+
+namespace topkv::cuda {
+
+void CudaBackend::matmul_group(const float* x, int T, std::span<const MatmulJob> jobs) {
+  if (jobs.empty()) return;
+  bool all_quant = true;
+  for (const MatmulJob& j : jobs) {
+    TOPKV_CHECK(j.w && j.y, "matmul_group: a job without a weight or an output");
+    TOPKV_CHECK(j.w->cols == jobs[0].w->cols, "matmul_group: '{}' has {} columns but '{}' has {}; the jobs of a "
+                "group multiply the same x", j.w->name, j.w->cols, jobs[0].w->name, jobs[0].w->cols);
+    check_device_weight(*j.w, "matmul_group");
+    epilogue_bias(*j.w, j.ep, "matmul_group");
+    all_quant = all_quant && qunits::has_device_layout(j.w->type);
+  }
+  if (T <= 0) return;
+  if (!all_quant || T > kQuantGemvMaxTokens) {
+    for (const MatmulJob& j : jobs) matmul(x, *j.w, T, j.y, j.ep);
+    return;
+  }
+  quant_gemv_group(x, T, jobs);
+}
+
+void CudaBackend::quant_gemv_group(const float* x, int T, std::span<const MatmulJob> jobs) {
+  const int64_t cols = jobs[0].w->cols;
+  void* ws = scratch(Scratch::QuantX, q8_activation_bytes(T, cols));
+  quantize_q8_1(x, T, cols, ws, stream_);
+  for (size_t j0 = 0; j0 < jobs.size(); j0 += kQuantGroupMaxJobs) {
+    QuantGemvJob g[kQuantGroupMaxJobs];
+    const int n = (int)std::min<size_t>(kQuantGroupMaxJobs, jobs.size() - j0);
+    for (int i = 0; i < n; ++i) {
+      const MatmulJob& j = jobs[j0 + (size_t)i];
+      g[i].type = j.w->type, g[i].w = j.w->data, g[i].rows = j.w->rows, g[i].y = j.y;
+      g[i].bias = epilogue_bias(*j.w, j.ep, "matmul"), g[i].accumulate = j.ep.accumulate;
+    }
+    quant_gemv(g, n, cols, T, ws, stream_);
+  }
+}
+
+void CudaBackend::quant_prefill(const float* x, const Weight& w, int T, float* y, const MatmulEpilogue& ep) {
+  bool wide;
+  {
+    std::lock_guard<std::mutex> lock(wide_weights_->mu);
+    wide = wide_weights_->set.count(w.data) != 0;
+  }
+  const DType wt = wide ? DType::BF16 : DType::F16;
+  const size_t row16 = (size_t)w.cols * 2;
+  const int64_t tile_rows = std::clamp<int64_t>((int64_t)(dequant_tile_bytes_ / row16), 1, w.rows);
+  void* w16 = scratch(Scratch::Dequant, (size_t)tile_rows * row16);
+  void* x16 = scratch(Scratch::Cast, gemm_workspace_bytes(w.cols, T));
+  cast_activations_16bit(wt, x, T, w.cols, x16, scalars_, stream_);
+  for (int64_t r0 = 0; r0 < w.rows; r0 += tile_rows) {
+    const int64_t n = std::min(tile_rows, w.rows - r0);
+    dequant_16bit(w.type, w.data, w.rows, w.cols, r0, n, wt, w16, stream_);
+    gemm_16bit_cast(cublas_, wt, w16, n, w.cols, x16, T, y + r0, w.rows, scalars_, stream_, ep.accumulate);
+  }
+  if (const float* bias = epilogue_bias(w, ep, "matmul")) add_bias(y, bias, T, w.rows, stream_);
+}
+
+size_t CudaBackend::prepared_weight_bytes(const Weight& src, WeightMode mode) const {
+  const size_t n = (size_t)src.rows * (size_t)src.cols;
+  if (src.rows == 1) return n * sizeof(float);  // norms and biases stay fp32
+  if (mode == WeightMode::Quant && qunits::has_device_layout(src.type))
+    return qref::device_bytes(src.type, src.rows, src.cols);
+  return n * 2;  // fp16 (bf16 for BF16 files and values beyond fp16)
+}
+
+WeightMode CudaBackend::other_weight_mode(WeightMode mode) const {
+  return mode == WeightMode::Quant ? WeightMode::F16 : WeightMode::Quant;
+}
+
+}  // namespace topkv::cuda
+#endif  // TOPKV_HAVE_CUDA

@@ -1,0 +1,209 @@
+// Decode products on quantised weights (MMVQ, after ggml-cuda's mmvq.cu):
+//   quantize_q8_1_kernel  one warp per block of 32 activations: d = max|x|/127,
+//                         q = round(x/d), s = d * sum(q) (quant_units.h).
+//   quant_gemv_kernel     every output row of up to kQuantGroupMaxJobs
+//                         matrices in one launch. A warp owns R rows of one
+//                         job (its job and type are found from the warp
+//                         index); lane l takes units l, l + 32, ... of the
+//                         row (16 bytes of weight each, quant_units.h), with
+//                         B units' loads issued before any is used, and adds
+//                         unit.dot(activations) for every token into fp32
+//                         partials; a butterfly reduces the lanes, lane 0
+//                         applies the epilogue (bias, accumulate).
+// Tiling by token count T: R rows share each activation load (the L1 traffic
+// of the activations grows with T), B keeps loads in flight when R is small:
+//   T = 1: R = 1, B = 2 (R = 2 for rows of <= 1024 values: a 640-wide row is
+//          40 Q8_0 units, one round of loads, so the warp takes two);
+//   T = 2..4: R = 2, B = 1;  T = 5..8: R = 4, B = 1.
+// Twins: qref::quantize_q8_1 and qref::mmvq (gpu/quant_matvec_ref.h), which
+// sum in the same order, so the two agree to the last bit.
+#include "gpu/cuda_common.cuh"
+#include "gpu/cuda_quant.h"
+
+namespace topkv::cuda {
+namespace {
+
+using namespace qunits;
+
+constexpr int kQuantizeThreads = 256;  // 8 blocks of 32 activations per CUDA block
+constexpr int kGemvWarps = 4;
+
+__global__ void __launch_bounds__(kQuantizeThreads)
+    quantize_q8_1_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ qs,
+                         Q8Scale* __restrict__ ds) {
+  const int64_t blk = (int64_t)blockIdx.x * (kQuantizeThreads / 32) + threadIdx.x / 32;
+  if (blk >= n_blocks) return;  // whole warps
+  const int lane = threadIdx.x % 32;
+  const float xi = x[blk * 32 + lane];
+  const float amax = warp_max(fabsf(xi));
+  const float d = q8_scale(amax);
+  const int q = q8_code(xi, d, amax);
+  qs[blk * 32 + lane] = (int8_t)q;
+  const int sum = __reduce_add_sync(0xffffffffu, q);
+  if (lane == 0) ds[blk] = Q8Scale{d, fmul(d, (float)sum)};
+}
+
+struct GemvJobDev {
+  QuantMatrix w;
+  int type;
+  int accumulate;
+  int64_t rows;
+  float* y;
+  const float* bias;
+  int64_t warp0;  // the job's first warp
+};
+struct GemvArgs {
+  GemvJobDev jobs[kQuantGroupMaxJobs];
+  int n_jobs;
+  int64_t cols;
+  const int8_t* qs;
+  const Q8Scale* ds;
+};
+
+// The tile of a launch: rows per warp R, unit rounds per load batch B.
+struct Tile {
+  int R, B;
+};
+Tile gemv_tile(int T, int64_t cols) {
+  if (T == 1) return cols <= 1024 ? Tile{2, 2} : Tile{1, 2};
+  return T <= 4 ? Tile{2, 1} : Tile{4, 1};
+}
+
+template <class U, int NT, int R, int B>
+__device__ __forceinline__ void gemv_warp(const GemvJobDev& job, const GemvArgs& a, int64_t row0, int lane) {
+  const int nb = (int)(a.cols / U::kValues), units = nb * U::kUnits;
+  int64_t g0[R];  // first block of each row (past the last row: the last row, loaded and discarded)
+#pragma unroll
+  for (int r = 0; r < R; ++r) g0[r] = (row0 + r < job.rows ? row0 + r : job.rows - 1) * nb;
+  float acc[R][NT];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
+
+  for (int u0 = lane; u0 < units; u0 += 32 * B) {
+    typename U::Unit w[B][R];
+#pragma unroll
+    for (int i = 0; i < B; ++i) {
+      const int u = min(u0 + 32 * i, units - 1);
+      const int b = u / U::kUnits, k = u % U::kUnits;
+#pragma unroll
+      for (int r = 0; r < R; ++r) w[i][r] = U::load(job.w, g0[r] + b, k);
+    }
+#pragma unroll
+    for (int i = 0; i < B; ++i) {
+      const int u = u0 + 32 * i;
+      if (u >= units) break;
+      const int b = u / U::kUnits, k = u % U::kUnits;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const XUnit x = U::load_x(Q8Row{a.qs + t * a.cols, a.ds + t * (a.cols / 32)}, b, k);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][t] = fadd(acc[r][t], U::dot(w[i][r], x, k));
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      float s = warp_sum(acc[r][t]);
+      const int64_t row = row0 + r;
+      if (lane == 0 && row < job.rows) {
+        if (job.bias) s = fadd(s, job.bias[row]);
+        float* out = job.y + t * job.rows + row;
+        *out = job.accumulate ? fadd(*out, s) : s;
+      }
+    }
+}
+
+// The arguments stay in the constant bank (__grid_constant__): a warp reads
+// its job's fields there by index, without a copy in registers.
+template <int NT, int R, int B>
+__global__ void __launch_bounds__(kGemvWarps * 32) quant_gemv_kernel(const __grid_constant__ GemvArgs a) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warp = (int64_t)blockIdx.x * kGemvWarps + threadIdx.x / 32;
+  int j = 0;
+  while (j + 1 < a.n_jobs && warp >= a.jobs[j + 1].warp0) ++j;
+  const GemvJobDev& job = a.jobs[j];
+  const int64_t row0 = (warp - job.warp0) * R;
+  if (row0 >= job.rows) return;  // the grid's last warps
+  switch ((GgmlType)job.type) {
+    case GgmlType::Q8_0: gemv_warp<Q8_0U, NT, R, B>(job, a, row0, lane); break;
+    case GgmlType::Q4_0: gemv_warp<Q4_0U, NT, R, B>(job, a, row0, lane); break;
+    case GgmlType::Q4_1: gemv_warp<Q4_1U, NT, R, B>(job, a, row0, lane); break;
+    case GgmlType::Q5_0: gemv_warp<Q5_0U, NT, R, B>(job, a, row0, lane); break;
+    case GgmlType::Q5_1: gemv_warp<Q5_1U, NT, R, B>(job, a, row0, lane); break;
+    case GgmlType::Q4_K: gemv_warp<Q4_KU, NT, R, B>(job, a, row0, lane); break;
+    case GgmlType::Q5_K: gemv_warp<Q5_KU, NT, R, B>(job, a, row0, lane); break;
+    case GgmlType::Q6_K: gemv_warp<Q6_KU, NT, R, B>(job, a, row0, lane); break;
+    default: break;  // refused on the host
+  }
+}
+
+}  // namespace
+
+size_t q8_activation_bytes(int T, int64_t cols) {
+  return align16((size_t)T * cols) + (size_t)T * (cols / 32) * sizeof(Q8Scale);
+}
+
+Q8DeviceActivations carve_q8_activations(void* workspace, int T, int64_t cols) {
+  auto* base = static_cast<uint8_t*>(workspace);
+  return {reinterpret_cast<int8_t*>(base), reinterpret_cast<Q8Scale*>(base + align16((size_t)T * cols))};
+}
+
+void quantize_q8_1(const float* x, int T, int64_t cols, void* workspace, cudaStream_t stream) {
+  TOPKV_CHECK(cols > 0 && cols % 32 == 0, "q8_1 activations need a positive multiple of 32 columns, got {}", cols);
+  const int64_t n_blocks = (int64_t)T * cols / 32;
+  if (n_blocks <= 0) return;
+  const Q8DeviceActivations q = carve_q8_activations(workspace, T, cols);
+  const int64_t per = kQuantizeThreads / 32;
+  quantize_q8_1_kernel<<<(unsigned)((n_blocks + per - 1) / per), kQuantizeThreads, 0, stream>>>(x, n_blocks, q.qs,
+                                                                                                  q.ds);
+  TOPKV_CUDA_CHECK_LAUNCH();
+}
+
+void quant_gemv(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, const void* workspace,
+                cudaStream_t stream) {
+  TOPKV_CHECK(n_jobs >= 1 && n_jobs <= kQuantGroupMaxJobs, "quant_gemv takes 1..{} matrices per launch, got {}",
+              kQuantGroupMaxJobs, n_jobs);
+  TOPKV_CHECK(T >= 1 && T <= kQuantGemvMaxTokens, "quant_gemv runs 1..{} tokens, got {}", kQuantGemvMaxTokens, T);
+  GemvArgs a{};
+  const Tile tile = gemv_tile(T, cols);
+  const int R = tile.R;
+  int64_t warps = 0;
+  for (int j = 0; j < n_jobs; ++j) {
+    const QuantGemvJob& s = jobs[j];
+    TOPKV_CHECK(has_device_layout(s.type) && cols % block_values(s.type) == 0 && s.rows >= 0 && cols < INT32_MAX,
+                "quant_gemv: a {} x {} matrix of {} has no device layout", s.rows, cols,
+                ggml_type_name((uint32_t)s.type));
+    a.jobs[j] = GemvJobDev{quant_matrix(s.type, s.w, s.rows, cols), (int)s.type, s.accumulate ? 1 : 0, s.rows, s.y,
+                           s.bias, warps};
+    warps += (s.rows + R - 1) / R;
+  }
+  if (warps == 0) return;
+  a.n_jobs = n_jobs, a.cols = cols;
+  const Q8DeviceActivations q = carve_q8_activations(const_cast<void*>(workspace), T, cols);
+  a.qs = q.qs, a.ds = q.ds;
+  const unsigned blocks = (unsigned)((warps + kGemvWarps - 1) / kGemvWarps);
+  const unsigned threads = kGemvWarps * 32;
+  switch (T) {  // the instantiations gemv_tile picks from
+    case 1:
+      if (R == 2)
+        quant_gemv_kernel<1, 2, 2><<<blocks, threads, 0, stream>>>(a);
+      else
+        quant_gemv_kernel<1, 1, 2><<<blocks, threads, 0, stream>>>(a);
+      break;
+    case 2: quant_gemv_kernel<2, 2, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 3: quant_gemv_kernel<3, 2, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 4: quant_gemv_kernel<4, 2, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 5: quant_gemv_kernel<5, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 6: quant_gemv_kernel<6, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 7: quant_gemv_kernel<7, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
+    default: quant_gemv_kernel<8, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
+  }
+  TOPKV_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace topkv::cuda
