@@ -258,7 +258,7 @@ void CudaBackend::matmul(const float* x, const Weight& w, int T, float* y, const
     if (T <= 0) return;
     if (T <= kQuantGemvMaxTokens) {
       const MatmulJob job{&w, y, ep};
-      quant_gemv_group(x, T, std::span<const MatmulJob>(&job, 1));
+      quant_gemv_group(MatmulInput{const_cast<float*>(x)}, T, std::span<const MatmulJob>(&job, 1));
     } else {
       quant_prefill(x, w, T, y, ep);
     }

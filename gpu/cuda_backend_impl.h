@@ -44,7 +44,8 @@ class CudaBackend final : public Backend {
   void matmul(const float* x, const Weight& w, int T, float* y, const MatmulEpilogue& ep) override;
   // gpu/cuda_quant_matmul.cpp: one quantisation of x and one GEMV launch per
   // kQuantGroupMaxJobs jobs when every weight is quantised and T <= 8.
-  void matmul_group(const float* x, int T, std::span<const MatmulJob> jobs) override;
+  using Backend::matmul_group;
+  void matmul_group(const MatmulInput& in, int T, std::span<const MatmulJob> jobs) override;
   void glu(GluKind kind, const float* gate, const float* up, int64_t n, float* out) override;
   void add(const float* x, int64_t n, float* y) override;
   void kv_write(KvLayerCache& cache, const float* k, const float* v, int T, int64_t pos0) override;
@@ -113,7 +114,9 @@ class CudaBackend final : public Backend {
   // Quantised weights (gpu/cuda_quant_matmul.cpp): the GEMV of a group
   // (T <= kQuantGemvMaxTokens), and the prefill (dequantised row tiles to
   // fp16, bf16 for weights in wide_weights_, times cuBLAS).
-  void quant_gemv_group(const float* x, int T, std::span<const MatmulJob> jobs);
+  // x quantised (or formed and quantised) into the QuantX scratch, then the
+  // jobs' GEMV launches over it.
+  void quant_gemv_group(const MatmulInput& in, int T, std::span<const MatmulJob> jobs);
   void quant_prefill(const float* x, const Weight& w, int T, float* y, const MatmulEpilogue& ep);
   Weight upload_quant(const Weight& src);  // gpu/cuda_weights.cpp
   // While recording: the op must be a T = 1 op at the recorded position, and

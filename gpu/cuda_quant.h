@@ -20,6 +20,7 @@
 
 #include "gpu/quant_units.h"
 #include "src/model/ggml_types.h"
+#include "src/model/op_kinds.h"
 
 namespace topkv::cuda {
 
@@ -50,6 +51,24 @@ Q8DeviceActivations carve_q8_activations(void* workspace, int T, int64_t cols);
 
 // x[T][cols] (fp32, any alignment) -> q8_1 in `workspace`. Twin: qref::quantize_q8_1.
 void quantize_q8_1(const float* x, int T, int64_t cols, void* workspace, cudaStream_t stream);
+// A group's input formed (MatmulInput, backend.h) and quantised in one kernel
+// (gpu/kernels_quant_input.cu): either x += [rms_norm(add) * add_norm | add]
+// (when add is set), then rms_norm(x) * norm; or act(x) * up (GLU). The
+// result goes to `workspace` as quantize_q8_1 writes it; x is updated in
+// place when add is set. Twin: the default Backend::matmul_group's forming
+// (rms_norm, add, glu of the CPU backend), then qref::quantize_q8_1.
+struct FormQ8Args {
+  float* x = nullptr;
+  const float* add = nullptr;
+  const float* add_norm = nullptr;  // device, cols values
+  const float* norm = nullptr;      // device, cols values
+  const float* up = nullptr;
+  GluKind glu = GluKind::SiLU;
+  float eps = 0.f;
+  int T = 0;
+  int64_t cols = 0;
+};
+void form_q8_1(const FormQ8Args& a, void* workspace, cudaStream_t stream);
 // The MMVQ of n_jobs (1..kQuantGroupMaxJobs) matrices of `cols` columns over
 // the activations of T (1..kQuantGemvMaxTokens) tokens quantised in
 // `workspace`, in one launch: every warp finds its job and the job's type.

@@ -18,29 +18,40 @@
 
 namespace topkv::cuda {
 
-void CudaBackend::matmul_group(const float* x, int T, std::span<const MatmulJob> jobs) {
-  if (jobs.empty()) return;
+void CudaBackend::matmul_group(const MatmulInput& in, int T, std::span<const MatmulJob> jobs) {
+  check_matmul_group(in, jobs);
   bool all_quant = true;
   for (const MatmulJob& j : jobs) {
-    TOPKV_CHECK(j.w && j.y, "matmul_group: a job without a weight or an output");
-    TOPKV_CHECK(j.w->cols == jobs[0].w->cols, "matmul_group: '{}' has {} columns but '{}' has {}; the jobs of a "
-                "group multiply the same x", j.w->name, j.w->cols, jobs[0].w->name, jobs[0].w->cols);
     check_device_weight(*j.w, "matmul_group");
     epilogue_bias(*j.w, j.ep, "matmul_group");
     all_quant = all_quant && qunits::has_device_layout(j.w->type);
   }
   if (T <= 0) return;
-  if (!all_quant || T > kQuantGemvMaxTokens) {
-    for (const MatmulJob& j : jobs) matmul(x, *j.w, T, j.y, j.ep);
+  if (!all_quant || T > kQuantGemvMaxTokens) {  // formed by the separate ops, then each product
+    Backend::matmul_group(in, T, jobs);
     return;
   }
-  quant_gemv_group(x, T, jobs);
+  quant_gemv_group(in, T, jobs);
 }
 
-void CudaBackend::quant_gemv_group(const float* x, int T, std::span<const MatmulJob> jobs) {
+void CudaBackend::quant_gemv_group(const MatmulInput& in, int T, std::span<const MatmulJob> jobs) {
   const int64_t cols = jobs[0].w->cols;
   void* ws = scratch(Scratch::QuantX, q8_activation_bytes(T, cols));
-  quantize_q8_1(x, T, cols, ws, stream_);
+  if (in.add || in.norm || in.up) {
+    const auto vec = [&](const Weight* w, const char* what) -> const float* {
+      if (!w) return nullptr;
+      TOPKV_CHECK(w->type == GgmlType::F32 && w->rows * w->cols == cols, "matmul_group: {} '{}' must be F32 of {} "
+                  "values", what, w->name, cols);
+      check_device_weight(*w, "matmul_group");
+      return reinterpret_cast<const float*>(w->data);
+    };
+    FormQ8Args f;
+    f.x = in.x, f.add = in.add, f.add_norm = vec(in.add_norm, "add_norm"), f.norm = vec(in.norm, "norm");
+    f.up = in.up, f.glu = in.glu, f.eps = in.eps, f.T = T, f.cols = cols;
+    form_q8_1(f, ws, stream_);
+  } else {
+    quantize_q8_1(in.x, T, cols, ws, stream_);
+  }
   for (size_t j0 = 0; j0 < jobs.size(); j0 += kQuantGroupMaxJobs) {
     QuantGemvJob g[kQuantGroupMaxJobs];
     const int n = (int)std::min<size_t>(kQuantGroupMaxJobs, jobs.size() - j0);

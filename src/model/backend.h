@@ -77,6 +77,34 @@ struct MatmulJob {
   MatmulEpilogue ep;
 };
 
+// How the input of a group of products is formed from what the model holds,
+// so that a device backend forms it (and quantises it for its GEMV) in one
+// kernel instead of an RMSNorm, a residual add and a GLU apart:
+//   1. when `add` is set, the residual stream x is updated first:
+//        x[t] += add_norm ? rms_norm(add[t]) * add_norm : add[t]
+//      (a post-norm block's output joining the residual: gemma3);
+//   2. the products' input is rms_norm(x[t]) * norm when `norm` is set (a
+//      pre-norm), act(x[t]) * up[t] when `up` is set (the FFN's GLU), else
+//      x[t] as it is.
+// `formed` [T][cols] is where the input goes when a backend needs it in memory
+// (the CPU backend always; a device backend on quantised weights never); it
+// may alias `add`, and x when `up` is set (the GLU is elementwise), never up.
+// Callers must not read it afterwards.
+struct MatmulInput {
+  float* x = nullptr;               // [T][cols]; updated in place when add is set
+  const float* add = nullptr;       // [T][cols]
+  const Weight* add_norm = nullptr; // F32, cols values
+  const Weight* norm = nullptr;     // F32, cols values
+  const float* up = nullptr;        // [T][cols] (GLU)
+  GluKind glu = GluKind::SiLU;
+  float eps = 0.f;                  // of both norms
+  float* formed = nullptr;          // [T][cols] scratch; needed when add_norm, norm or up is set
+};
+
+// Throws Error for a group matmul_group cannot run (no jobs, cols that
+// differ, a formed input without scratch).
+void check_matmul_group(const MatmulInput& in, std::span<const MatmulJob> jobs);
+
 // RoPE of one layer. theta_i = freq_scale * pos * base^(-2i/n_rot) / factor_i
 // for pair i < n_rot/2 (factor_i from `rope_freqs`, 1 when absent); dims past
 // n_rot are left as they are. RopeStyle (the pairing): src/model/op_kinds.h.
@@ -166,8 +194,13 @@ class Backend {
   // (q, k, v; gate, up): what `matmul` does for each job, in order. A device
   // backend may run them as one launch over one quantisation of x (the CUDA
   // backend on quantised weights). No y may alias x or another job's y.
-  // Throws Error when the weights' cols differ. Default: matmul per job.
-  virtual void matmul_group(const float* x, int T, std::span<const MatmulJob> jobs);
+  // Throws Error when the weights' cols differ. The input is formed as
+  // MatmulInput says (a plain x: MatmulInput{x}). Default: the input formed
+  // by rms_norm / add / glu into `formed`, then matmul per job.
+  virtual void matmul_group(const MatmulInput& in, int T, std::span<const MatmulJob> jobs);
+  void matmul_group(const float* x, int T, std::span<const MatmulJob> jobs) {
+    matmul_group(MatmulInput{const_cast<float*>(x)}, T, jobs);
+  }
   // out[i] = act(gate[i]) * up[i], i < n. out may alias gate or up.
   virtual void glu(GluKind kind, const float* gate, const float* up, int64_t n, float* out) = 0;
   // y[i] += x[i], i < n.

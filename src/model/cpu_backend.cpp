@@ -28,11 +28,38 @@ const char* weight_mode_name(WeightMode m) {
   return m == WeightMode::Quant ? "quant" : m == WeightMode::F16 ? "f16" : "f32";
 }
 
-void Backend::matmul_group(const float* x, int T, std::span<const MatmulJob> jobs) {
+void check_matmul_group(const MatmulInput& in, std::span<const MatmulJob> jobs) {
+  TOPKV_CHECK(!jobs.empty(), "matmul_group: no products");
+  TOPKV_CHECK(in.x, "matmul_group: no input");
   for (const MatmulJob& j : jobs) {
     TOPKV_CHECK(j.w && j.y, "matmul_group: a job without a weight or an output");
     TOPKV_CHECK(j.w->cols == jobs[0].w->cols, "matmul_group: '{}' has {} columns but '{}' has {}; the jobs of a "
                 "group multiply the same x", j.w->name, j.w->cols, jobs[0].w->name, jobs[0].w->cols);
+  }
+  TOPKV_CHECK(!(in.norm && in.up), "matmul_group: an input is a pre-norm or a GLU, not both");
+  TOPKV_CHECK(in.formed || !(in.add_norm || in.norm || in.up), "matmul_group: a formed input needs `formed` scratch");
+  TOPKV_CHECK(!in.add_norm || in.add, "matmul_group: add_norm without add");
+}
+
+void Backend::matmul_group(const MatmulInput& in, int T, std::span<const MatmulJob> jobs) {
+  check_matmul_group(in, jobs);
+  const int64_t cols = jobs[0].w->cols, n = (int64_t)T * cols;
+  if (T <= 0) return;
+  if (in.add) {
+    const float* a = in.add;
+    if (in.add_norm) {
+      rms_norm(in.add, *in.add_norm, T, (int)cols, in.eps, in.formed);
+      a = in.formed;
+    }
+    add(a, n, in.x);
+  }
+  const float* x = in.x;
+  if (in.norm) {
+    rms_norm(in.x, *in.norm, T, (int)cols, in.eps, in.formed);
+    x = in.formed;
+  } else if (in.up) {
+    glu(in.glu, in.x, in.up, n, in.formed);
+    x = in.formed;
   }
   for (const MatmulJob& j : jobs) matmul(x, *j.w, T, j.y, j.ep);
 }

@@ -167,11 +167,15 @@ void Model::forward_chunk(const int32_t* ids, int T, bool all, float* out) {
   }
 }
 
-// logits_[0..nr) = output(norm(x_ rows r0..r0+nr-1)), nr <= kLogitRows.
+// logits_[0..nr) = output(norm(x_ rows r0..r0+nr-1)), nr <= kLogitRows. With
+// post-norms the last layer's FFN output (in xb_) joins those rows of x_ first.
 void Model::project_logits(int r0, int nr) {
-  const int d = cfg_.n_embd;
-  be_.rms_norm(x_.f32() + (size_t)r0 * d, output_norm_, nr, d, cfg_.rms_eps, xb_.f32());
-  be_.matmul(xb_.f32(), output_, nr, logits_.f32());
+  const size_t off = (size_t)r0 * cfg_.n_embd;
+  MatmulInput in = pending_ffn_output(cfg_.n_layer);
+  if (in.add) in.add += off;
+  in.x = x_.f32() + off, in.norm = &output_norm_, in.eps = cfg_.rms_eps, in.formed = xb_.f32() + off;
+  const MatmulJob logits[] = {{&output_, logits_.f32(), {}}};
+  be_.matmul_group(in, nr, logits);
 }
 
 // One transformer block on the chunk in x_ (positions n_past_..n_past_+T-1).
@@ -180,7 +184,12 @@ void Model::project_logits(int r0, int nr) {
 //   gemma3: the same with QK-norm before RoPE, gelu-tanh gate, and an RMSNorm
 //           on each branch output before it joins the residual.
 // Biases and, without post-norms, the residual adds ride on the matmul's
-// epilogue (one kernel on a device backend).
+// epilogue; the pre-norms, gemma3's post-norm residual adds and the GLU on
+// the input of the next group of products (MatmulInput): on a device backend
+// with quantised weights, each group is one kernel that forms and quantises
+// its input and one GEMV launch. With post-norms the FFN's output is left in
+// xb_ and joins the residual where the next layer (or the logits) forms its
+// input (pending_ffn_output).
 // Split in three so that a recorded decode step can end a segment before an
 // overridden layer's attention (src/model/model_decode.cpp).
 void Model::layer(int il, int T) {
@@ -198,13 +207,14 @@ void Model::layer(int il, int T) {
 void Model::attention_input(int il, int T, bool write_cache) {
   const LayerWeights& L = layers_[il];
   const LayerConfig& lc = cfg_.layers[il];
-  const int d = cfg_.n_embd, hd = cfg_.head_dim, nh = cfg_.n_head, nkv = cfg_.n_head_kv;
+  const int hd = cfg_.head_dim, nh = cfg_.n_head, nkv = cfg_.n_head_kv;
   const float eps = cfg_.rms_eps;
   float *x = x_.f32(), *xb = xb_.f32(), *q = q_.f32(), *k = k_.f32(), *v = v_.f32();
-  be_.rms_norm(x, L.attn_norm, T, d, eps, xb);
+  MatmulInput in = pending_ffn_output(il);
+  in.x = x, in.norm = &L.attn_norm, in.eps = eps, in.formed = xb;
   const auto bias = [](const Weight& b) { return MatmulEpilogue{b.data ? &b : nullptr, false}; };
   const MatmulJob qkv[] = {{&L.wq, q, bias(L.bq)}, {&L.wk, k, bias(L.bk)}, {&L.wv, v, bias(L.bv)}};
-  be_.matmul_group(xb, T, qkv);  // one launch on a device backend with quantised weights
+  be_.matmul_group(in, T, qkv);
   if (write_cache)
     TOPKV_CHECK(cache_[il].capacity > 0, "layer {} has no KV cache (it is among ModelOptions::override_layers, "
                 "or release_kv handed it to an override): its attention needs an attention override that serves "
@@ -222,30 +232,28 @@ void Model::dense_attention(int il, int T) {
 // att_ -> output projection -> residual, then the FFN block -> residual.
 void Model::attention_output_ffn(int il, int T) {
   const LayerWeights& L = layers_[il];
-  const int d = cfg_.n_embd;
   const float eps = cfg_.rms_eps;
   float *x = x_.f32(), *xb = xb_.f32(), *att = att_.f32(), *gate = gate_.f32(), *up = up_.f32();
   const MatmulEpilogue residual{nullptr, /*accumulate=*/true};
-  if (cfg_.post_norms) {
-    be_.matmul(att, L.wo, T, xb);
-    be_.rms_norm(xb, L.post_attn_norm, T, d, eps, xb);
-    be_.add(xb, (int64_t)T * d, x);
-  } else {
-    be_.matmul(att, L.wo, T, x, residual);
-  }
-
-  be_.rms_norm(x, L.ffn_norm, T, d, eps, xb);
+  // Post-norms: the projection goes to xb_ and joins x as the FFN forms its input.
+  be_.matmul(att, L.wo, T, cfg_.post_norms ? xb : x, cfg_.post_norms ? MatmulEpilogue{} : residual);
+  MatmulInput ffn_in{x};
+  if (cfg_.post_norms) ffn_in.add = xb, ffn_in.add_norm = &L.post_attn_norm;
+  ffn_in.norm = &L.ffn_norm, ffn_in.eps = eps, ffn_in.formed = xb;
   const MatmulJob gate_up[] = {{&L.ffn_gate, gate, {}}, {&L.ffn_up, up, {}}};
-  be_.matmul_group(xb, T, gate_up);
-  be_.glu(cfg_.glu, gate, up, (int64_t)T * cfg_.n_ff, gate);
-  if (cfg_.post_norms) {
-    be_.matmul(gate, L.ffn_down, T, xb);
-    be_.rms_norm(xb, L.post_ffw_norm, T, d, eps, xb);
-    be_.add(xb, (int64_t)T * d, x);
-  } else {
-    be_.matmul(gate, L.ffn_down, T, x, residual);
-  }
+  be_.matmul_group(ffn_in, T, gate_up);
+  MatmulInput glu_in{gate};
+  glu_in.up = up, glu_in.glu = cfg_.glu, glu_in.formed = gate;
+  const MatmulJob down[] = {{&L.ffn_down, cfg_.post_norms ? xb : x, cfg_.post_norms ? MatmulEpilogue{} : residual}};
+  be_.matmul_group(glu_in, T, down);
 }
+
+MatmulInput Model::pending_ffn_output(int il) const {
+  MatmulInput in;
+  if (cfg_.post_norms && il > 0) in.add = xb_.f32(), in.add_norm = &layers_[il - 1].post_ffw_norm;
+  return in;
+}
+
 
 // Attention of an overridden layer: token by token (each appends its own key
 // before attending, so later tokens of the chunk see earlier ones).

@@ -158,6 +158,9 @@ class Model {
   void attention_input(int il, int T, bool write_cache);
   void dense_attention(int il, int T);
   void attention_output_ffn(int il, int T);
+  // What the input of layer il (il = n_layer: the logits) still has to add to
+  // the residual stream: with post-norms, layer il-1's FFN output in xb_.
+  MatmulInput pending_ffn_output(int il) const;
   void overridden_attention(int il, int T);
   // Decode (src/model/model_decode.cpp): one token, logits into logits_.
   struct StepRecording {

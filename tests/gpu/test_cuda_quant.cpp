@@ -337,3 +337,72 @@ TEST_CASE("quant: the real Gemma 3 270M and Qwen2.5-Coder files, --weights quant
   real_model_quant_vs_f16("qwen2.5-coder-0.5b", "TOPKV_QWEN05_MODEL", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", 0);
   real_model_quant_vs_f16("qwen2.5-coder-1.5b", "TOPKV_QWEN15_MODEL", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 0);
 }
+
+TEST_CASE("quant: a formed input (pre-norm, post-norm residual add, GLU) in one kernel equals the separate ops") {
+  // The fused path (form_q8_1 + GEMV) against the backend's own default
+  // (rms_norm / add / glu kernels into `formed`, then quantize_q8_1 + GEMV)
+  // and against the CPU backend (fp32 activations: the q8_1 tolerance).
+  auto& be = cuda_be();
+  auto cpu = make_cpu_backend();
+  std::mt19937 rng(27);
+  OpSummary s_x("formed input: residual x, fused vs CPU", 1e-6), s_fused("formed input: fused vs unfused GPU", 2e-3),
+      s_cpu("formed input: fused vs CPU (q8_1)", 3e-2);
+  struct Case {
+    int64_t cols, rows;
+    GgmlType t;
+    bool add, add_norm, norm, glu;
+    GluKind kind;
+  };
+  const std::vector<Case> cases = {
+      {640, 257, GgmlType::Q8_0, true, true, true, false, GluKind::SiLU},    // gemma3: post-norm residual, pre-norm
+      {896, 130, GgmlType::Q5_0, false, false, true, false, GluKind::SiLU},  // qwen2.5-0.5b pre-norm
+      {1536, 64, GgmlType::Q4_K, true, false, true, false, GluKind::SiLU},   // a plain residual add, then the norm
+      {4096, 33, GgmlType::Q4_K, false, false, true, false, GluKind::SiLU},  // llama 8B width
+      {2048, 65, GgmlType::Q8_0, false, false, false, true, GluKind::GeluTanh},  // gemma3 GLU into down
+      {8960, 17, GgmlType::Q6_K, false, false, false, true, GluKind::SiLU},      // qwen2.5-1.5b GLU
+  };
+  for (const Case& c : cases)
+    for (int T : {1, 3, 8}) {
+      CAPTURE(c.cols, tname(c.t), c.add, c.add_norm, c.norm, c.glu, T);
+      const HostQuant hw = host_quant(c.t, c.rows, c.cols, rng);
+      const Weight w = be.prepare_weight(hw.w, WeightMode::Quant);
+      const size_t n = (size_t)T * c.cols;
+      const auto x = randn(n, rng, 1.f, 0.1f), add = randn(n, rng), up = randn(n, rng);
+      const auto wn = randn((size_t)c.cols, rng, 0.2f, 1.f), wa = randn((size_t)c.cols, rng, 0.2f, 1.f);
+      const Weight hn{"norm", GgmlType::F32, 1, c.cols, reinterpret_cast<const uint8_t*>(wn.data()),
+                      (size_t)c.cols * 4, {}};
+      const Weight ha{"post", GgmlType::F32, 1, c.cols, reinterpret_cast<const uint8_t*>(wa.data()),
+                      (size_t)c.cols * 4, {}};
+      const Weight dn = be.prepare_weight(hn, WeightMode::Quant), da = be.prepare_weight(ha, WeightMode::Quant);
+      // CPU: the default forming in fp32, products on the file's blocks.
+      std::vector<float> hx(x), hformed(n), hy((size_t)T * c.rows);
+      MatmulInput hin{hx.data()};
+      if (c.add) hin.add = add.data(), hin.add_norm = c.add_norm ? &ha : nullptr;
+      if (c.norm) hin.norm = &hn;
+      if (c.glu) hin.up = up.data(), hin.glu = c.kind;
+      hin.eps = 1e-6f, hin.formed = hformed.data();
+      const MatmulJob hjob{&hw.w, hy.data(), {}};
+      cpu->matmul_group(hin, T, std::span<const MatmulJob>(&hjob, 1));
+      // GPU, fused and unfused (the base class's forming on the same device).
+      std::vector<float> ys[2], xs[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        Buffer dx = upload(be, x), dadd = upload(be, add), dup = upload(be, up), dformed = poisoned(be, n);
+        Buffer dy = poisoned(be, (size_t)T * c.rows);
+        MatmulInput in{dx.f32()};
+        if (c.add) in.add = dadd.f32(), in.add_norm = c.add_norm ? &da : nullptr;
+        if (c.norm) in.norm = &dn;
+        if (c.glu) in.up = dup.f32(), in.glu = c.kind;
+        in.eps = 1e-6f, in.formed = dformed.f32();
+        const MatmulJob job{&w, dy.f32(), {}};
+        if (fused)
+          be.matmul_group(in, T, std::span<const MatmulJob>(&job, 1));
+        else
+          be.Backend::matmul_group(in, T, std::span<const MatmulJob>(&job, 1));
+        ys[fused] = download(be, dy, (size_t)T * c.rows);
+        xs[fused] = download(be, dx, n);
+      }
+      s_fused.check(rel_err(ys[1], ys[0]));
+      s_cpu.check(rel_err(ys[1], hy));
+      s_x.check(rel_err(xs[1], hx));  // the residual stream updated alike (unchanged without add)
+    }
+}
