@@ -351,7 +351,7 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
 
 void register_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
-  auto* cmd = app.add_subcommand("generate", "Generate text from a prompt with a GGUF model (llama, gemma3)");
+  auto* cmd = app.add_subcommand("generate", "Generate text from a prompt with a GGUF model (llama, gemma3, qwen2)");
   cmd->add_option("-m,--model", a->model,
                   fmt::format("GGUF model file (default: {}, installed by scripts/fetch-model.sh)", kDefaultModel));
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text");
