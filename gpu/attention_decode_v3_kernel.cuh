@@ -2,8 +2,9 @@
 // of small blocks, after Flash-Decoding (Dao, Haziza, Massa, Sizov 2023,
 // "Flash-Decoding for long-context inference": split the keys until the
 // device is full, merge the partials exactly) and FlashInfer's decode
-// kernels (Ye et al. 2025, "FlashInfer", section 3: every query head of a KV
-// head in one block, so each K/V row is read once; cp.async stages). Twin:
+// kernels (Ye et al. 2025, "FlashInfer: Efficient and Customizable Attention
+// Engine for LLM Inference Serving": every query head of a KV head in one
+// block, so each K/V row is read once; cp.async stages). Twin:
 // CpuBackend::attention with T = 1; the v2 kernel (attention_decode_kernel.cuh,
 // one 16-warp block per SM) stays selectable (TOPKV_DECODE_ATTN=v2).
 //   - grid (split, KV head x row tile), one wave: sm_count x kBlocksPerSm
@@ -14,14 +15,16 @@
 //     graphs), splits past the visible keys are empty;
 //   - the 4 warps of a block take turns over steps of STEP keys; each warp
 //     streams its steps through a private cp.async pipeline kStages deep:
-//     per step 2 x 16 bytes of K and of V per lane (2 KB per warp), 3 steps
-//     in flight, ~96 KB per SM for R = 4 (Little's law at 3 TB/s and ~1 us
-//     of loaded latency asks ~23 KB). A lane reads back only the bytes it
-//     copied itself: no barrier in the loop;
+//     per step 4 x 16 bytes of K and of V per lane (4 KB per warp: half as
+//     many steps as 2 x 16 would take; the SASS of the Llama shape's loop
+//     runs ~75 instructions per key instead of ~90), 2 steps in flight, ~128
+//     KB per SM for R = 4 (Little's law at 3 TB/s and ~1 us of loaded latency
+//     asks ~23 KB). A lane reads back only the bytes it copied itself: no
+//     barrier in the loop;
 //   - the step's math is v2's (its helpers are used as they are): partial
 //     scores of the lane's 16-byte chunks, reduce-scattered over the lanes
 //     of a key, scores in log2 units (q pre-scaled by scale * log2 e, one
-//     exp2f each), the online softmax (m, l, o) per lane, merged over the
+//     ex2_ftz each), the online softmax (m, l, o) per lane, merged over the
 //     key segments of a warp, then over the warps in shared memory;
 //   - the partial (m, l, o) of each (query head, split) goes to the work
 //     space. The non-empty splits are a prefix (split_range); an empty one
@@ -37,7 +40,7 @@ using decode_attn::DecodeKernelArgs;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kStages = 4;
+constexpr int kStages = 3;
 constexpr int64_t kMinSplitKeys = 32;  // a shorter split costs more in its merge than it saves
 constexpr int kMaxSplits = 1024;       // the merge holds one weight per split in shared memory
 constexpr int kMergeThreads = 256;     // 8 lanes x 4 dims = 32 dims, times 32 groups of splits
@@ -53,7 +56,7 @@ template <class E, int HD, int R> struct Geo {
   static constexpr int CPL = C >= 32 ? C / 32 : 1;  // chunks per lane
   static constexpr int KPW = 32 / LPK;              // keys per warp load
   static constexpr int FPR = CPL * VE;              // floats of a row a lane owns
-  static constexpr int U = CPL >= 2 ? 1 : 2;        // warp loads per step: 2 chunks of K and of V per lane
+  static constexpr int U = CPL >= 4 ? 1 : 4 / CPL;  // warp loads per step: 4 chunks of K and of V per lane
   static constexpr int STEP = U * KPW;              // keys per warp step
   static constexpr int NV = U * R;                  // scores per lane per step (before the reduce-scatter)
   static constexpr int LL = decode_attn::ilog2(LPK);
@@ -68,6 +71,16 @@ template <class E, int HD, int R> struct Geo {
   static_assert((NV & (NV - 1)) == 0, "the reduce-scatter halves the scores at each level");
   static_assert(smem_bytes <= 48 * 1024, "v3 blocks stay under the default shared-memory limit");
 };
+
+// 2^x on the SFU with subnormal results flushed to 0: one MUFU.EX2, where
+// exp2f adds three instructions to keep subnormals (20 exponentials per warp
+// step at R = 4: ~10% of the loop). A weight below 2^-126 of the running maximum
+// changes no sum; the approximation is exp2f's (2 ulp).
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 // The keys of split `split` out of n_splits: the n visible keys [lo, lo + n)
 // cut into `active` nearly equal ranges of >= kMinSplitKeys (all n when
@@ -221,13 +234,13 @@ __global__ void __launch_bounds__(kThreads, Geo<E, HD, R>::min_blocks) decode_at
 #pragma unroll
       for (int u = 1; u < U; ++u) mx = fmaxf(mx, sc[r * U + u]);
       const float mnew = fmaxf(m[r], mx), mref = mnew == -INFINITY ? 0.f : mnew;
-      corr[r] = exp2f(m[r] - mref);
+      corr[r] = ex2_ftz(m[r] - mref);
       grew |= corr[r] != 1.f;
       m[r] = mnew;
       float ps = 0.f;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        sc[r * U + u] = exp2f(sc[r * U + u] - mref);
+        sc[r * U + u] = ex2_ftz(sc[r * U + u] - mref);
         ps += sc[r * U + u];
       }
       l[r] = l[r] * corr[r] + ps;
@@ -260,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, Geo<E, HD, R>::min_blocks) decode_at
     for (int r = 0; r < R; ++r) {
       const float m2 = __shfl_xor_sync(0xffffffffu, m[r], off), l2 = __shfl_xor_sync(0xffffffffu, l[r], off);
       const float M = fmaxf(m[r], m2);
-      const float f1 = m[r] == -INFINITY ? 0.f : exp2f(m[r] - M), f2 = m2 == -INFINITY ? 0.f : exp2f(m2 - M);
+      const float f1 = m[r] == -INFINITY ? 0.f : ex2_ftz(m[r] - M), f2 = m2 == -INFINITY ? 0.f : ex2_ftz(m2 - M);
       l[r] = l[r] * f1 + l2 * f2;
 #pragma unroll
       for (int i = 0; i < FPR; ++i) {
@@ -293,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, Geo<E, HD, R>::min_blocks) decode_at
       if (wl[w * R + tid] > 0.f) M = fmaxf(M, wm[w * R + tid]);
     float L = 0.f;
     for (int w = 0; w < W; ++w) {
-      const float f = wl[w * R + tid] > 0.f ? exp2f(wm[w * R + tid] - M) : 0.f;
+      const float f = wl[w * R + tid] > 0.f ? ex2_ftz(wm[w * R + tid] - M) : 0.f;
       wm[w * R + tid] = f;  // each thread rewrites only its own row's entries
       L += wl[w * R + tid] * f;
     }
@@ -354,7 +367,7 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_v3_kernel(const fl
   for (int w = 1; w < kWarpsM; ++w) M = fmaxf(M, red_m[w]), n_act = max(n_act, red_n[w]);
   float L = 0.f;
   for (int s = tid; s < n_act; s += kMergeThreads) {
-    const float ls = lr[s], f = ls > 0.f ? exp2f(mr[s] - M) : 0.f;
+    const float ls = lr[s], f = ls > 0.f ? ex2_ftz(mr[s] - M) : 0.f;
     wt[s] = f;
     L = fmaf(ls, f, L);
   }

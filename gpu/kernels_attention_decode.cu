@@ -69,7 +69,7 @@ template <class E, int HD, int R> void launch_v2(const DecodeKernelArgs& ka, dim
 
 template <class E, int HD, int R> void set_carveout_v3() {
   // The largest shared-memory carveout, so that blocks_per_sm blocks of
-  // ~32 KB fit (the kernel reads no global memory through L1 but q).
+  // 48 KB fit (the kernel reads no global memory through L1 but q).
   TOPKV_CUDA_CHECK(cudaFuncSetAttribute(decode_attn_v3::decode_attention_v3_kernel<E, HD, R>,
                                         cudaFuncAttributePreferredSharedMemoryCarveout,
                                         (int)cudaSharedmemCarveoutMaxShared));
