@@ -90,7 +90,7 @@ TEST_CASE("decode attention (T = 1) matches the CPU across split boundaries, hea
       {96, 2, 2, DType::F32, 0, 3000, {40, 2999}},        // head_dim 96 fp32: 24 chunks on 32 lanes
       {32, 2, 2, DType::F32, 0, 700, {300, 699}},
       {32, 1, 6, DType::F16, 0, 700, {511}},
-      {32, 2, 4, DType::F16, 0, 5000, {4998}},  // 16 keys a warp step: short splits leave warps idle
+      {32, 2, 4, DType::F16, 0, 5000, {4998}},  // v3: 32 keys a warp step, short splits leave warps idle
       {256, 1, 4, DType::F32, 512, 512 + 63, {100, 511, 512, 513, 5000, 12345}},  // gemma local ring, wrapped
       {64, 4, 8, DType::F16, 16, 16 + 7, {3, 15, 16, 40, 1000}},
       {128, 2, 4, DType::BF16, 1000, 1000 + 4, {999, 1000, 3001, 77777}},
@@ -130,7 +130,7 @@ TEST_CASE("decode attention: the device position gives the host position's bits;
   const Geometry geoms[] = {{2, 4, 128, DType::F32}, {2, 4, 128, DType::F16},  // llama-like
                             {1, 4, 256, DType::F16},                            // gemma
                             {2, 7, 64, DType::BF16},                            // qwen2.5 0.5B
-                            {2, 2, 32, DType::F16}};  // 64 keys a block round: warps without keys
+                            {2, 2, 32, DType::F16}};  // v3: 128 keys a block round: warps without keys
   struct Ring {
     int64_t window, cap;
   };
