@@ -11,8 +11,9 @@
 //                decode step, no host in it.
 // The calls rotate over copies of the cache adding up to > 256 MB, so no
 // row is served from L2 (a model's layers each read their own cache).
-// Last, v3 at forced split counts (half and twice its plan) for the 32K
-// rows: which way the split count should move if a row misses.
+// Last, v3 at forced split counts (half and twice its plan; rows "v3 ...
+// S=<splits> graph") for the 32K rows: which way the split count should
+// move if a row misses.
 #ifdef TOPKV_HAVE_CUDA
 #include <fmt/format.h>
 
@@ -147,7 +148,7 @@ void bench_decode_attention(CudaBackend& be, EventTimer& tm, Report& rep, int re
     if (sweep)
       for (int sm : {sms / 2, 2 * sms}) {
         const auto p = plan_of(cuda::DecodeKernel::V3, sm);
-        rep.add("attention", fmt::format("v3 {} {} splits graph", c.name, p.n_splits),
+        rep.add("attention", fmt::format("v3 {} S={} graph", c.name, p.n_splits),
                 time_graph(tm, reps, b, p, be.stream()), b.bytes, 0);
       }
   }
