@@ -115,6 +115,8 @@ inline void fill_random(CudaBackend& be, const Buffer& dst, DType t, uint32_t se
 
 // Prefill attention, fp32 kernel vs tensor cores (bench/gpu_prefill_bench.cpp).
 void bench_prefill_attention(CudaBackend& be, EventTimer& tm, Report& rep, int reps, bool quick);
+// Decode attention (T = 1), the v2 and v3 kernels side by side (bench/gpu_decode_attn_bench.cpp).
+void bench_decode_attention(CudaBackend& be, EventTimer& tm, Report& rep, int reps, bool quick);
 // Products on quantised weights: MMVQ, grouped launches, dequantised prefill (bench/gpu_quant_bench.cpp).
 void bench_quant_matmul(CudaBackend& be, EventTimer& tm, Report& rep, int reps, bool quick);
 // The device search's steps at the million-token shapes (bench/gpu_search_bench.cpp).

@@ -9,8 +9,11 @@
 //                beside the fp16 GEMV, grouped q/k/v launches, the
 //                dequantised prefill (--only quant: this group alone,
 //                bench/gpu_quant_bench.cpp);
-//   attention    decode (split-KV) over 4k..128k-token f16 caches in GB/s of
-//                cache read, prefill chunks in TFLOP/s;
+//   attention    decode (T = 1, split-KV), the v2 and v3 kernels side by side
+//                over 4k..512k-token f16 caches in GB/s of cache read, eager
+//                and in a CUDA graph (--only attention: this group alone,
+//                bench/gpu_decode_attn_bench.cpp); prefill chunks (T = 512)
+//                in TFLOP/s;
 //   prefill      prefill attention at 32k / 128k contexts, the fp32 kernel
 //                against the tensor-core one (--only prefill: this group alone);
 //   search       the device search's steps at the 1M Gemma / 512K Llama
@@ -121,36 +124,32 @@ struct AttnGeom {
   int n_head, n_kv, hd;
   int64_t ctx;
   DType dt;
-  bool prefill = true;  // also time a 512-token chunk
 };
 
+// Prefill chunks (T = 512) at the end of the cache through the backend (the
+// decode rows are bench_decode_attention's).
 void bench_attention(CudaBackend& be, EventTimer& tm, Report& rep, const GpuOpsArgs& a) {
   std::vector<AttnGeom> geoms = {{"llama8b 32/8x128 f16 ctx 4k", 32, 8, 128, 4096, DType::F16},
                                  {"llama8b 32/8x128 f16 ctx 32k", 32, 8, 128, 32768, DType::F16},
                                  {"llama8b 32/8x128 f16 ctx 128k", 32, 8, 128, 131072, DType::F16},
                                  {"llama8b 32/8x128 f32 ctx 32k", 32, 8, 128, 32768, DType::F32},
-                                 {"llama8b 32/8x128 f32 ctx 128k", 32, 8, 128, 131072, DType::F32, false},
-                                 {"gemma270m 4/1x256 f16 ctx 4k", 4, 1, 256, 4096, DType::F16, false},
                                  {"gemma270m 4/1x256 f16 ctx 32k", 4, 1, 256, 32768, DType::F16},
-                                 {"gemma270m 4/1x256 f16 ctx 128k", 4, 1, 256, 131072, DType::F16, false},
                                  {"gemma270m 4/1x256 f16 window 512", 4, 1, 256, 512, DType::F16}};
-  if (a.quick) geoms.resize(2);
+  if (a.quick) geoms.resize(1);
   for (const AttnGeom& g : geoms) {
     KvLayerCache c = be.alloc_kv(g.n_kv, g.hd, g.ctx, g.dt);
     fill_random(be, c.k, g.dt, 3);
     fill_random(be, c.v, g.dt, 4);
     const float scale = 1.f / std::sqrt((float)g.hd);
-    for (int T : {1, 512}) {
-      if (T > g.ctx || (T > 1 && !g.prefill)) continue;
-      Buffer q = random_device(be, DType::F32, (size_t)T * g.n_head * g.hd, 5, 1.f);
-      Buffer out = be.alloc((size_t)T * g.n_head * g.hd * sizeof(float));
-      const int64_t pos0 = g.ctx - T;
-      const double us = tm.median_us(a.reps, [&] { be.attention(q.f32(), T, g.n_head, pos0, c, 0, scale, out.f32()); });
-      double keys = 0;  // (query, visible key) pairs per head
-      for (int t = 0; t < T; ++t) keys += (double)(pos0 + t + 1);
-      const double cache_bytes = 2.0 * g.ctx * g.n_kv * g.hd * dtype_size(g.dt);
-      rep.add("attention", fmt::format("{} T={}", g.name, T), us, cache_bytes, 4.0 * g.hd * g.n_head * keys);
-    }
+    const int T = 512;
+    Buffer q = random_device(be, DType::F32, (size_t)T * g.n_head * g.hd, 5, 1.f);
+    Buffer out = be.alloc((size_t)T * g.n_head * g.hd * sizeof(float));
+    const int64_t pos0 = g.ctx - T;
+    const double us = tm.median_us(a.reps, [&] { be.attention(q.f32(), T, g.n_head, pos0, c, 0, scale, out.f32()); });
+    double keys = 0;  // (query, visible key) pairs per head
+    for (int t = 0; t < T; ++t) keys += (double)(pos0 + t + 1);
+    const double cache_bytes = 2.0 * g.ctx * g.n_kv * g.hd * dtype_size(g.dt);
+    rep.add("attention", fmt::format("{} T={}", g.name, T), us, cache_bytes, 4.0 * g.hd * g.n_head * keys);
   }
 }
 
@@ -237,8 +236,13 @@ void run_gpu_ops(const GpuOpsArgs& a) {
     bench_quant_matmul(be, tm, rep, a.reps, a.quick);
     return;
   }
+  if (a.only == "attention") {
+    bench_decode_attention(be, tm, rep, a.reps, a.quick);
+    return;
+  }
   bench_matmul(be, tm, rep, a);
   bench_quant_matmul(be, tm, rep, a.reps, a.quick);
+  bench_decode_attention(be, tm, rep, a.reps, a.quick);
   bench_attention(be, tm, rep, a);
   bench_prefill_attention(be, tm, rep, a.reps, a.quick);
   bench_device_search(be, tm, rep, a.reps);
@@ -281,9 +285,10 @@ void register_bench_gpu(CLI::App& app) {
   cmd->add_flag("--quick", a->quick, "Fewer shapes and smaller buffers (a smoke run)");
   cmd->add_flag("--model-only", a->model_only, "Time only the --model, none of the kernels");
   cmd->add_option("--only", a->only, "Time one group only: 'prefill' (prefill attention, fp32 kernel vs tensor "
-                  "cores), 'search' (the device search's steps) or 'quant' (products on quantised weights: MMVQ, "
-                  "grouped launches, dequantised prefill; after the copy row)")
-      ->check(CLI::IsMember({"prefill", "search", "quant"}));
+                  "cores), 'search' (the device search's steps), 'quant' (products on quantised weights: MMVQ, "
+                  "grouped launches, dequantised prefill; after the copy row) or 'attention' (decode attention, the "
+                  "v2 and v3 kernels side by side; after the copy row)")
+      ->check(CLI::IsMember({"prefill", "search", "quant", "attention"}));
   cmd->callback([a] { run_gpu_ops(*a); });
 }
 

@@ -56,6 +56,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& opt) : device_(opt.device), m
     TOPKV_CUDA_CHECK(cudaMemcpy(scalars_, scalars_init, sizeof scalars_init, cudaMemcpyHostToDevice));
     init_step_state();
     init_decode_attention();
+    decode_kernel_ = decode_kernel_from_env();
   } catch (...) {
     if (step_uploaded_) cudaEventDestroy(step_uploaded_);
     if (cublas_) cublasDestroy(cublas_);
@@ -318,7 +319,8 @@ void CudaBackend::attention(const float* q, int T, int n_head, int64_t pos0, con
     d.pos = pos0, d.capacity = c.capacity, d.window = window, d.scale = scale;
     d.dev_pos = step_pos("attention", T, pos0);
     const int64_t max_keys = window > 0 ? std::min(window, c.capacity) : c.capacity;
-    const DecodeAttentionPlan plan = plan_decode_attention(n_head, n_kv, c.head_dim, max_keys, sm_count_);
+    const DecodeAttentionPlan plan =
+        plan_decode_attention(n_head, n_kv, c.head_dim, max_keys, sm_count_, decode_kernel_);
     void* ws = plan.workspace_bytes ? scratch(Scratch::Attention, plan.workspace_bytes) : nullptr;
     decode_attention(d, plan, ws, stream_);
     return;

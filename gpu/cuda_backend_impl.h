@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpu/cuda_backend.h"
+#include "gpu/cuda_kernels.h"
 #include "gpu/cuda_memory.h"
 
 namespace topkv::cuda {
@@ -73,6 +74,10 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas() const { return cublas_; }
   float* cublas_scalars() const { return scalars_; }  // see cuda::gemm
   int sm_count() const { return sm_count_; }
+  // The T = 1 attention kernel (TOPKV_DECODE_ATTN at construction, v3 by
+  // default); tests and benchmarks switch it to run both over one sweep.
+  DecodeKernel decode_kernel() const { return decode_kernel_; }
+  void set_decode_kernel(DecodeKernel k) { decode_kernel_ = k; }
   const std::string& device_name() const { return device_name_; }
   CudaMemoryUse memory_use() const { return mem_.use(); }
   void synchronize();  // waits for every queued op; reports a fault of any
@@ -126,6 +131,7 @@ class CudaBackend final : public Backend {
   void init_step_state();  // gpu/cuda_graphs.cpp
 
   int device_ = 0, sm_count_ = 0;
+  DecodeKernel decode_kernel_ = DecodeKernel::V3;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

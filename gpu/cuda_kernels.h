@@ -185,23 +185,39 @@ struct DecodeAttentionArgs {
   const int64_t* dev_pos = nullptr;           // when set, the position is read here (device) instead of pos
   float scale = 1.f;
 };
+// The two kernels (same contract, same results to fp32 rounding):
+//   V2: one 16-warp block per SM (gpu/attention_decode_kernel.cuh);
+//   V3: one wave of 4-warp blocks, 4 (R = 4) or 2 (R = 8) per SM, and a
+//       parallel merge (gpu/attention_decode_v3_kernel.cuh). The default.
+enum class DecodeKernel : int { V2 = 2, V3 = 3 };
+// TOPKV_DECODE_ATTN=v2|v3 (unset or empty: v3); anything else throws Error.
+DecodeKernel decode_kernel_from_env();
+const char* decode_kernel_name(DecodeKernel k);  // "v2", "v3"
 struct DecodeAttentionPlan {
+  DecodeKernel kernel = DecodeKernel::V3;
   int n_splits = 1;        // blocks per (KV head, row tile) over the keys
   int rows_per_block = 4;  // query heads a block holds (4 or 8)
   int row_tiles = 1;       // blocks per KV head over its query heads
+  int blocks_per_sm = 1;   // resident blocks per SM the split count assumes (one wave)
   size_t workspace_bytes = 0;
 };
 // max_keys: the most keys a query can ever see in this cache (its capacity,
 // or the window when that is smaller). The plan depends on nothing else, so
 // one plan serves every position.
-DecodeAttentionPlan plan_decode_attention(int n_head, int n_kv, int head_dim, int64_t max_keys, int sm_count);
+DecodeAttentionPlan plan_decode_attention(int n_head, int n_kv, int head_dim, int64_t max_keys, int sm_count,
+                                          DecodeKernel kernel);
 // Twin: CpuBackend::attention with T = 1. The caller has checked that the
 // keys the query sees fit in the cache. With plan.n_splits > 1 the partials
 // go to `workspace` and a second kernel merges them exactly.
 void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionPlan& plan, void* workspace,
                       cudaStream_t stream);
-// Raises the decode kernels' shared-memory limit (they take up to 192 KB);
-// called once per device before the first launch (and before any capture).
+// Blocks of the plan's kernel instantiation (cache type, head dim, rows)
+// the device keeps resident per SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor):
+// below plan.blocks_per_sm the one wave becomes two (tests check it).
+int decode_attention_resident_blocks(const DecodeAttentionPlan& plan, DType kv_type, int head_dim);
+// Raises the decode kernels' shared-memory limits (v2 takes up to 192 KB; v3
+// asks the largest carveout so its blocks fit 4 per SM); called once per
+// device before the first launch (and before any capture).
 void init_decode_attention();
 
 // ---- tensor-core prefill attention (kernels_attention_tc.cu) -----------------

@@ -241,14 +241,17 @@ TEST_CASE("glu and add") {
 // Chunks written into both caches (rings when capacity < positions) and
 // attended; a negative chunk is written without attending (to reach long
 // contexts cheaply, where decode takes the split-KV path). The caches must
-// match bit for bit, the outputs to fp32 rounding.
+// match bit for bit, the outputs to fp32 rounding. Every T = 1 step runs
+// both decode kernels (v2 and v3) on the same query.
 TEST_CASE("kv_write and attention: chunks, ring wrap, windows, GQA, head dims, cache types, split-KV decode") {
   auto cpu = make_cpu_backend();
   auto& be = gpu();
+  const cuda::DecodeKernel kernel_before = cuda_be().decode_kernel();
   std::mt19937 rng(17);
   // T >= 16 runs on the tensor cores with fp16 tiles (only f32/f16 caches
   // here): ~1e-3 (tests/gpu/test_cuda_attention_tc.cpp sweeps that path).
-  OpSummary s_attn("attention (fp32 kernel)", 2e-5), s_attn_tc("attention (tensor cores, T >= 16)", 3e-3),
+  OpSummary s_attn("attention (fp32 kernel, 1 < T < 16)", 2e-5), s_attn_tc("attention (tensor cores, T >= 16)", 3e-3),
+      s_dec2("attention decode v2 (T = 1)", 2e-5), s_dec3("attention decode v3 (T = 1)", 2e-5),
       s_kv("kv_write (cache rows differing)", 0);
   struct Case {
     int hd, n_kv, group;
@@ -261,6 +264,10 @@ TEST_CASE("kv_write and attention: chunks, ring wrap, windows, GQA, head dims, c
       {128, 2, 4, 0, 4200, {-4000, 1, 1, 7, 1}, DType::F16},                     // decode over 4000 keys, GQA 4
       {256, 1, 8, 0, 3000, {-2500, 1, 3, 1}, DType::BF16},                       // GQA 8, head_dim 256
       {256, 1, 4, 512, 512 + 64 - 1, {64, 64, 64, 64, 64, 64, 64, 64, 64, 1, 1, 64, 1}, DType::F32},  // gemma local
+      {256, 1, 4, 512, 512, {-700, 1, 1, -333, 1}, DType::F16},                  // gemma local: a 512-slot ring
+      {256, 1, 4, 0, 9000, {-8191, 1, 1, 1}, DType::F16},                        // gemma global, 8192+ keys
+      {128, 2, 6, 0, 5000, {-4095, 1, 1, 3, 1}, DType::F16},                     // qwen2.5 1.5B: 12/2 x 128
+      {64, 2, 7, 0, 3000, {-2047, 1, 1, -100, 1}, DType::BF16},                  // qwen2.5 0.5B: 14/2 x 64
       {64, 4, 8, 16, 16 + 9 - 1, {9, 9, 1, 9, 2, 9}, DType::F16},                // ring wraps many times
       {128, 1, 1, 1, 1 + 3 - 1, {3, 1, 3, 2}, DType::F32},                       // window of one: itself
       {128, 2, 4, 0, 700, {300, 300, 1, 1}, DType::F32},                         // prefill T = 300
@@ -303,15 +310,23 @@ TEST_CASE("kv_write and attention: chunks, ring wrap, windows, GQA, head dims, c
         const auto q = randn((size_t)T * n_head * c.hd, rng, 2.f);
         std::vector<float> ref(q.size());
         cpu->attention(q.data(), T, n_head, pos, hc, c.window, scale, ref.data());
-        Buffer dq = upload(be, q), dout = poisoned(be, q.size());
-        be.attention(dq.f32(), T, n_head, pos, dc, c.window, scale, dout.f32());
+        Buffer dq = upload(be, q);
         const bool tc = T >= 16 && (c.hd == 64 || c.hd == 128 || c.hd == 256);
         REQUIRE((!tc || c.dt != DType::BF16));  // bf16 tiles would need 2e-2
-        (tc ? s_attn_tc : s_attn).check(rel_err(download(be, dout, q.size()), ref));
+        for (cuda::DecodeKernel dk_kind : {cuda::DecodeKernel::V2, cuda::DecodeKernel::V3}) {
+          if (T > 1 && dk_kind == cuda::DecodeKernel::V2) continue;  // the kernel choice is for T = 1 only
+          CAPTURE(cuda::decode_kernel_name(dk_kind));
+          cuda_be().set_decode_kernel(dk_kind);
+          Buffer dout = poisoned(be, q.size());
+          be.attention(dq.f32(), T, n_head, pos, dc, c.window, scale, dout.f32());
+          OpSummary& s = T == 1 ? (dk_kind == cuda::DecodeKernel::V2 ? s_dec2 : s_dec3) : tc ? s_attn_tc : s_attn;
+          s.check(rel_err(download(be, dout, q.size()), ref));
+        }
       }
       pos += T;
     }
   }
+  cuda_be().set_decode_kernel(kernel_before);
 }
 
 TEST_CASE("attention refuses what the CPU refuses, and head dims without a kernel") {
