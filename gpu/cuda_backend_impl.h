@@ -14,6 +14,7 @@
 
 #include "gpu/cuda_backend.h"
 #include "gpu/cuda_memory.h"
+#include "gpu/cuda_quant.h"
 
 namespace topkv::cuda {
 
@@ -114,6 +115,7 @@ class CudaBackend final : public Backend {
   // (T <= kQuantGemvMaxTokens), and the prefill (dequantised row tiles to
   // fp16, bf16 for weights in wide_weights_, times cuBLAS).
   void quant_gemv_group(const float* x, int T, std::span<const MatmulJob> jobs);
+  MmvqKernel mmvq_kernel_ = MmvqKernel::New;  // TOPKV_MMVQ=old|new, read at construction
   void quant_prefill(const float* x, const Weight& w, int T, float* y, const MatmulEpilogue& ep);
   Weight upload_quant(const Weight& src);  // gpu/cuda_weights.cpp
   // While recording: the op must be a T = 1 op at the recorded position, and
