@@ -46,6 +46,31 @@ class EventTimer {
     }
     return percentile(t, 50);
   }
+  // Device time per call of f when `calls` of them run back to back in one
+  // CUDA graph, as a recorded decode step runs its kernels (no host launch
+  // in the time): the median over `reps` replays of the graph / calls. One
+  // call runs first, outside the capture (first-use set-up).
+  template <class F> double graph_us(int calls, int reps, F&& f) {
+    f();
+    TOPKV_CUDA_CHECK(cudaStreamSynchronize(s_));
+    cudaGraph_t g = nullptr;
+    TOPKV_CUDA_CHECK(cudaStreamBeginCapture(s_, cudaStreamCaptureModeRelaxed));
+    try {
+      for (int i = 0; i < calls; ++i) f();
+    } catch (...) {
+      cudaStreamEndCapture(s_, &g);
+      if (g) cudaGraphDestroy(g);
+      throw;
+    }
+    TOPKV_CUDA_CHECK(cudaStreamEndCapture(s_, &g));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    TOPKV_CUDA_CHECK(e);
+    const double us = median_us(reps, [&] { TOPKV_CUDA_CHECK(cudaGraphLaunch(exec, s_)); }, 1);
+    TOPKV_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    return us / calls;
+  }
 
  private:
   cudaStream_t s_;

@@ -1,11 +1,20 @@
 // `topkv bench gpu-ops` group "quant" (--only quant: this group after the
 // copy row): products on quantised weights kept in the file's blocks
 // (gpu/cuda_quant.h) at the Llama-3-8B shapes (Q4_K and Q6_K) and the Gemma 3
-// 270M ones (Q8_0), through CudaBackend::matmul as the model calls it:
-//   quant gemv      T = 1, 2, 4, 8: q8_1 quantisation of x + the MMVQ launch;
-//                   GB/s of the weight's bytes, against the fp16 GEMV
-//                   (cuBLAS at T = 8) of the same shape beside it;
-//   quant group     q/k/v (and gate/up) of one input in one launch against
+// 270M ones (Q8_0):
+//   quant gemv      T = 1, 2, 4, 8: q8_1 quantisation of x + the MMVQ launch,
+//                   as CudaBackend::matmul queues them, for the old and the
+//                   new kernel side by side (rows "... old", "... new": one
+//                   call between events, so the host's two launches are in
+//                   the time); then the device time per call when 8-256
+//                   calls run in one CUDA graph as a recorded decode step
+//                   runs them ("... old graph", "... new graph"), and the new
+//                   GEMV alone on activations already quantised ("... new
+//                   graph, GEMV alone": the product once a fused norm kernel
+//                   writes the q8_1 activations). GB/s of the weight's bytes,
+//                   against the fp16 GEMV (cuBLAS at T = 8) beside it;
+//   quant group     q/k/v (and gate/up) of one input in one launch (the new
+//                   kernel through matmul_group, and the old kernel) against
 //                   the same products as separate matmuls;
 //   quant prefill   T = 512: dequantise to fp16 (row tiles of <= 256 MiB) +
 //                   cuBLAS, in TFLOP/s, beside the fp16 cuBLAS GEMM alone, and
@@ -81,10 +90,32 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const Q
   Buffer y = be.alloc((size_t)t_max * s.rows * sizeof(float));
   {
     Copies q = prepare_copies(be, s.type, s.rows, s.cols, WeightMode::Quant, 7);
+    Buffer ws = be.alloc(cuda::q8_activation_bytes(cuda::kQuantGemvMaxTokens, s.cols));
+    // Enough calls per graph that the weights they read exceed L2 (the copies rotate).
+    const int graph_calls = (int)std::max<size_t>(8, q.w.size());
     for (int T : {1, 2, 4, 8}) {
+      const double flops = 2.0 * T * s.rows * s.cols;
       size_t i = 0;
-      const double us = tm.median_us(reps, [&] { be.matmul(x.f32(), q.w[i++ % q.w.size()], T, y.f32()); });
-      rep.add("quant", fmt::format("gemv {} {} T={}", s.name, tn, T), us, (double)q.bytes, 2.0 * T * s.rows * s.cols);
+      auto call = [&](cuda::MmvqKernel k, bool quantise) {
+        const Weight& w = q.w[i++ % q.w.size()];
+        if (quantise) cuda::quantize_q8_1(x.f32(), T, s.cols, ws.mem.get(), be.stream());
+        cuda::QuantGemvJob job;
+        job.type = w.type, job.w = w.data, job.rows = w.rows, job.y = y.f32();
+        cuda::quant_gemv(&job, 1, s.cols, T, ws.mem.get(), be.stream(), cuda::MmvqOptions{k});
+      };
+      for (cuda::MmvqKernel k : {cuda::MmvqKernel::Old, cuda::MmvqKernel::New}) {
+        const double us = tm.median_us(reps, [&] { call(k, true); });
+        rep.add("quant", fmt::format("gemv {} {} T={} {}", s.name, tn, T, cuda::mmvq_kernel_name(k)), us,
+                (double)q.bytes, flops);
+      }
+      for (cuda::MmvqKernel k : {cuda::MmvqKernel::Old, cuda::MmvqKernel::New}) {
+        const double us = tm.graph_us(graph_calls, reps, [&] { call(k, true); });
+        rep.add("quant", fmt::format("gemv {} {} T={} {} graph", s.name, tn, T, cuda::mmvq_kernel_name(k)), us,
+                (double)q.bytes, flops);
+      }
+      const double alone = tm.graph_us(graph_calls, reps, [&] { call(cuda::MmvqKernel::New, false); });
+      rep.add("quant", fmt::format("gemv {} {} T={} new graph, GEMV alone", s.name, tn, T), alone, (double)q.bytes,
+              flops);
     }
     if (s.prefill) {
       const int T = 512;
@@ -134,6 +165,7 @@ void bench_group(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const s
   Buffer x = random_device(be, DType::F32, (size_t)cuda::kQuantGemvMaxTokens * cols, 3, 1.f);
   const size_t n = std::min_element(ws.begin(), ws.end(), [](auto& a, auto& b) { return a.w.size() < b.w.size(); })
                        ->w.size();
+  Buffer q8 = be.alloc(cuda::q8_activation_bytes(cuda::kQuantGemvMaxTokens, cols));
   for (int T : {1, 4}) {
     size_t i = 0;
     const double grouped = tm.median_us(reps, [&] {
@@ -141,6 +173,17 @@ void bench_group(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const s
       for (size_t j = 0; j < ws.size(); ++j) jobs.push_back(MatmulJob{&ws[j].w[i % n], ys[j].f32(), {}});
       ++i;
       be.matmul_group(x.f32(), T, jobs);
+    });
+    i = 0;
+    const double grouped_old = tm.median_us(reps, [&] {  // what matmul_group queues, on the old kernel
+      cuda::QuantGemvJob jobs[cuda::kQuantGroupMaxJobs];
+      for (size_t j = 0; j < ws.size(); ++j) {
+        const Weight& w = ws[j].w[i % n];
+        jobs[j].type = w.type, jobs[j].w = w.data, jobs[j].rows = w.rows, jobs[j].y = ys[j].f32();
+      }
+      ++i;
+      cuda::quantize_q8_1(x.f32(), T, cols, q8.mem.get(), be.stream());
+      cuda::quant_gemv(jobs, (int)ws.size(), cols, T, q8.mem.get(), be.stream(), cuda::MmvqOptions{cuda::MmvqKernel::Old});
     });
     i = 0;
     const double separate = tm.median_us(reps, [&] {
@@ -151,6 +194,8 @@ void bench_group(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const s
     for (int64_t r : rows) flops += 2.0 * T * r * cols;
     rep.add("quant", fmt::format("group {} {} T={} (one launch)", name, ggml_type_name((uint32_t)t), T), grouped,
             bytes, flops);
+    rep.add("quant", fmt::format("group {} {} T={} (one launch, old)", name, ggml_type_name((uint32_t)t), T),
+            grouped_old, bytes, flops);
     rep.add("quant", fmt::format("group {} {} T={} (separate)", name, ggml_type_name((uint32_t)t), T), separate,
             bytes, flops);
   }

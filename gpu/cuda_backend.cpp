@@ -46,6 +46,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& opt) : device_(opt.device), m
   device_name_ = prop.name;
   sm_count_ = prop.multiProcessorCount;
   check_kernel_image(prop.major, prop.minor);
+  mmvq_kernel_ = mmvq_kernel_from_env();
   try {
     TOPKV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     TOPKV_CUBLAS_CHECK(cublasCreate(&cublas_));

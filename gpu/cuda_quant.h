@@ -7,10 +7,10 @@
 // Expected bounds per call (H100: ~3.0 TB/s measured copy):
 //   quant_gemv: memory, the weight bytes once (~0.56 bytes per value for
 //     Q4_K, 1.06 for Q8_0); activations and the scale headers come from L1/L2.
-//     At T = 8 the integer work (8 dp4a + ~10 other ops per 32 values per
-//     token) and the L1 traffic of the activations approach the memory time
-//     on big matrices: rows are tiled 4 per warp there to share them
-//     (kernels_quant_gemv.cu says the tile of each T).
+//     At T = 8 the integer and fp32 work (8 dp4a + ~14 other ops per 32
+//     values per row and token) approaches the memory time on big matrices:
+//     rows are tiled 4 per warp there to share each activation load
+//     (gpu/kernels_mmvq.cu says the tile of each T).
 //   dequant_16bit: memory, the weight once plus 2 bytes written per value.
 #pragma once
 #include <cuda_runtime.h>
@@ -69,12 +69,31 @@ struct FormQ8Args {
   int64_t cols = 0;
 };
 void form_q8_1(const FormQ8Args& a, void* workspace, cudaStream_t stream);
+// The MMVQ kernel a launch runs. Both compute every row as qref::mmvq does
+// (the same units, each lane's in the same order, the same butterfly), so
+// they agree with each other and the twin to the bit:
+//   Old  a warp per tile of rows, the grid covers every tile once
+//        (gpu/kernels_quant_gemv.cu; kept for device comparisons);
+//   New  warps that stay resident and walk tiles, each tile's rows queued
+//        into L2 one tile ahead, more loads in flight (gpu/kernels_mmvq.cu).
+enum class MmvqKernel { Old, New };
+const char* mmvq_kernel_name(MmvqKernel k);
+// TOPKV_MMVQ=old|new in the environment (unset or empty: new); any other
+// value throws Error naming the two.
+MmvqKernel mmvq_kernel_from_env();
+struct MmvqOptions {
+  MmvqKernel kernel = MmvqKernel::New;
+  // New kernel only: at most this many CUDA blocks (0: as many as the device
+  // holds at once). Tests set it small so every warp walks many tiles.
+  int max_blocks = 0;
+};
+
 // The MMVQ of n_jobs (1..kQuantGroupMaxJobs) matrices of `cols` columns over
 // the activations of T (1..kQuantGemvMaxTokens) tokens quantised in
 // `workspace`, in one launch: every warp finds its job and the job's type.
 // Twin: qref::mmvq per job.
 void quant_gemv(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, const void* workspace,
-                cudaStream_t stream);
+                cudaStream_t stream, const MmvqOptions& opt = {});
 // Rows row0 .. row0 + n_rows - 1 of a rows x cols matrix -> out [n_rows][cols]
 // of out_type (F16 or BF16, round to nearest; 16-byte aligned). Twin:
 // qref::dequant_row, then from_f32.

@@ -2,7 +2,8 @@
 // device layout of gpu/quant_units.h), and its weight-memory arithmetic:
 //   decode (T <= kQuantGemvMaxTokens): x quantised once to q8_1, then one
 //     quant_gemv launch per kQuantGroupMaxJobs matrices (q, k, v together;
-//     gate and up together), the epilogue applied in the kernel;
+//     gate and up together), the epilogue applied in the kernel; the MMVQ
+//     kernel is the new one unless TOPKV_MMVQ=old (read at construction);
 //   prefill: x cast to fp16 once (the cuBLAS path of gpu/kernels_matmul.cu),
 //     then per row tile of at most dequant_tile_bytes_ (256 MiB): the tile
 //     dequantised to fp16 into the Dequant scratch, one cuBLAS GEMM into
@@ -60,7 +61,7 @@ void CudaBackend::quant_gemv_group(const MatmulInput& in, int T, std::span<const
       g[i].type = j.w->type, g[i].w = j.w->data, g[i].rows = j.w->rows, g[i].y = j.y;
       g[i].bias = epilogue_bias(*j.w, j.ep, "matmul"), g[i].accumulate = j.ep.accumulate;
     }
-    quant_gemv(g, n, cols, T, ws, stream_);
+    quant_gemv(g, n, cols, T, ws, stream_, MmvqOptions{mmvq_kernel_});
   }
 }
 

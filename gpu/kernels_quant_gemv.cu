@@ -1,24 +1,33 @@
 // Decode products on quantised weights (MMVQ, after ggml-cuda's mmvq.cu):
 //   quantize_q8_1_kernel  one warp per block of 32 activations: d = max|x|/127,
 //                         q = round(x/d), s = d * sum(q) (quant_units.h).
-//   quant_gemv_kernel     every output row of up to kQuantGroupMaxJobs
-//                         matrices in one launch. A warp owns R rows of one
-//                         job (its job and type are found from the warp
-//                         index); lane l takes units l, l + 32, ... of the
-//                         row (16 bytes of weight each, quant_units.h), with
-//                         B units' loads issued before any is used, and adds
-//                         unit.dot(activations) for every token into fp32
+//   quant_gemv            the public launcher: checks the jobs, lays out the
+//                         tiles (gpu/quant_gemv_args.cuh) and runs the kernel
+//                         MmvqOptions names: the new one (gpu/kernels_mmvq.cu)
+//                         or the old one below.
+//   old_gemv_kernel       every output row of up to kQuantGroupMaxJobs
+//                         matrices in one launch. A warp owns one tile of R
+//                         rows of one job (its job and type are found from
+//                         the warp index); lane l takes units l, l + 32, ... of
+//                         the row (16 bytes of weight each, quant_units.h),
+//                         with B units' loads issued before any is used, and
+//                         adds unit.dot(activations) for every token into fp32
 //                         partials; a butterfly reduces the lanes, lane 0
 //                         applies the epilogue (bias, accumulate).
-// Tiling by token count T: R rows share each activation load (the L1 traffic
-// of the activations grows with T), B keeps loads in flight when R is small:
+// Tiling of the old kernel by token count T: R rows share each activation
+// load (the L1 traffic of the activations grows with T), B keeps loads in
+// flight when R is small:
 //   T = 1: R = 1, B = 2 (R = 2 for rows of <= 1024 values: a 640-wide row is
 //          40 Q8_0 units, one round of loads, so the warp takes two);
 //   T = 2..4: R = 2, B = 1;  T = 5..8: R = 4, B = 1.
 // Twins: qref::quantize_q8_1 and qref::mmvq (gpu/quant_matvec_ref.h), which
 // sum in the same order, so the two agree to the last bit.
+#include <cstdlib>
+#include <cstring>
+
 #include "gpu/cuda_common.cuh"
 #include "gpu/cuda_quant.h"
+#include "gpu/quant_gemv_args.cuh"
 
 namespace topkv::cuda {
 namespace {
@@ -43,28 +52,11 @@ __global__ void __launch_bounds__(kQuantizeThreads)
   if (lane == 0) ds[blk] = Q8Scale{d, fmul(d, (float)sum)};
 }
 
-struct GemvJobDev {
-  QuantMatrix w;
-  int type;
-  int accumulate;
-  int64_t rows;
-  float* y;
-  const float* bias;
-  int64_t warp0;  // the job's first warp
-};
-struct GemvArgs {
-  GemvJobDev jobs[kQuantGroupMaxJobs];
-  int n_jobs;
-  int64_t cols;
-  const int8_t* qs;
-  const Q8Scale* ds;
-};
-
-// The tile of a launch: rows per warp R, unit rounds per load batch B.
+// The old kernel's tile: rows per warp R, unit rounds per load batch B.
 struct Tile {
   int R, B;
 };
-Tile gemv_tile(int T, int64_t cols) {
+Tile old_tile(int T, int64_t cols) {
   if (T == 1) return cols <= 1024 ? Tile{2, 2} : Tile{1, 2};
   return T <= 4 ? Tile{2, 1} : Tile{4, 1};
 }
@@ -121,14 +113,12 @@ __device__ __forceinline__ void gemv_warp(const GemvJobDev& job, const GemvArgs&
 // The arguments stay in the constant bank (__grid_constant__): a warp reads
 // its job's fields there by index, without a copy in registers.
 template <int NT, int R, int B>
-__global__ void __launch_bounds__(kGemvWarps * 32) quant_gemv_kernel(const __grid_constant__ GemvArgs a) {
+__global__ void __launch_bounds__(kGemvWarps * 32) old_gemv_kernel(const __grid_constant__ GemvArgs a) {
   const int lane = threadIdx.x % 32;
-  const int64_t warp = (int64_t)blockIdx.x * kGemvWarps + threadIdx.x / 32;
-  int j = 0;
-  while (j + 1 < a.n_jobs && warp >= a.jobs[j + 1].warp0) ++j;
-  const GemvJobDev& job = a.jobs[j];
-  const int64_t row0 = (warp - job.warp0) * R;
-  if (row0 >= job.rows) return;  // the grid's last warps
+  const int64_t warp = (int64_t)blockIdx.x * kGemvWarps + threadIdx.x / 32;  // = its tile
+  if (warp >= a.n_tiles) return;  // the grid's last warps
+  const GemvJobDev& job = a.jobs[job_of(a, warp)];
+  const int64_t row0 = (warp - job.tile0) * R;
   switch ((GgmlType)job.type) {
     case GgmlType::Q8_0: gemv_warp<Q8_0U, NT, R, B>(job, a, row0, lane); break;
     case GgmlType::Q4_0: gemv_warp<Q4_0U, NT, R, B>(job, a, row0, lane); break;
@@ -164,44 +154,75 @@ void quantize_q8_1(const float* x, int T, int64_t cols, void* workspace, cudaStr
   TOPKV_CUDA_CHECK_LAUNCH();
 }
 
-void quant_gemv(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, const void* workspace,
-                cudaStream_t stream) {
+const char* mmvq_kernel_name(MmvqKernel k) { return k == MmvqKernel::Old ? "old" : "new"; }
+
+MmvqKernel mmvq_kernel_from_env() {
+  const char* env = std::getenv("TOPKV_MMVQ");
+  if (!env || !*env || std::strcmp(env, "new") == 0) return MmvqKernel::New;
+  if (std::strcmp(env, "old") == 0) return MmvqKernel::Old;
+  fail("TOPKV_MMVQ={} names no MMVQ kernel: use 'new' (the default) or 'old'", env);
+}
+
+GemvArgs gemv_args(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, const void* workspace, int R) {
   TOPKV_CHECK(n_jobs >= 1 && n_jobs <= kQuantGroupMaxJobs, "quant_gemv takes 1..{} matrices per launch, got {}",
               kQuantGroupMaxJobs, n_jobs);
   TOPKV_CHECK(T >= 1 && T <= kQuantGemvMaxTokens, "quant_gemv runs 1..{} tokens, got {}", kQuantGemvMaxTokens, T);
   GemvArgs a{};
-  const Tile tile = gemv_tile(T, cols);
-  const int R = tile.R;
-  int64_t warps = 0;
+  int64_t tiles = 0;
   for (int j = 0; j < n_jobs; ++j) {
     const QuantGemvJob& s = jobs[j];
     TOPKV_CHECK(has_device_layout(s.type) && cols % block_values(s.type) == 0 && s.rows >= 0 && cols < INT32_MAX,
                 "quant_gemv: a {} x {} matrix of {} has no device layout", s.rows, cols,
                 ggml_type_name((uint32_t)s.type));
-    a.jobs[j] = GemvJobDev{quant_matrix(s.type, s.w, s.rows, cols), (int)s.type, s.accumulate ? 1 : 0, s.rows, s.y,
-                           s.bias, warps};
-    warps += (s.rows + R - 1) / R;
+    TOPKV_CHECK(s.rows == 0 || reinterpret_cast<uintptr_t>(s.w) % 16 == 0,
+                "quant_gemv: the {} weight at {} is not 16-byte aligned (the kernels read 16 bytes at a time)",
+                ggml_type_name((uint32_t)s.type), static_cast<const void*>(s.w));
+    GemvJobDev& d = a.jobs[j];
+    d.w = quant_matrix(s.type, s.w, s.rows, cols);
+    d.type = (int)s.type, d.accumulate = s.accumulate ? 1 : 0, d.rows = s.rows, d.y = s.y, d.bias = s.bias;
+    d.tile0 = tiles;
+    const PlaneBytes pb = plane_bytes(s.type);
+    for (int p = 0; p < kMaxPlanes; ++p) d.row_bytes[p] = cols / block_values(s.type) * pb.b[p];
+    tiles += (s.rows + R - 1) / R;
   }
-  if (warps == 0) return;
-  a.n_jobs = n_jobs, a.cols = cols;
+  a.n_jobs = n_jobs, a.cols = cols, a.n_tiles = tiles;
   const Q8DeviceActivations q = carve_q8_activations(const_cast<void*>(workspace), T, cols);
   a.qs = q.qs, a.ds = q.ds;
-  const unsigned blocks = (unsigned)((warps + kGemvWarps - 1) / kGemvWarps);
+  return a;
+}
+
+void quant_gemv(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, const void* workspace,
+                cudaStream_t stream, const MmvqOptions& opt) {
+  TOPKV_CHECK(opt.max_blocks >= 0, "quant_gemv: max_blocks {} (0 means as many as the device holds)", opt.max_blocks);
+  if (opt.kernel == MmvqKernel::Old) {
+    const GemvArgs a = gemv_args(jobs, n_jobs, cols, T, workspace, old_mmvq_rows_per_tile(T, cols));
+    if (a.n_tiles > 0) launch_old_mmvq(a, T, stream);
+  } else {
+    const GemvArgs a = gemv_args(jobs, n_jobs, cols, T, workspace, new_mmvq_rows_per_tile(T, cols));
+    if (a.n_tiles > 0) launch_new_mmvq(a, T, opt.max_blocks, stream);
+  }
+}
+
+int old_mmvq_rows_per_tile(int T, int64_t cols) { return old_tile(T, cols).R; }
+
+void launch_old_mmvq(const GemvArgs& a, int T, cudaStream_t stream) {
+  const int R = old_tile(T, a.cols).R;
+  const unsigned blocks = (unsigned)((a.n_tiles + kGemvWarps - 1) / kGemvWarps);
   const unsigned threads = kGemvWarps * 32;
-  switch (T) {  // the instantiations gemv_tile picks from
+  switch (T) {  // the instantiations old_tile picks from
     case 1:
       if (R == 2)
-        quant_gemv_kernel<1, 2, 2><<<blocks, threads, 0, stream>>>(a);
+        old_gemv_kernel<1, 2, 2><<<blocks, threads, 0, stream>>>(a);
       else
-        quant_gemv_kernel<1, 1, 2><<<blocks, threads, 0, stream>>>(a);
+        old_gemv_kernel<1, 1, 2><<<blocks, threads, 0, stream>>>(a);
       break;
-    case 2: quant_gemv_kernel<2, 2, 1><<<blocks, threads, 0, stream>>>(a); break;
-    case 3: quant_gemv_kernel<3, 2, 1><<<blocks, threads, 0, stream>>>(a); break;
-    case 4: quant_gemv_kernel<4, 2, 1><<<blocks, threads, 0, stream>>>(a); break;
-    case 5: quant_gemv_kernel<5, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
-    case 6: quant_gemv_kernel<6, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
-    case 7: quant_gemv_kernel<7, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
-    default: quant_gemv_kernel<8, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 2: old_gemv_kernel<2, 2, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 3: old_gemv_kernel<3, 2, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 4: old_gemv_kernel<4, 2, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 5: old_gemv_kernel<5, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 6: old_gemv_kernel<6, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 7: old_gemv_kernel<7, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
+    default: old_gemv_kernel<8, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
   }
   TOPKV_CUDA_CHECK_LAUNCH();
 }

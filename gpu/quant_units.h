@@ -43,7 +43,9 @@
 //   kValues   values per block; kUnits units per block; kRuns runs per unit
 //   load      the unit's weight bytes (Unit)
 //   load_x    the matching activation bytes of one token (XUnit)
-//   dot       sum over the unit's values of w * (d8 * q8), fp32
+//   prep      the unit decoded for dot (Prep: codes, scales), per row
+//   dot       sum over the unit's values of w * (d8 * q8), fp32: dot(Prep,
+//             XUnit), and dot(Unit, XUnit, k) = dot(prep(Unit, k), XUnit)
 //   dequant   the unit's values, bit for bit dequantize_row's (quants.cpp)
 #pragma once
 #include <cmath>

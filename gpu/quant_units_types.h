@@ -2,6 +2,11 @@
 // and dequantise for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K in the
 // device layout. Bit layouts as src/model/quants.cpp (dequantize_row), the
 // integer dot products after ggml-cuda's vecdotq.cuh.
+//
+// dot(w, x, k) is dot(prep(w, k), x): prep decodes what does not depend on
+// the activations (the 4- to 6-bit codes as signed bytes, the sub-block
+// scales and mins) once, so a kernel that multiplies one unit with several
+// tokens decodes it once; the arithmetic is the same for one token or many.
 #pragma once
 
 namespace topkv::qunits {
@@ -23,9 +28,10 @@ struct Q8_0U {
     u.b = u.a, u.db = u.da, u.sb = u.sa;
     return u;
   }
-  TOPKV_HD static float dot(const Unit& w, const XUnit& x, int) {
-    return fmul(w.d, fmul(x.da, (float)dot16(w.q, x.a, 0)));
-  }
+  using Prep = Unit;
+  TOPKV_HD static Prep prep(const Unit& w, int) { return w; }
+  TOPKV_HD static float dot(const Prep& w, const XUnit& x) { return fmul(w.d, fmul(x.da, (float)dot16(w.q, x.a, 0))); }
+  TOPKV_HD static float dot(const Unit& w, const XUnit& x, int k) { return dot(prep(w, k), x); }
   TOPKV_HD static int run_offset(int k, int) { return 16 * k; }
   TOPKV_HD static void dequant(const Unit& w, int, float* out) {  // y = d * q
     TOPKV_UNROLL
@@ -79,21 +85,34 @@ struct LegacyU {
     return u;
   }
   TOPKV_HD static XUnit load_x(const Q8Row& x, int64_t b, int) { return load_x_legacy(x, b); }
+  struct Prep {
+    int lo[4], hi[4];  // codes of runs 0 and 1, four per word
+    float d, m;
+  };
+  TOPKV_HD static Prep prep(const Unit& w, int) {
+    Prep p;
+    TOPKV_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      p.lo[i] = kFifth ? legacy_codes5(w.q, w.qh, i, 0) : legacy_codes(w.q, i, 0);
+      p.hi[i] = kFifth ? legacy_codes5(w.q, w.qh, i, 1) : legacy_codes(w.q, i, 1);
+    }
+    p.d = w.d, p.m = w.m;
+    return p;
+  }
   // Q4_0 / Q5_0: y = d (q - 8 | 16), so sum y x8 = d (d8 sum q q8 - 8|16 s8);
   // Q4_1 / Q5_1: y = d q + m, so sum y x8 = d d8 sum q q8 + m s8.
-  TOPKV_HD static float dot(const Unit& w, const XUnit& x, int) {
+  TOPKV_HD static float dot(const Prep& w, const XUnit& x) {
     int s = 0;
     TOPKV_UNROLL
     for (int i = 0; i < 4; ++i) {
-      const int lo = kFifth ? legacy_codes5(w.q, w.qh, i, 0) : legacy_codes(w.q, i, 0);
-      const int hi = kFifth ? legacy_codes5(w.q, w.qh, i, 1) : legacy_codes(w.q, i, 1);
-      s = dp4a(lo, (int)x.a.v[i], s);
-      s = dp4a(hi, (int)x.b.v[i], s);
+      s = dp4a(w.lo[i], (int)x.a.v[i], s);
+      s = dp4a(w.hi[i], (int)x.b.v[i], s);
     }
     const float sum = fmul(x.da, (float)s);
     if (kMin) return fadd(fmul(w.d, sum), fmul(w.m, x.sa));
     return fmul(w.d, fsub(sum, fmul(kFifth ? 16.f : 8.f, x.sa)));
   }
+  TOPKV_HD static float dot(const Unit& w, const XUnit& x, int k) { return dot(prep(w, k), x); }
   TOPKV_HD static int run_offset(int, int r) { return 16 * r; }
   TOPKV_HD static void dequant(const Unit& w, int, float* out) {
     TOPKV_UNROLL
@@ -173,22 +192,38 @@ struct K45U {
     if (kFifth) q |= (int)(((w.qh.v[i] >> (2 * c + r)) & 0x01010101u) << 4);
     return q;
   }
+  struct Prep {
+    int lo[4], hi[4];  // codes of runs 0 and 1
+    int sc_lo, sc_hi;
+    float m_lo, m_hi, d, dmin;
+    bool mins;  // h == 0: this unit adds the min terms
+  };
+  TOPKV_HD static Prep prep(const Unit& w, int k) {
+    const int c = k >> 1;
+    const K4Scales s = k4_scales(w.hdr, c);
+    Prep p;
+    TOPKV_UNROLL
+    for (int i = 0; i < 4; ++i) p.lo[i] = codes(w, c, i, 0), p.hi[i] = codes(w, c, i, 1);
+    p.sc_lo = s.sc_lo, p.sc_hi = s.sc_hi, p.m_lo = (float)s.m_lo, p.m_hi = (float)s.m_hi;
+    p.d = s.d, p.dmin = s.dmin, p.mins = (k & 1) == 0;
+    return p;
+  }
   // y = d sc q - dmin m per sub-block, so sum y x8 = d (sc_lo d8a sum_lo +
   // sc_hi d8b sum_hi) - dmin (m_lo s8a + m_hi s8b); the min terms cover the
-  // whole 32-value q8 blocks, so only the unit with h = 0 adds them.
-  TOPKV_HD static float dot(const Unit& w, const XUnit& x, int k) {
-    const int c = k >> 1, h = k & 1;
-    const K4Scales s = k4_scales(w.hdr, c);
+  // whole 32-value q8 blocks, so only the unit with h = 0 adds them (the
+  // other lanes compute and drop them: a select, no branch).
+  TOPKV_HD static float dot(const Prep& w, const XUnit& x) {
     int lo = 0, hi = 0;
     TOPKV_UNROLL
     for (int i = 0; i < 4; ++i) {
-      lo = dp4a(codes(w, c, i, 0), (int)x.a.v[i], lo);
-      hi = dp4a(codes(w, c, i, 1), (int)x.b.v[i], hi);
+      lo = dp4a(w.lo[i], (int)x.a.v[i], lo);
+      hi = dp4a(w.hi[i], (int)x.b.v[i], hi);
     }
-    float r = fmul(s.d, fadd(fmul(x.da, (float)(lo * s.sc_lo)), fmul(x.db, (float)(hi * s.sc_hi))));
-    if (h == 0) r = fsub(r, fmul(s.dmin, fadd(fmul((float)s.m_lo, x.sa), fmul((float)s.m_hi, x.sb))));
-    return r;
+    const float r = fmul(w.d, fadd(fmul(x.da, (float)(lo * w.sc_lo)), fmul(x.db, (float)(hi * w.sc_hi))));
+    const float mins = fmul(w.dmin, fadd(fmul(w.m_lo, x.sa), fmul(w.m_hi, x.sb)));
+    return w.mins ? fsub(r, mins) : r;
   }
+  TOPKV_HD static float dot(const Unit& w, const XUnit& x, int k) { return dot(prep(w, k), x); }
   TOPKV_HD static int run_offset(int k, int r) { return 64 * (k >> 1) + 32 * r + 16 * (k & 1); }
   TOPKV_HD static void dequant(const Unit& w, int k, float* out) {  // y = (d sc) q - dmin m
     const int c = k >> 1;
@@ -244,17 +279,29 @@ struct Q6_KU {
     const int q2 = (int)(((w.qh.v[i] >> (2 * p + 4 * r)) & 0x03030303u) << 4);
     return minus32(q4 | q2);
   }
-  TOPKV_HD static float dot(const Unit& w, const XUnit& x, int k) {
+  struct Prep {
+    int lo[4], hi[4];  // codes - 32 of runs 0 and 1
+    int sc_lo, sc_hi;
+    float d;
+  };
+  TOPKV_HD static Prep prep(const Unit& w, int k) {
     const int p = (k >> 1) & 1, s = k & 1;
-    const int sc_lo = byte_of(w.sc_lo4, s + 2 * p), sc_hi = byte_of(w.sc_hi4, s + 2 * p);
+    Prep r;
+    TOPKV_UNROLL
+    for (int i = 0; i < 4; ++i) r.lo[i] = codes(w, p, i, 0), r.hi[i] = codes(w, p, i, 1);
+    r.sc_lo = byte_of(w.sc_lo4, s + 2 * p), r.sc_hi = byte_of(w.sc_hi4, s + 2 * p), r.d = w.d;
+    return r;
+  }
+  TOPKV_HD static float dot(const Prep& w, const XUnit& x) {
     int lo = 0, hi = 0;
     TOPKV_UNROLL
     for (int i = 0; i < 4; ++i) {
-      lo = dp4a(codes(w, p, i, 0), (int)x.a.v[i], lo);
-      hi = dp4a(codes(w, p, i, 1), (int)x.b.v[i], hi);
+      lo = dp4a(w.lo[i], (int)x.a.v[i], lo);
+      hi = dp4a(w.hi[i], (int)x.b.v[i], hi);
     }
-    return fmul(w.d, fadd(fmul(x.da, (float)(lo * sc_lo)), fmul(x.db, (float)(hi * sc_hi))));
+    return fmul(w.d, fadd(fmul(x.da, (float)(lo * w.sc_lo)), fmul(x.db, (float)(hi * w.sc_hi))));
   }
+  TOPKV_HD static float dot(const Unit& w, const XUnit& x, int k) { return dot(prep(w, k), x); }
   TOPKV_HD static int run_offset(int k, int r) {
     return 128 * (k >> 2) + 64 * r + 32 * ((k >> 1) & 1) + 16 * (k & 1);
   }

@@ -1,8 +1,10 @@
 // Quantised weights on the CUDA backend (gpu/cuda_quant.h) against their CPU
 // twins (gpu/quant_matvec_ref.h), which run the same arithmetic in the same
 // order: the q8_1 activations and the MMVQ must agree bit for bit (checked to
-// 1e-6 relative; the first differing element is printed with both values),
-// the dequantisation must give fp16(dequantize_row) exactly. Then the
+// 1e-5 relative; the first differing element is printed with both values),
+// the old and the new MMVQ kernel must agree exactly (more of the new kernel:
+// tests/gpu/test_cuda_mmvq.cpp), the dequantisation must give
+// fp16(dequantize_row) exactly. Then the
 // backend's paths: matmul on prepared weights (GEMV for T <= 8, dequantised
 // row tiles + cuBLAS beyond) against the CPU backend, matmul_group with mixed
 // types against separate matmuls, embed from quantised tables. Whole models:
@@ -81,6 +83,7 @@ TEST_CASE("quant: q8_1 activations and MMVQ kernels against their twins, every t
   auto& be = cuda_be();
   std::mt19937 rng(21);
   OpSummary s_q8("q8_1 activations (values differing)", 0), s_mmvq("MMVQ vs twin", 1e-5);
+  OpSummary s_old("MMVQ old vs new (values differing)", 0);
   for (GgmlType t : kQuantTypes) {
     const int64_t be_ = ggml_type_info(t).block_elems;
     for (int64_t rows : {1, 2, 3, 5, 63, 130})
@@ -105,7 +108,10 @@ TEST_CASE("quant: q8_1 activations and MMVQ kernels against their twins, every t
             cuda::QuantGemvJob job;
             job.type = t, job.w = dw.as<uint8_t>(), job.rows = rows, job.y = dy.f32();
             job.bias = mode > 0 ? db.f32() : nullptr, job.accumulate = mode == 2;
-            cuda::quant_gemv(&job, 1, cols, T, ws.mem.get(), be.stream());
+            cuda::quant_gemv(&job, 1, cols, T, ws.mem.get(), be.stream());  // the new kernel, the default
+            Buffer dy_old = mode == 2 ? upload(be, y0) : poisoned(be, want.size());
+            job.y = dy_old.f32();
+            cuda::quant_gemv(&job, 1, cols, T, ws.mem.get(), be.stream(), cuda::MmvqOptions{cuda::MmvqKernel::Old});
 
             if (rows == 3 && mode == 0) {  // the activations themselves, byte for byte
               const auto raw = download_as<uint8_t>(be, ws, cuda::q8_activation_bytes(T, cols));
@@ -116,7 +122,9 @@ TEST_CASE("quant: q8_1 activations and MMVQ kernels against their twins, every t
                 differ += std::memcmp(&q.ds[i], &a.ds[i], sizeof(qunits::Q8Scale)) != 0;
               s_q8.check((double)differ);
             }
-            s_mmvq.check(compare("MMVQ", download(be, dy, want.size()), want));
+            const std::vector<float> got = download(be, dy, want.size());
+            s_mmvq.check(compare("MMVQ", got, want));
+            s_old.check(compare("MMVQ old vs new", download(be, dy_old, want.size()), got) == 0 ? 0.0 : 1.0);
           }
   }
 }
