@@ -123,7 +123,7 @@ class CudaBackend final : public Backend {
   // x quantised (or formed and quantised) into the QuantX scratch, then the
   // jobs' GEMV launches over it.
   void quant_gemv_group(const MatmulInput& in, int T, std::span<const MatmulJob> jobs);
-  MmvqKernel mmvq_kernel_ = MmvqKernel::New;  // TOPKV_MMVQ=old|new, read at construction
+  MmvqKernel mmvq_kernel_ = MmvqKernel::Auto;  // TOPKV_MMVQ=old|new|auto, read at construction
   void quant_prefill(const float* x, const Weight& w, int T, float* y, const MatmulEpilogue& ep);
   Weight upload_quant(const Weight& src);  // gpu/cuda_weights.cpp
   // While recording: the op must be a T = 1 op at the recorded position, and

@@ -75,14 +75,21 @@ void form_q8_1(const FormQ8Args& a, void* workspace, cudaStream_t stream);
 //   Old  a warp per tile of rows, the grid covers every tile once
 //        (gpu/kernels_quant_gemv.cu; kept for device comparisons);
 //   New  warps that stay resident and walk tiles, each tile's rows queued
-//        into L2 one tile ahead, more loads in flight (gpu/kernels_mmvq.cu).
-enum class MmvqKernel { Old, New };
+//        into L2 one tile ahead, more loads in flight (gpu/kernels_mmvq.cu);
+//   Auto the one measured faster for the call's shape (mmvq_auto_kernel).
+// H100, one launch in a graph (bench/results/gpu_h100_session6/kernels/): for
+// rows of >= 2048 values at T <= 2 Old is faster (Llama-3-8B down 16.7 vs
+// 21.4 us, q/o 7.1 vs 8.8, gate/up 18.2 vs 19.2; the 8B model 359 vs 325
+// tok/s), New at T >= 4 (gate/up T=8 37 vs 61 us) and on narrow rows (the
+// Gemma-3-270M model 1318 vs 1189 tok/s).
+enum class MmvqKernel { Old, New, Auto };
 const char* mmvq_kernel_name(MmvqKernel k);
-// TOPKV_MMVQ=old|new in the environment (unset or empty: new); any other
-// value throws Error naming the two.
+MmvqKernel mmvq_auto_kernel(int T, int64_t cols);
+// TOPKV_MMVQ=old|new|auto in the environment (unset or empty: auto); any
+// other value throws Error naming the three.
 MmvqKernel mmvq_kernel_from_env();
 struct MmvqOptions {
-  MmvqKernel kernel = MmvqKernel::New;
+  MmvqKernel kernel = MmvqKernel::Auto;
   // New kernel only: at most this many CUDA blocks (0: as many as the device
   // holds at once). Tests set it small so every warp walks many tiles.
   int max_blocks = 0;

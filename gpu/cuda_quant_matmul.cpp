@@ -3,7 +3,7 @@
 //   decode (T <= kQuantGemvMaxTokens): x quantised once to q8_1, then one
 //     quant_gemv launch per kQuantGroupMaxJobs matrices (q, k, v together;
 //     gate and up together), the epilogue applied in the kernel; the MMVQ
-//     kernel is the new one unless TOPKV_MMVQ=old (read at construction);
+//     kernel is picked per shape (mmvq_auto_kernel) unless TOPKV_MMVQ=old|new (read at construction);
 //   prefill: x cast to fp16 once (the cuBLAS path of gpu/kernels_matmul.cu),
 //     then per row tile of at most dequant_tile_bytes_ (256 MiB): the tile
 //     dequantised to fp16 into the Dequant scratch, one cuBLAS GEMM into

@@ -154,13 +154,20 @@ void quantize_q8_1(const float* x, int T, int64_t cols, void* workspace, cudaStr
   TOPKV_CUDA_CHECK_LAUNCH();
 }
 
-const char* mmvq_kernel_name(MmvqKernel k) { return k == MmvqKernel::Old ? "old" : "new"; }
+const char* mmvq_kernel_name(MmvqKernel k) {
+  return k == MmvqKernel::Old ? "old" : k == MmvqKernel::New ? "new" : "auto";
+}
+
+MmvqKernel mmvq_auto_kernel(int T, int64_t cols) {
+  return T <= 2 && cols >= 2048 ? MmvqKernel::Old : MmvqKernel::New;
+}
 
 MmvqKernel mmvq_kernel_from_env() {
   const char* env = std::getenv("TOPKV_MMVQ");
-  if (!env || !*env || std::strcmp(env, "new") == 0) return MmvqKernel::New;
+  if (!env || !*env || std::strcmp(env, "auto") == 0) return MmvqKernel::Auto;
+  if (std::strcmp(env, "new") == 0) return MmvqKernel::New;
   if (std::strcmp(env, "old") == 0) return MmvqKernel::Old;
-  fail("TOPKV_MMVQ={} names no MMVQ kernel: use 'new' (the default) or 'old'", env);
+  fail("TOPKV_MMVQ={} names no MMVQ kernel: use 'auto' (the default), 'new' or 'old'", env);
 }
 
 GemvArgs gemv_args(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, const void* workspace, int R) {
@@ -194,7 +201,8 @@ GemvArgs gemv_args(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, co
 void quant_gemv(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, const void* workspace,
                 cudaStream_t stream, const MmvqOptions& opt) {
   TOPKV_CHECK(opt.max_blocks >= 0, "quant_gemv: max_blocks {} (0 means as many as the device holds)", opt.max_blocks);
-  if (opt.kernel == MmvqKernel::Old) {
+  const MmvqKernel kernel = opt.kernel == MmvqKernel::Auto ? mmvq_auto_kernel(T, cols) : opt.kernel;
+  if (kernel == MmvqKernel::Old) {
     const GemvArgs a = gemv_args(jobs, n_jobs, cols, T, workspace, old_mmvq_rows_per_tile(T, cols));
     if (a.n_tiles > 0) launch_old_mmvq(a, T, stream);
   } else {
