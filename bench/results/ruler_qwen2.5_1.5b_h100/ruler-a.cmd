@@ -1,0 +1,1 @@
+topkv eval ruler -m q15.gguf --backend cuda --chat --lengths 4K,8K --samples 1 --answer-tokens 48 --agreement-tokens 64 --error-steps 4 --chunk 4096 --kv-type f16 --methods-index multipole,quest,centroid,flat,hnswlib,faiss-hnsw,faiss-ivf --methods-k 2%
