@@ -112,7 +112,7 @@ TEST_CASE("bench gpu-ops: a group that does not exist is refused, with or withou
   CHECK(r.err.find("nosuch") != std::string::npos);
 }
 
-TEST_CASE("eval passkey: rows for dense and each method; bad methods refused before work") {
+TEST_CASE("eval passkey: rows for dense and each method, bad methods refused before work") {
   test::TempDir tmp("topkv_cli_eval");
   const std::string csv = tmp.file("pk.csv"), js = tmp.file("pk.json");
   auto r = run_topkv("eval passkey -m " + model() + " --lengths 400 --depths 0.5 --methods-index flat,quest "
@@ -138,7 +138,7 @@ TEST_CASE("eval passkey: rows for dense and each method; bad methods refused bef
   CHECK(bad.rc != 0);
 }
 
-TEST_CASE("kv dump: a dump of the global layer is read back by bench recall; bad layers refused") {
+TEST_CASE("kv dump: a dump of the global layer is read back by bench recall, bad layers refused") {
   test::TempDir tmp("topkv_cli_kv");
   const std::string dump = tmp.file("kv.safetensors");
   auto r = run_topkv("kv dump -m " + model() + " -p " + kPrompt + " --queries 4 -o " + dump);
@@ -155,7 +155,7 @@ TEST_CASE("kv dump: a dump of the global layer is read back by bench recall; bad
   CHECK(bad.err.find("does not exist") != std::string::npos);
 }
 
-TEST_CASE("tokenize: ids of a text; a missing model is an error") {
+TEST_CASE("tokenize: ids of a text, a missing model is an error") {
   auto r = run_topkv("tokenize -m " + model() + " -p hello --ids");
   CHECK(r.rc == 0);
   CHECK(!r.out.empty());

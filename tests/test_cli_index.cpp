@@ -135,7 +135,7 @@ TEST_CASE("index build overlapped with the prefill (--overlap-build on) gives th
   CHECK(g_on.out == off.out);
 }
 
-TEST_CASE("a dense pack decodes as a dense run; --prompts answers each question from the pack afresh") {
+TEST_CASE("a dense pack decodes as a dense run, --prompts answers each question from the pack afresh") {
   Fixture& f = fixture();
   const std::string dense = f.dir.file("dense.pack");
   auto b = run_topkv("index build -q -m " + f.model + " -f " + f.doc + " -o " + dense + " --attn dense");

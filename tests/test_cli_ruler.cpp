@@ -29,7 +29,7 @@ std::vector<std::string> csv_header(const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("eval ruler: rows for dense and each method; flat at k = 100% decodes as dense does") {
+TEST_CASE("eval ruler: rows for dense and each method, flat at k = 100% decodes as dense does") {
   test::TempDir tmp("topkv_cli_ruler");
   const std::string csv = tmp.file("ruler.csv"), js = tmp.file("ruler.json");
   auto r = run_topkv("eval ruler -m " + model() + " --tasks niah_single_1,fwe --lengths 1024 --samples 1 "
@@ -49,6 +49,9 @@ TEST_CASE("eval ruler: rows for dense and each method; flat at k = 100% decodes 
 
   const auto j = nlohmann::json::parse(test::slurp(js));
   CHECK(j["tasks"] == nlohmann::json({"niah_single_1", "fwe"}));
+  CHECK(j["prompts"] == 2);  // rewritten after each prompt; the last write says it ran to the end
+  CHECK(j["prompts_done"] == 2);
+  CHECK(j["complete"] == true);
   CHECK(j["policy"]["sinks"] == 2);
   CHECK(j["policy"]["window"] == 8);
   CHECK(j["answer_tokens"]["niah_single_1"] == 128);  // RULER's; a prompt holds the length less these

@@ -162,7 +162,7 @@ TEST_CASE("bench decode: --out-dir draws decode.png when matplotlib is there, an
   CHECK(png.substr(1, 3) == "PNG");
 }
 
-TEST_CASE("bench decode: context 0 decodes from an empty context; other modes skip it with the reason") {
+TEST_CASE("bench decode: context 0 decodes from an empty context, other modes skip it with the reason") {
   test::TempDir out("topkv_decode_ctx0");
   // --out-dir is created when missing (two levels here).
   const std::string dir = (out.dir / "new" / "folder").string();

@@ -78,7 +78,7 @@ TEST_CASE("host-dense decoding gives the dense model's logits (llama GQA and gem
     }
 }
 
-TEST_CASE("override layers get no cache; attending or writing them without an override is an Error") {
+TEST_CASE("override layers get no cache, attending or writing them without an override is an Error") {
   test::TempDir dir("topkv_test_override_layers");
   auto be = make_cpu_backend();
   auto file = tiny("gemma3", dir);

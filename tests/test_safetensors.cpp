@@ -103,7 +103,7 @@ TEST_CASE("safetensors: write -> read round trip for every dtype, shapes, metada
   fs::remove_all(dir);
 }
 
-TEST_CASE("safetensors: float tensors convert to fp32; bad element ranges and types are errors") {
+TEST_CASE("safetensors: float tensors convert to fp32, bad element ranges and types are errors") {
   auto dir = temp_dir();
   std::vector<float> x(37);
   std::mt19937 rng(1);

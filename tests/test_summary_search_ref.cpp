@@ -17,7 +17,7 @@
 
 using namespace topkv;
 
-TEST_CASE("summary tables partition the indexed rows; the twin's cut selects what the index's search returns") {
+TEST_CASE("summary tables partition the indexed rows, the twin's cut selects what the index's search returns") {
   struct Case { std::string spec; int d, group; int64_t n, k; };
   const std::vector<Case> cases = {
       {"multipole", 64, 4, 3001, 200},          {"centroid:ratio=7", 128, 1, 999, 64},

@@ -229,34 +229,48 @@ void run_ruler(const RulerArgs& a, const OffloadPolicy& base) {
   rep.methods.push_back("dense");
   for (const EvalMethod& m : methods) rep.methods.push_back(m.name);
   Session ss{a, *file, tok, *backend, model, tmp_dir, rep, {}};
+
+  // The configuration, enough to run it again; `prompts_done` of `prompts` in the rows.
+  const auto configure = [&](size_t done) {
+    nlohmann::json jm = nlohmann::json::array();
+    for (const EvalMethod& m : methods) {
+      nlohmann::json per_length = nlohmann::json::object();
+      for (auto& [L, ks] : ss.k_tokens[m.name]) per_length[std::to_string(L)] = mean(ks);
+      jm.push_back({{"name", m.name}, {"index", m.policy.index}, {"k", m.k}, {"dense_layers", m.policy.dense_layers},
+                    {"k_schedule", m.policy.k_schedule == KSchedule::Linear ? "linear" : "uniform"},
+                    {"policy", nlohmann::json::parse(m.policy.to_json())}, {"k_tokens_per_length", per_length}});
+    }
+    nlohmann::json answer_tokens_json = nlohmann::json::object();
+    for (RulerTask t : tasks) answer_tokens_json[ruler_task_name(t)] = a.answer_of(t);
+    rep.config = {{"command", "eval ruler"}, {"model", a.model.empty() ? std::string(kDefaultModel) : a.model},
+                  {"model_content_hash", fmt::format("{:016x}", file->content_hash())}, {"arch", arch_name(cfg.arch)},
+                  {"model_summary", cfg.summary()}, {"backend", backend->name()}, {"threads", omp_get_max_threads()},
+                  {"tasks", rep.tasks}, {"lengths", lengths}, {"samples", a.samples}, {"seed", a.seed},
+                  {"chat", a.chat}, {"answer_tokens", answer_tokens_json}, {"agreement_tokens", a.agreement_tokens},
+                  {"error_steps", a.error_steps < 0 ? a.agreement_tokens : a.error_steps},
+                  {"chunk", a.chunk}, {"kv_type", a.kv_type}, {"policy", nlohmann::json::parse(base.to_json())},
+                  {"methods", jm}, {"prompts", prompts.size()}, {"prompts_done", done},
+                  {"complete", done == prompts.size()}};
+  };
+  // The CSV and JSON are written again after every prompt, so that a run cut short (a timeout, a kill) still
+  // leaves the rows it finished; "complete" in the JSON says whether it ran to the end.
+  const auto write_outputs = [&](size_t done) {
+    if (a.csv.empty() && a.json.empty()) return;
+    configure(done);
+    if (!a.csv.empty()) write_ruler_csv(rep, a.csv);
+    if (!a.json.empty()) write_ruler_json(rep, ruler_summary(rep), a.json);
+  };
   Progress bar("ruler", (int64_t)prompts.size(), "prompts");
-  for (const Prompt& p : prompts) {
-    run_prompt(ss, p, methods);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    run_prompt(ss, prompts[i], methods);
+    rep.timing.total_s = total.seconds();
+    if (i + 1 < prompts.size()) write_outputs(i + 1);
     bar.add(1);
   }
   bar.finish();
   RulerTiming& time = rep.timing;
   time.total_s = total.seconds();
-
-  // The configuration, enough to run it again.
-  nlohmann::json jm = nlohmann::json::array();
-  for (const EvalMethod& m : methods) {
-    nlohmann::json per_length = nlohmann::json::object();
-    for (auto& [L, ks] : ss.k_tokens[m.name]) per_length[std::to_string(L)] = mean(ks);
-    jm.push_back({{"name", m.name}, {"index", m.policy.index}, {"k", m.k}, {"dense_layers", m.policy.dense_layers},
-                  {"k_schedule", m.policy.k_schedule == KSchedule::Linear ? "linear" : "uniform"},
-                  {"policy", nlohmann::json::parse(m.policy.to_json())}, {"k_tokens_per_length", per_length}});
-  }
-  nlohmann::json answer_tokens_json = nlohmann::json::object();
-  for (RulerTask t : tasks) answer_tokens_json[ruler_task_name(t)] = a.answer_of(t);
-  rep.config = {{"command", "eval ruler"}, {"model", a.model.empty() ? std::string(kDefaultModel) : a.model},
-                {"model_content_hash", fmt::format("{:016x}", file->content_hash())}, {"arch", arch_name(cfg.arch)},
-                {"model_summary", cfg.summary()}, {"backend", backend->name()}, {"threads", omp_get_max_threads()},
-                {"tasks", rep.tasks}, {"lengths", lengths}, {"samples", a.samples}, {"seed", a.seed},
-                {"chat", a.chat}, {"answer_tokens", answer_tokens_json}, {"agreement_tokens", a.agreement_tokens},
-                {"error_steps", a.error_steps < 0 ? a.agreement_tokens : a.error_steps},
-                {"chunk", a.chunk}, {"kv_type", a.kv_type}, {"policy", nlohmann::json::parse(base.to_json())},
-                {"methods", jm}};
+  configure(prompts.size());
   const nlohmann::json summary = ruler_summary(rep);
   print_ruler_summary(rep, summary);
   if (!a.quiet)
@@ -314,8 +328,9 @@ void register_eval_ruler(CLI::App& eval) {
                   "a time (default: the system's temp directory; at 32K on a 1.5B model about 1 GiB)");
   cmd->add_option("--save-prompts", a->save_prompts, "Write every prompt here (JSON lines: task, length, sample, "
                   "seed, answers, needle depths, the prompt as the model sees it)");
-  cmd->add_option("--csv", a->csv, "One row per (task, length, sample, method)");
-  cmd->add_option("--json", a->json, "The configuration, the summary, timings, the index builds and every row");
+  cmd->add_option("--csv", a->csv, "One row per (task, length, sample, method); written again after every prompt");
+  cmd->add_option("--json", a->json, "The configuration, the summary, timings, the index builds and every row; written again after every "
+                  "prompt (\"complete\": false until the last), so a run cut short keeps what it finished");
   cmd->add_option("--png", a->png, "Score per task and length, one line per method (scripts/plot_ruler.py; needs "
                   "--json)");
   cmd->add_flag("-q,--quiet", a->quiet, "No progress bar or information on stderr (the summary still goes to stdout)");

@@ -117,7 +117,7 @@ TEST_CASE("decode attention (T = 1) matches the CPU across split boundaries, hea
   }
 }
 
-TEST_CASE("decode attention: the device position gives the host position's bits; any split count is exact") {
+TEST_CASE("decode attention: the device position gives the host position's bits, any split count is exact") {
   auto cpu = make_cpu_backend();
   auto& be = cuda_be();
   std::mt19937 rng(31);

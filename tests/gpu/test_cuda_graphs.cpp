@@ -115,7 +115,7 @@ TEST_CASE("recorded step ops replay at new positions with the bits of the ops ru
               "recorded ops replayed", steps, equal, worst_att, worst_att <= 1e-6 ? "ok" : "FAIL");
 }
 
-TEST_CASE("a recording refuses host copies, other shapes and positions; the backend is usable after") {
+TEST_CASE("a recording refuses host copies, other shapes and positions, the backend is usable after") {
   auto& be = gpu();
   std::mt19937 rng(47);
   KvLayerCache c = be.alloc_kv(1, 64, 32, DType::F32);
