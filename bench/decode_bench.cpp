@@ -12,6 +12,7 @@
 #include "src/common/error.h"
 #include "src/common/options.h"
 #include "src/eval/passkey_prompt.h"
+#include "src/session/backend_choice.h"
 
 namespace topkv {
 
@@ -48,19 +49,14 @@ ContextFill parse_context_fill(const std::string& s) {
 
 namespace {
 
-// The backend the config names; "auto" falls back to the CPU when CUDA cannot start, saying why.
+// The backend the config names (src/session/backend_choice.h: auto is CUDA
+// when a device is visible); with auto on the CPU, the note says why.
 std::unique_ptr<Backend> make_backend(const DecodeBenchConfig& c, std::string& note) {
-  if (c.backend == "cpu") return make_cpu_backend();
-  CudaBackendOptions o;
-  o.mem_budget = c.gpu_mem_budget;
-  if (c.backend == "cuda") return make_cuda_backend(o);
-  TOPKV_CHECK(c.backend == "auto", "unknown backend '{}': use cpu, cuda or auto", c.backend);
-  try {
-    return make_cuda_backend(o);
-  } catch (const Error& e) {
-    note = fmt::format("no CUDA backend ({}); using the CPU backend", e.what());
-    return make_cpu_backend();
-  }
+  BackendSpec spec;
+  spec.name = c.backend, spec.gpu_mem_budget = c.gpu_mem_budget;
+  note = auto_backend_note(c.backend);
+  bool cuda = false;
+  return open_backend(spec, cuda);
 }
 
 // Everything that can be checked without long work: a bad request fails here,

@@ -4,7 +4,7 @@
 //   dense       the model's own cache, all KV in the backend's memory (on a
 //               CUDA backend: the GPU; the row is skipped, with the reason,
 //               when weights + cache do not fit --gpu-mem-budget)
-//   topk        the offloaded top-k runtime (offload/make_runtime.h), one row
+//   topk        the offloaded top-k runtime (src/session/make_runtime.h), one row
 //               per --index backend
 //   host-dense  exact attention over a host-memory KV cache on the CPU cores
 //               (offload/host_dense_attention.h: llama.cpp --no-kv-offload)

@@ -8,7 +8,8 @@
 #include "bench/synthetic_fill.h"
 #include "gpu/cuda_backend.h"
 #include "offload/host_dense_attention.h"
-#include "offload/make_runtime.h"
+#include "src/session/make_runtime.h"
+#include "src/session/session.h"
 #include "src/common/error.h"
 #include "src/common/options.h"
 #include "src/common/progress.h"
@@ -97,17 +98,15 @@ DecodeRow DecodeRunner::run(int64_t context, DecodeMode mode, const std::string&
     Progress bar("prefill", n, "tok", cfg_.progress && n > mo.max_chunk);
     tok = argmax(model->prefill(prompt, mo.max_chunk, false, [&](int64_t done) { bar.set(done); }));
     bar.finish();
-    if (ov) {
-      ov->take_prefill(*model);
-      for (int il : taken) model->release_kv(il);
-    }
+    if (ov) ov->take_prefill(*model);
   } else if (n > 0) {
     const SyntheticFill synth(mc_, n, cfg_.seed, cfg_.progress);
     synth.fill_model(*model);
     if (rt) rt->take_context(n, synth.reader());
     if (hd) hd->take_context(n, synth.reader());
   }
-  if (ov) model->set_attention_override(ov);
+  // A prefill attended densely: the override takes its caches now.
+  if (ov) attach_override(*model, ov, taken, /*release_kv=*/prefill);
   row.fill_s = fill.seconds();
   row.build_s = stats().build_s, row.keys_indexed = stats().keys_indexed;
   if (rt) {  // the mean over retrieval layers (a linear schedule varies it)

@@ -18,7 +18,7 @@
 #include "src/common/error.h"
 #include "src/common/timer.h"
 
-namespace topkv::cli {
+namespace topkv::bench {
 
 using cuda::CudaBackend;
 
@@ -147,4 +147,4 @@ void bench_quant_matmul(CudaBackend& be, EventTimer& tm, Report& rep, int reps, 
 // The device search's steps at the million-token shapes (bench/gpu_search_bench.cpp).
 void bench_device_search(CudaBackend& be, EventTimer& tm, Report& rep, int reps);
 
-}  // namespace topkv::cli
+}  // namespace topkv::bench

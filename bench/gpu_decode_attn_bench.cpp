@@ -26,7 +26,7 @@
 #include "bench/gpu_bench_util.h"
 #include "gpu/cuda_kernels.h"
 
-namespace topkv::cli {
+namespace topkv::bench {
 namespace {
 
 constexpr int kGraphCalls = 20;
@@ -154,5 +154,5 @@ void bench_decode_attention(CudaBackend& be, EventTimer& tm, Report& rep, int re
   }
 }
 
-}  // namespace topkv::cli
+}  // namespace topkv::bench
 #endif

@@ -11,7 +11,7 @@
 #include "bench/gpu_bench_util.h"
 #include "gpu/cuda_kernels.h"
 
-namespace topkv::cli {
+namespace topkv::bench {
 
 // Prefill attention, T = 512 and 2048 queries at the end of 32k / 128k-token
 // caches, through cuda::attention (the fp32 kernel) and cuda::attention_tc
@@ -78,5 +78,5 @@ void bench_prefill_attention(CudaBackend& be, EventTimer& tm, Report& rep, int m
   }
 }
 
-}  // namespace topkv::cli
+}  // namespace topkv::bench
 #endif  // TOPKV_HAVE_CUDA

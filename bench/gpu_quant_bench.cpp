@@ -35,7 +35,7 @@
 #include "gpu/quant_matvec_ref.h"
 #include "src/model/ggml_types.h"
 
-namespace topkv::cli {
+namespace topkv::bench {
 
 namespace {
 
@@ -227,5 +227,5 @@ void bench_quant_matmul(CudaBackend& be, EventTimer& tm, Report& rep, int reps, 
   bench_group(be, tm, rep, reps, "gemma270m q/k/v", GgmlType::Q8_0, 640, {1024, 256, 256});
 }
 
-}  // namespace topkv::cli
+}  // namespace topkv::bench
 #endif  // TOPKV_HAVE_CUDA

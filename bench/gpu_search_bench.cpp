@@ -15,7 +15,7 @@
 #include "bench/gpu_bench_util.h"
 #include "gpu/cuda_kernels.h"
 
-namespace topkv::cli {
+namespace topkv::bench {
 
 void bench_device_search(CudaBackend& be, EventTimer& tm, Report& rep, int reps) {
   struct Shape {
@@ -101,5 +101,5 @@ void bench_device_search(CudaBackend& be, EventTimer& tm, Report& rep, int reps)
   cudaFreeHost(fake_rows);
 }
 
-}  // namespace topkv::cli
+}  // namespace topkv::bench
 #endif  // TOPKV_HAVE_CUDA

@@ -7,7 +7,7 @@
 #include <numeric>
 #include <thread>
 
-#include "gpu/partial_attention.h"
+#include "offload/partial_attention.h"
 #include "index/topk_collector.h"
 #include "src/common/error.h"
 #include "src/common/progress.h"

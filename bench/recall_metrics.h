@@ -13,7 +13,7 @@
 //  * output error: ||o - o_exact|| / ||o_exact||, where o is attention over the
 //    returned keys only, plus, for multipole backends, one weighted row per far
 //    cluster (score scale · q·C_j + ln N_j, value V̄_j; DESIGN.md "Multipole",
-//    merged exactly by gpu/partial_attention.h).
+//    merged exactly by offload/partial_attention.h).
 //  * fraction scored: keys the backend dotted with a query while searching,
 //    over n · nq (1.0 for an exact scan).
 //

@@ -11,8 +11,7 @@ namespace topkv {
 static_assert(RowStore::kChunkShift == cuda::kStoreChunkShift, "the device search addresses store rows by chunk");
 
 bool DeviceSearchTables::backend_supported(const std::string& index_spec) {
-  const std::string name = parse_spec(index_spec).name;
-  return name == "multipole" || name == "centroid" || name == "quest";
+  return KvIndex::create(index_spec)->summary_kind().has_value();  // an empty index: its parameters only
 }
 
 bool DeviceSearchTables::stale(const OffloadedLayer& L) const {
@@ -35,7 +34,6 @@ DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, DT
   Staged s;
   s.heads.resize((size_t)nkv);
   s.table_type = table_type;
-  s.page_bounds = parse_spec(L.config().index).name == "quest";
   auto typed = [&](const std::vector<float>& v) {
     std::vector<uint8_t> raw(v.size() * dtype_size(table_type));
     from_f32(table_type, v.data(), raw.data(), v.size());
@@ -51,6 +49,7 @@ DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, DT
                 "internal: {} summary tables of dimension {} for head_dim {}", index->name(), t.dim, d);
     TOPKV_CHECK(t.size() <= INT32_MAX && t.covered <= INT32_MAX, "the device search holds at most 2^31 groups "
                 "and rows per head ({} groups over {} rows)", t.size(), t.covered);
+    s.page_bounds = t.kind == SummaryTables::Kind::PageBounds;  // one index spec: every head the same kind
     Staged::Head& sh = s.heads[(size_t)h];
     sh.present = true;
     sh.n = (int32_t)t.size(), sh.page = (int32_t)t.page, sh.max_count = t.max_count(), sh.covered = t.covered;

@@ -47,6 +47,7 @@ class Progress;
 
 class ClusterIndex : public KvIndex {
  public:
+  std::optional<SummaryTables::Kind> summary_kind() const override { return SummaryTables::Kind::Centroid; }
   bool is_topk() const override { return false; }
 
  protected:

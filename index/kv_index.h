@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -140,6 +141,9 @@ class KvIndex {
   // true: each query head's candidates are cut to its k best by exact score
   // (flat, HNSW, IVF). false: the backend's own budget decides (quest, centroid).
   virtual bool is_topk() const { return true; }
+  // The form export_summaries gives this backend's index (the capability a
+  // search elsewhere, e.g. the GPU's, is chosen by), or none: graphs, IVF, flat.
+  virtual std::optional<SummaryTables::Kind> summary_kind() const { return std::nullopt; }
   // Bytes the structure will hold per indexed key of dimension `dim`
   // (structure + any private key copy, not the shared store), from the
   // backend's parameters: what a memory plan needs before any key exists.

@@ -4,7 +4,7 @@
 // approximately. Their keys are not returned; instead search() returns them
 // in far_clusters with q_g·C_j for every query head g, and the decode step
 // adds each as one weighted row of the log-sum-exp merge: scaled score
-// s·q·C_j + ln N_j, value V̄_j (gpu/partial_attention.h). Nothing is dropped.
+// s·q·C_j + ln N_j, value V̄_j (offload/partial_attention.h). Nothing is dropped.
 //
 // Every token is in exactly one part: a cluster selected by any query head
 // is returned exactly (for all heads), every other cluster is far. With

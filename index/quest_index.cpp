@@ -29,6 +29,7 @@ namespace {
 
 class QuestIndex final : public KvIndex {
  public:
+  std::optional<SummaryTables::Kind> summary_kind() const override { return SummaryTables::Kind::PageBounds; }
   QuestIndex(const Params& p, const BuildOptions& opt) : KvIndex("quest", p, opt) {
     page_ = p.get_int("page", 16);
     TOPKV_CHECK(page_ >= 1 && page_ <= 65536, "quest: page={} is out of range (1..65536 keys per page)", page_);

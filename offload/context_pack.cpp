@@ -222,10 +222,6 @@ std::vector<float> ContextPack::restore(Model& model, OffloadRuntime* rt) const 
   }
   if (rt) rt->take_pack(*file_);
   model.set_n_past(n);
-  if (rt) {
-    model.set_attention_override(rt);
-    for (int il : rt->retrieval_layers()) model.release_kv(il);
-  }
   const auto* lp = reinterpret_cast<const float*>(file_->tensor("logits", StDType::F32, {cfg.n_vocab}));
   return std::vector<float>(lp, lp + cfg.n_vocab);
 }

@@ -96,10 +96,11 @@ class ContextPack {
   // Puts the context into `model` (n_past() 0, context size >= the pack's
   // tokens) and, for a top-k pack, `rt` (built with policy_for_run): the
   // model's own layers get their KV, the top-k layers take the pack
-  // (take_pack), the model resumes at position n with `rt` as its attention
-  // override and gives back the caches of the layers `rt` serves. Returns
-  // the logits after the last context token. May be called again (after
-  // Model::reset, with a fresh runtime) to start over from the pack.
+  // (take_pack) and the model resumes at position n. The caller then sets
+  // `rt` as the model's attention override (attach_runtime,
+  // src/session/session.h). Returns the logits after the last context token.
+  // May be called again (after Model::reset, with a fresh runtime) to start
+  // over from the pack.
   std::vector<float> restore(Model& model, OffloadRuntime* rt) const;
 
   // What a restore of `index_slot` uses in place and what it copies (see

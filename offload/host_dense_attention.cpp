@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "gpu/partial_attention.h"
+#include "offload/partial_attention.h"
 #include "src/common/error.h"
 #include "src/common/progress.h"
 #include "src/common/timer.h"

@@ -7,7 +7,7 @@
 // One step of one layer is split over KV heads AND key blocks (split-K): each
 // task scans one block of one KV head once for all the query heads of its GQA
 // group and returns one partial (m, l, o) per query head
-// (gpu/partial_attention.h); the blocks of a head merge with the exact
+// (offload/partial_attention.h); the blocks of a head merge with the exact
 // log-sum-exp merge. So the keys are read once per step, by every core at
 // once, which is what bounds this baseline: host memory bandwidth.
 //

@@ -20,7 +20,7 @@
 #include <memory>
 #include <vector>
 
-#include "gpu/partial_attention.h"
+#include "offload/partial_attention.h"
 #include "index/kv_index.h"
 #include "offload/policy.h"
 

@@ -11,6 +11,7 @@ PACKAGES=(
   libomp-dev                          # OpenMP (GCC's libgomp comes with g++)
   catch2                              # Catch2 v2 + CTest integration
   libcli11-dev libfmt-dev nlohmann-json3-dev
+  libcpp-httplib-dev                  # topkv serve (cpp-httplib)
   python3 python3-pip python3-numpy python3-matplotlib   # plots, model fetch
 )
 

@@ -17,5 +17,12 @@ BUILD_TYPE=${BUILD_TYPE:-Release}
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"
+# The `openai` client for tests/test_serve.py, from the package index, into the
+# build folder (never the system's Python); the serve tests fail without it.
+PYDEPS="$BUILD_DIR/pydeps"
+if ! PYTHONPATH="$PYDEPS" python3 -c "import openai" 2>/dev/null; then
+  python3 -m pip install --quiet --target "$PYDEPS" openai ||
+    echo "test.sh: pip could not install the openai package into $PYDEPS; the test_serve tests will fail" >&2
+fi
 cd "$BUILD_DIR"
 ctest --output-on-failure -j "$JOBS" ${CTEST_ARGS:-}

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "gpu/attention_tc_tiles.h"
-#include "gpu/partial_attention.h"
+#include "offload/partial_attention.h"
 #include "src/common/dtype.h"
 #include "src/model/backend.h"
 #include "tests/test_util.h"

@@ -14,6 +14,7 @@
 #include "offload/offloaded_layer.h"
 #include "src/common/error.h"
 #include "src/model/synth.h"
+#include "src/session/session.h"
 #include "tests/model_test_util.h"
 #include "tests/test_util.h"
 
@@ -261,6 +262,7 @@ TEST_CASE("a model and runtime restored from a context pack decode exactly as th
       if (topk) rb = std::make_unique<OffloadRuntime>(cfg, pack.policy_for_run(pack.policy()), false);
       Model b(file, *be, model_options(P + steps + 40, 7, kv));
       std::vector<float> lb = pack.restore(b, rb.get());
+      attach_runtime(b, rb.get(), /*release_kv=*/true);
       const std::vector<float> first = lb;
       CHECK(lb == la);
       CHECK(b.n_past() == P);

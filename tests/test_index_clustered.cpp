@@ -17,7 +17,7 @@
 
 #include <fmt/format.h>
 
-#include "gpu/partial_attention.h"
+#include "offload/partial_attention.h"
 #include "index/ann_util.h"
 #include "index/kv_index.h"
 

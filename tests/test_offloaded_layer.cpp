@@ -5,7 +5,7 @@
 #include <cmath>
 #include <random>
 
-#include "gpu/partial_attention.h"
+#include "offload/partial_attention.h"
 #include "offload/offloaded_layer.h"
 
 using namespace topkv;

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 #include <random>
 
-#include "gpu/partial_attention.h"
+#include "offload/partial_attention.h"
 
 using namespace topkv;
 

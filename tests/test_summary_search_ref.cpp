@@ -9,7 +9,7 @@
 #include <random>
 #include <set>
 
-#include "gpu/partial_attention.h"
+#include "offload/partial_attention.h"
 #include "gpu/summary_search_ref.h"
 #include "index/kv_index.h"
 #include "offload/offloaded_layer.h"

@@ -2,7 +2,6 @@
 
 #include <fmt/ranges.h>
 
-#include "src/common/progress.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -13,10 +12,10 @@
 #include <iterator>
 
 #include "gpu/cuda_backend.h"
-#include "gpu/device.h"
 #include "offload/memory_plan.h"
 #include "src/common/error.h"
 #include "src/common/options.h"
+#include "src/session/backend_choice.h"
 
 namespace topkv::cli {
 
@@ -69,33 +68,26 @@ std::string describe_prefill_kv(const Model& model) {
 
 bool overlap_build(const BackendArgs& a, bool cuda) { return a.overlap_build == "on" || (a.overlap_build == "auto" && cuda); }
 
-std::vector<float> prefill_into(Model& model, std::span<const int32_t> ids, int chunk, OffloadRuntime* rt,
-                                bool overlap) {
-  Progress bar("prefill", (int64_t)ids.size(), "tok", (int64_t)ids.size() > chunk);
-  const int64_t base = model.n_past();
-  overlap = overlap && rt && base == 0;
-  if (overlap) rt->begin_context((int64_t)ids.size());
-  const auto read = [&model](int layer, int64_t from, std::vector<float>& k, std::vector<float>& v) {
-    model.read_kv(layer, k, v, from);
-  };
-  std::vector<float> logits = model.prefill(ids, chunk, false, [&](int64_t done) {
-    bar.set(done);
-    if (overlap) rt->absorb(done, read);
-  });
-  bar.finish();
-  if (overlap) rt->end_context();
-  else if (rt) rt->take_prefill(model);
-  return logits;
+namespace {
+
+BackendSpec backend_spec(const BackendArgs& a) {
+  BackendSpec spec;  // a malformed budget is an error whichever backend runs
+  spec.name = a.backend, spec.threads = a.threads;
+  spec.budget_given = !a.gpu_mem_budget.empty();
+  if (spec.budget_given) spec.gpu_mem_budget = parse_size(a.gpu_mem_budget);
+  return spec;
 }
 
-std::unique_ptr<Backend> make_backend(const BackendArgs& a, bool& cuda) {
-  CudaBackendOptions co;  // a malformed budget is an error whichever backend runs
-  if (!a.gpu_mem_budget.empty()) co.mem_budget = parse_size(a.gpu_mem_budget);
-  cuda = a.backend == "cuda" || (a.backend == "auto" && cuda_device_count() > 0);
-  if (cuda) return make_cuda_backend(co);
-  TOPKV_CHECK(a.gpu_mem_budget.empty(), "--gpu-mem-budget applies to the CUDA backend; this run uses the CPU "
-              "(--backend {})", a.backend);
-  return make_cpu_backend({a.threads});
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const BackendArgs& a, bool& cuda) { return open_backend(backend_spec(a), cuda); }
+
+SessionOptions session_options(const BackendArgs& a, bool progress, bool measure_error) {
+  SessionOptions o;
+  o.backend = backend_spec(a);
+  o.overlap_build = overlap_build(a, resolves_to_cuda(a.backend));
+  o.progress = progress, o.measure_error = measure_error;
+  return o;
 }
 
 std::string default_model_path() {

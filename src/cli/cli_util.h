@@ -13,6 +13,7 @@
 #include "offload/policy.h"
 #include "src/model/gguf.h"
 #include "src/model/model.h"
+#include "src/session/session.h"
 
 namespace topkv::cli {
 
@@ -29,16 +30,11 @@ void add_backend_options(CLI::App* cmd, BackendArgs& a, const std::string& cuda_
 // else the CPU backend. Throws Error on a budget for the CPU or a bad size.
 std::unique_ptr<Backend> make_backend(const BackendArgs& a, bool& cuda);
 
-// Prefills `ids` in chunks of `chunk` (a progress bar when there are several)
-// and returns the last token's logits. With an offloaded runtime `rt`, hands
-// it the retrieval layers' KV: while the prefill runs when `overlap` (the
-// indexes build on the host cores as the keys appear,
-// OffloadRuntime::begin_context), else after it (take_prefill).
-std::vector<float> prefill_into(Model& model, std::span<const int32_t> ids, int chunk, OffloadRuntime* rt,
-                                bool overlap);
 // --overlap-build resolved: auto overlaps when the model runs on the GPU
 // (its prefill leaves the host cores free).
 bool overlap_build(const BackendArgs& a, bool cuda);
+// The session layer's options (src/session/session.h) for these flags.
+SessionOptions session_options(const BackendArgs& a, bool progress, bool measure_error = false);
 // --prefill-kv: where the retrieval layers' caches live while the model
 // prefills (ModelOptions::host_kv_candidates, kv_place, device_reserve).
 // `rt` is the top-k runtime that will take those layers (null: dense, or a

@@ -29,6 +29,7 @@
 #include "src/eval/shared_context.h"
 #include "src/model/model.h"
 #include "src/model/tokenizer.h"
+#include "src/session/backend_choice.h"
 
 namespace topkv::cli {
 namespace {
@@ -63,7 +64,10 @@ void run_eval(const EvalArgs& a, const OffloadPolicy& base) {
   const ModelConfig cfg = read_model_config(*file);
   for (const EvalMethod& m : methods) OffloadRuntime(cfg, m.policy, false);  // e.g. too many dense layers: now
   const int64_t max_len = *std::max_element(lengths.begin(), lengths.end());
-  auto backend = make_cpu_backend({a.threads});
+  BackendSpec where;  // eval passkey runs on the CPU (eval ruler takes --backend)
+  where.name = "cpu", where.threads = a.threads;
+  bool cuda = false;
+  std::unique_ptr<Backend> backend = open_backend(where, cuda);
   ModelOptions mo;
   mo.n_ctx = max_len + a.answer_tokens + 1;
   mo.max_chunk = a.chunk;

@@ -13,9 +13,7 @@
 #include <random>
 
 #include "gpu/cuda_backend.h"
-#include "gpu/cuda_sampler.h"
 #include "offload/context_pack.h"
-#include "offload/make_runtime.h"
 #include "offload/offload_runtime.h"
 #include "src/cli/cli_util.h"
 #include "src/cli/commands.h"
@@ -26,6 +24,7 @@
 #include "src/model/model.h"
 #include "src/model/sampler.h"
 #include "src/model/tokenizer.h"
+#include "src/session/session.h"
 
 namespace topkv::cli {
 namespace {
@@ -53,49 +52,6 @@ struct Run {
   double decode_s = 0;
   double decode_tps() const { return n_decode > 0 ? n_decode / decode_s : 0.0; }
 };
-
-// Samples from `logits`, prints each token as it comes and runs it to get the
-// next logits, until -n, the end of generation or a full context. decode
-// tok/s counts those runs, sampling included. `since` started with the
-// context work: the first sample sets r.first_token_s. On the GPU (`cuda` not
-// null) the decode logits stay on the device and are sampled there
-// (gpu/cuda_sampler.h): 4 x n_vocab bytes less to copy per token; the first
-// token comes from the host logits of the context work.
-void answer(Model& model, const SamplerParams& sp, const Tokenizer& tok, std::vector<float> logits, int n_predict,
-            int64_t n_ctx, const Timer& since, Backend* cuda, Run& r) {
-  Sampler sampler(sp);  // afresh for each prompt: the same seed repeats an answer
-  std::unique_ptr<CudaSampler> gpu_sampler;
-  if (cuda) gpu_sampler = std::make_unique<CudaSampler>(*cuda, sp);
-  const float* device_logits = nullptr;
-  const int64_t n_vocab = model.config().n_vocab;
-  StreamDecoder out(tok);
-  Timer decode_timer;
-  r.first_token_s = since.seconds();
-  while (r.n_gen < n_predict) {
-    const int32_t id = device_logits ? gpu_sampler->sample(device_logits, n_vocab) : sampler.sample(logits);
-    if (r.n_gen == 0) r.first_token_s = since.seconds();
-    if (tok.is_eog(id)) {
-      r.stop = "eog";
-      break;
-    }
-    std::fputs(out.push(id).c_str(), stdout);
-    std::fflush(stdout);
-    if (++r.n_gen == n_predict) break;
-    if (model.n_past() >= n_ctx) {
-      r.stop = "context";
-      break;
-    }
-    if (gpu_sampler)
-      device_logits = model.decode_on_backend(id);
-    else
-      logits = model.decode(id);
-    ++r.n_decode;
-  }
-  r.decode_s = decode_timer.seconds();
-  std::fputs(out.flush().c_str(), stdout);
-  std::fputs("\n", stdout);
-  std::fflush(stdout);
-}
 
 // --prompts: one question per line (empty lines skipped).
 std::vector<std::string> read_questions(const std::string& path) {
@@ -137,7 +93,8 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
   const std::string path = a.model.empty() ? default_model_path() : a.model;
   std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   if (pack) pack->check_model(*file);
-  const Tokenizer tok = Tokenizer::from_gguf(*file);
+  Tokenizer read_tok = Tokenizer::from_gguf(*file);
+  const Tokenizer& tok = read_tok;
   const ModelConfig cfg = read_model_config(*file);
 
   // The prompts: one (all of the context, or with a pack what follows the
@@ -168,10 +125,11 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
 
   TOPKV_CHECK(!a.measure_error || policy.attn == AttnMode::TopK, "--measure-error compares top-k attention with "
               "exact attention; this run is dense (add --attn topk)");
-  bool cuda = false;
-  std::unique_ptr<Backend> backend = make_backend(a.where, cuda);
+  Session session(file, session_options(a.where, !a.quiet, a.measure_error), std::move(read_tok));
+  const bool cuda = session.cuda();
+  Backend& backend = session.backend();
   TOPKV_CHECK(cuda || cmd.count("--stage-rows") == 0, "--stage-rows applies to the CUDA backend (the host copies "
-              "each step's retrieved rows to the GPU); the {} backend reads them in place: drop it", backend->name());
+              "each step's retrieved rows to the GPU); the {} backend reads them in place: drop it", backend.name());
   ModelOptions mo;
   mo.n_ctx = n_ctx;
   mo.max_chunk = (int)std::clamp<int64_t>((int64_t)longest, 1, a.chunk);
@@ -179,23 +137,16 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
   TOPKV_CHECK(mo.kv_dtype != DType::BF16, "--kv-type must be f32 or f16");
   mo.weights = parse_weight_mode(a.weights);
   check_weight_mode(mo.weights, cuda);
-  const auto new_runtime = [&]() -> std::unique_ptr<OffloadRuntime> {  // the CUDA runtime on a CUDA backend
-    if (policy.attn != AttnMode::TopK) return nullptr;
-    auto rt = make_offload_runtime(*backend, cfg, policy, !a.quiet);
-    rt->set_measure_error(a.measure_error);
-    return rt;
-  };
-  std::unique_ptr<OffloadRuntime> offload = new_runtime();
+  const OffloadRuntime* planned = session.prepare_runtime(policy);  // the CUDA runtime on a CUDA backend
   // From a pack the top-k layers never attend densely: they get no cache at all.
-  if (pack && offload) mo.override_layers = offload->retrieval_layers();
-  place_prefill_kv(a.where, cuda, pack ? nullptr : offload.get(), mo);
+  if (pack && planned) mo.override_layers = planned->retrieval_layers();
+  place_prefill_kv(a.where, cuda, pack ? nullptr : planned, mo);
   check_memory_plan(*file, cfg, policy, mo, /*from_pack=*/pack != nullptr, a.quiet);
   Timer load_timer;
-  Model model(file, *backend, mo);
-  model.touch_weights();  // page the mapped weights in now, not inside the timed prefill
+  Model& model = session.load(mo);
   const double load_s = load_timer.seconds();
   if (const std::string s = describe_prefill_kv(model); !s.empty()) note(s);
-  const char* other = weight_mode_name(backend->other_weight_mode(mo.weights));
+  const char* other = weight_mode_name(backend.other_weight_mode(mo.weights));
   note(fmt::format("topkv: {}", cfg.summary()));
   note(fmt::format("topkv: weights {} ({}; --weights {} would take {}), KV cache {} ({} positions, {}), "
                    "{} prompt tokens", a.weights, mib(model.weight_bytes()), other,
@@ -204,45 +155,39 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
                              pack_open_s));
 
   std::vector<Run> runs;
+  DecodeParams dp;
+  dp.sampling = sp, dp.n_predict = a.n_predict, dp.n_ctx = n_ctx;
   for (size_t qi = 0; qi < prompts.size(); ++qi) {
     const std::vector<int32_t>& prompt = prompts[qi];
     Run r;
     r.question = questions[qi];
     r.prompt_tokens = n_pack + (int64_t)prompt.size();
     Timer since;
-    std::vector<float> logits;
-    if (pack) {  // the pack's context (afresh for each question), then the prompt on top of it
-      if (qi > 0) {
-        model.reset();
-        auto fresh = new_runtime();
-        logits = pack->restore(model, fresh.get());
-        offload = std::move(fresh);  // the model points at the fresh one now
-      } else {
-        logits = pack->restore(model, offload.get());
-      }
-      if (offload && qi == 0)
-        note(fmt::format("topkv: restored in {:.2f} s; {}; host store + index {}, of which {} used in place from "
-                         "the pack", offload->stats().build_s, offload->describe(), mib(offload->host_bytes()),
-                         mib(offload->in_place_bytes())));
-    }
-    // Without a pack the retrieval layers' KV goes to the host stores and
-    // their indexes are built: during the prefill (--overlap-build) or after.
-    OffloadRuntime* take = offload && !pack ? offload.get() : nullptr;
-    if (!prompt.empty()) logits = prefill_into(model, prompt, mo.max_chunk, take, overlap_build(a.where, cuda));
-    else if (take) take->take_prefill(model);  // (refused: nothing was prefilled)
-    if (take) {
-      model.set_attention_override(offload.get());
-      for (int il : offload->retrieval_layers()) model.release_kv(il);  // the runtime holds them now
+    std::vector<float> logits = session.start(policy, pack.get(), prompt, mo.max_chunk, /*release_kv=*/true);
+    OffloadRuntime* offload = session.runtime();
+    if (offload && pack && qi == 0)
+      note(fmt::format("topkv: restored in {:.2f} s; {}; host store + index {}, of which {} used in place from "
+                       "the pack", offload->stats().build_s, offload->describe(), mib(offload->host_bytes()),
+                       mib(offload->in_place_bytes())));
+    if (offload && !pack)
       note(fmt::format("topkv: {}; {} keys indexed in {:.2f} s, host store + index {}", offload->describe(),
                        offload->stats().keys_indexed, offload->stats().build_s, mib(offload->host_bytes())));
-    }
     r.prefill_s = since.seconds();
-    if (cuda && qi == 0) note(fmt::format("topkv: GPU memory after prefill: {}", cuda_memory_use(*backend).describe()));
+    if (cuda && qi == 0) note(fmt::format("topkv: GPU memory after prefill: {}", cuda_memory_use(backend).describe()));
     if (prompts.size() > 1) {
       std::fprintf(stdout, "%s=== question %zu/%zu: %s\n", qi ? "\n" : "", qi + 1, prompts.size(), r.question.c_str());
       std::fflush(stdout);
     }
-    answer(model, sp, tok, std::move(logits), a.n_predict, n_ctx, since, cuda ? backend.get() : nullptr, r);
+    StreamDecoder out(session.tokenizer());  // tokens printed as they come
+    const DecodeResult d = session.decode(std::move(logits), dp, since, [&](int32_t id) {
+      std::fputs(out.push(id).c_str(), stdout);
+      std::fflush(stdout);
+    });
+    std::fputs(out.flush().c_str(), stdout);
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    r.stop = d.stop, r.n_gen = d.n_gen, r.n_decode = d.n_decode, r.decode_s = d.decode_s;
+    r.first_token_s = d.first_token_s;
     if (qi == 0) r.first_token_s += pack_open_s;
     if (r.stop == "context") note(fmt::format("topkv: stopped: the context ({} tokens) is full; raise -c", n_ctx));
     if (prompts.size() > 1)
@@ -251,6 +196,7 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
                        r.stop));
     runs.push_back(r);
   }
+  OffloadRuntime* offload = session.runtime();
 
   const Run& last = runs.back();
   // With a pack, only the appended prompt is prefilled.
@@ -269,7 +215,7 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
                      "kernels (device time)", st.wait_s * 1e3 / st.steps, st.transfer_s * 1e3 / st.steps,
                      st.gpu_s * 1e3 / st.steps));
   }
-  if (cuda) note(fmt::format("topkv: GPU memory at the end: {}", cuda_memory_use(*backend).describe()));
+  if (cuda) note(fmt::format("topkv: GPU memory at the end: {}", cuda_memory_use(backend).describe()));
   std::vector<double> attn_err;
   if (offload && a.measure_error && offload->stats().steps > 0) {
     attn_err = offload->attention_rel_error();
@@ -295,7 +241,7 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
                     {"stop", r.stop}});
     nlohmann::json j = {{"model", path},
                         {"arch", arch_name(cfg.arch)},
-                        {"backend", backend->name()},
+                        {"backend", backend.name()},
                         {"threads", omp_get_max_threads()},
                         {"weights", a.weights},
                         {"weight_bytes", model.weight_bytes()},
@@ -321,7 +267,7 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
                         {"attn", attn_mode_name(policy.attn)}};
     if (pack) j["pack"] = {{"path", a.pack}, {"tokens", n_pack}, {"open_verify_s", pack_open_s}};
     if (cuda) {
-      const CudaMemoryUse mu = cuda_memory_use(*backend);
+      const CudaMemoryUse mu = cuda_memory_use(backend);
       j["gpu_memory"] = {{"weights", mu.weights}, {"kv_cache", mu.kv_cache}, {"activations", mu.activations},
                          {"scratch", mu.scratch}, {"total", mu.total()}, {"budget", mu.budget}};
     }

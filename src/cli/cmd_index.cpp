@@ -23,6 +23,7 @@
 #include "src/common/progress.h"
 #include "src/common/timer.h"
 #include "src/model/tokenizer.h"
+#include "src/session/session.h"
 
 namespace topkv::cli {
 namespace {

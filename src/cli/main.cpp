@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   topkv::cli::register_eval(app);
   topkv::cli::register_kv(app);
   topkv::cli::register_index(app);
+  topkv::cli::register_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "gpu/partial_attention.h"
+#include "offload/partial_attention.h"
 #include "src/common/error.h"
 #include "src/model/model.h"
 

@@ -6,7 +6,8 @@
 #include <atomic>
 #include <filesystem>
 
-#include "offload/make_runtime.h"
+#include "src/session/make_runtime.h"
+#include "src/session/session.h"
 #include "src/common/error.h"
 #include "src/common/options.h"
 #include "src/common/timer.h"
@@ -82,7 +83,7 @@ std::unique_ptr<OffloadRuntime> SharedContext::attach(Backend& be, const Offload
   rt->take_pack(pack_->file());
   // The model keeps its own cache of the layers the runtime serves (they
   // decode through the runtime only), so dense runs can follow.
-  model_.set_attention_override(rt.get());
+  attach_runtime(model_, rt.get(), /*release_kv=*/false);
   if (restore_s) *restore_s = t.seconds();
   return rt;
 }

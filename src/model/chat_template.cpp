@@ -143,4 +143,57 @@ std::vector<ChatSegment> chat_segments(const TokenizerImpl& t, std::string_view 
                                     : "tokenizer.chat_template starting '" + t.vocab.chat_template.substr(0, 60) + "'");
 }
 
+// The Hugging Face templates' conversations: Gemma folds a system message
+// into the first user turn (its template has no system role) and calls the
+// assistant "model"; Llama 3 and ChatML give every role its own header; a
+// ChatML conversation without a system message starts with the template's
+// default one. Llama 2's [INST] form is supported for one user turn only.
+std::vector<ChatSegment> chat_turn_segments(const TokenizerImpl& t, std::span<const ChatTurn> turns) {
+  TOPKV_CHECK(!turns.empty(), "a chat needs at least one message");
+  for (const ChatTurn& m : turns)
+    TOPKV_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant", "unknown chat role '{}': use "
+                "system, user or assistant", m.role);
+  if (turns.size() == 1 && turns[0].role == "user") return chat_segments(t, turns[0].content);
+  auto tok = [&](const char* s) { return ChatSegment{t.lookup(s), {}}; };
+  const ChatSegment bos{t.vocab.bos, {}};
+  std::vector<ChatSegment> s;
+  switch (t.chat) {
+    case ChatFormat::Gemma: {
+      s.push_back(bos);
+      std::string system;
+      for (const ChatTurn& m : turns) {
+        if (m.role == "system") {
+          system += m.content + "\n\n";
+          continue;
+        }
+        const std::string text = m.role == "user" ? system + m.content : m.content;
+        if (m.role == "user") system.clear();
+        s.insert(s.end(), {tok("<start_of_turn>"), {-1, (m.role == "user" ? "user\n" : "model\n") + text},
+                           tok("<end_of_turn>"), {-1, "\n"}});
+      }
+      s.insert(s.end(), {tok("<start_of_turn>"), {-1, "model\n"}});
+      return s;
+    }
+    case ChatFormat::Llama3:
+      s.push_back(bos);
+      for (const ChatTurn& m : turns)
+        s.insert(s.end(), {tok("<|start_header_id|>"), {-1, m.role}, tok("<|end_header_id|>"), {-1, "\n\n" + m.content},
+                           tok("<|eot_id|>")});
+      s.insert(s.end(), {tok("<|start_header_id|>"), {-1, "assistant"}, tok("<|end_header_id|>"), {-1, "\n\n"}});
+      return s;
+    case ChatFormat::ChatML:
+      if (t.vocab.add_bos && t.vocab.bos >= 0) s.push_back(bos);
+      if (turns[0].role != "system" && !t.chat_system.empty())
+        s.insert(s.end(), {tok("<|im_start|>"), {-1, "system\n" + t.chat_system}, tok("<|im_end|>"), {-1, "\n"}});
+      for (const ChatTurn& m : turns)
+        s.insert(s.end(), {tok("<|im_start|>"), {-1, m.role + "\n" + m.content}, tok("<|im_end|>"), {-1, "\n"}});
+      s.insert(s.end(), {tok("<|im_start|>"), {-1, "assistant\n"}});
+      return s;
+    case ChatFormat::Llama2:
+      fail("this model's chat format (Llama 2) is supported for one user message only");
+    case ChatFormat::None: break;
+  }
+  return chat_segments(t, "");  // fails, naming the format
+}
+
 }  // namespace topkv

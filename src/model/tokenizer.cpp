@@ -267,6 +267,21 @@ std::vector<int32_t> Tokenizer::encode_chat(std::string_view user_text) const {
   return out;
 }
 
+std::vector<int32_t> Tokenizer::encode_chat_turns(std::span<const ChatTurn> turns) const {
+  std::vector<int32_t> out;
+  bool prev_special = true;
+  EncodeScratch scratch;
+  for (const ChatSegment& seg : chat_turn_segments(*impl_, turns)) {
+    if (seg.special >= 0) {
+      out.push_back(seg.special);
+      prev_special = true;
+    } else {
+      encode_text(*impl_, seg.text, /*parse_special=*/false, /*reference=*/false, prev_special, scratch, out);
+    }
+  }
+  return out;
+}
+
 StreamDecoder::StreamDecoder(const Tokenizer& tok, bool render_special) : tok_(&tok), render_special_(render_special) {}
 
 std::string StreamDecoder::push(int32_t id) {

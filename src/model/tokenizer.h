@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +38,11 @@ enum class TokenType : uint8_t {
 };
 
 enum class VocabKind : uint8_t { Spm, Bpe };
+
+// One message of a conversation: role system, user or assistant.
+struct ChatTurn {
+  std::string role, content;
+};
 
 // Prompt formats apply_chat_template knows.
 enum class ChatFormat : uint8_t { None, Gemma, Llama3, Llama2, ChatML };
@@ -125,6 +131,10 @@ class Tokenizer {
   // The prompt as ids. Unlike encoding apply_chat_template's text, special
   // tokens written inside user_text stay plain text.
   std::vector<int32_t> encode_chat(std::string_view user_text) const;
+  // A conversation (system, user and assistant turns, as the OpenAI chat API
+  // sends them), ending where the model's next reply begins. One user turn
+  // gives encode_chat's ids. Error on an unknown role or format.
+  std::vector<int32_t> encode_chat_turns(std::span<const ChatTurn> turns) const;
 
  private:
   std::vector<int32_t> encode_impl(std::string_view text, bool add_bos, bool parse_special, bool reference) const;

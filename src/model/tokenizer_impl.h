@@ -154,5 +154,7 @@ ChatFormat detect_chat_format(const TokenizerImpl& t);
 // its escapes undone; empty when the template has no such literal.
 std::string chatml_default_system(std::string_view chat_template);
 std::vector<ChatSegment> chat_segments(const TokenizerImpl& t, std::string_view user_text);
+// A conversation (Tokenizer::encode_chat_turns).
+std::vector<ChatSegment> chat_turn_segments(const TokenizerImpl& t, std::span<const ChatTurn> turns);
 
 }  // namespace topkv

@@ -1,5 +1,5 @@
 // The CUDA kernels beyond the Backend interface, against their CPU twins:
-// the exact partial-attention merge (gpu/partial_attention.h) and device
+// the exact partial-attention merge (offload/partial_attention.h) and device
 // sampling (src/model/sampler.h). One SUMMARY line per kernel.
 #include <catch2/catch.hpp>
 
@@ -10,7 +10,7 @@
 #include "gpu/cuda_backend_impl.h"
 #include "gpu/cuda_kernels.h"
 #include "gpu/cuda_sampler.h"
-#include "gpu/partial_attention.h"
+#include "offload/partial_attention.h"
 #include "src/common/error.h"
 #include "src/model/sampler.h"
 #include "tests/gpu/cuda_test_util.h"

@@ -12,7 +12,7 @@
 #include "gpu/cuda_backend_impl.h"
 #include "gpu/cuda_kernels.h"
 #include "gpu/gpu_offload_runtime.h"
-#include "gpu/partial_attention.h"
+#include "offload/partial_attention.h"
 #include "src/model/model.h"
 #include "src/model/sampler.h"
 #include "src/model/synth.h"

@@ -11,7 +11,7 @@
 #include "gpu/cuda_kernels.h"
 #include "gpu/device_search_tables.h"
 #include "gpu/gpu_offload_runtime.h"
-#include "gpu/partial_attention.h"
+#include "offload/partial_attention.h"
 #include "gpu/summary_search_ref.h"
 #include "offload/pack_file.h"
 #include "tests/clustered_keys.h"

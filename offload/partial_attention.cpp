@@ -1,4 +1,4 @@
-#include "gpu/partial_attention.h"
+#include "offload/partial_attention.h"
 
 #include <algorithm>
 #include <cmath>

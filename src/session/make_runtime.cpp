@@ -1,4 +1,4 @@
-#include "offload/make_runtime.h"
+#include "src/session/make_runtime.h"
 
 #include "gpu/cuda_backend.h"
 #include "gpu/gpu_offload_runtime.h"
