@@ -19,9 +19,13 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" ${CMAKE_ARGS:-} >/de
 cmake --build "$BUILD_DIR" -j "$JOBS"
 # The `openai` client for tests/test_serve.py, from the package index, into the
 # build folder (never the system's Python); the serve tests fail without it.
+# Installed with the interpreter CTest runs the tests with (tests/CMakeLists.txt:
+# /usr/bin/python3 first), so that compiled dependencies match it.
 PYDEPS="$BUILD_DIR/pydeps"
-if ! PYTHONPATH="$PYDEPS" python3 -c "import openai" 2>/dev/null; then
-  python3 -m pip install --quiet --target "$PYDEPS" openai ||
+PY=$(grep -m1 '^TOPKV_TEST_PYTHON:' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null | cut -d= -f2)
+PY=${PY:-python3}
+if ! PYTHONPATH="$PYDEPS" "$PY" -c "import openai" 2>/dev/null; then
+  "$PY" -m pip install --quiet --target "$PYDEPS" openai ||
     echo "test.sh: pip could not install the openai package into $PYDEPS; the test_serve tests will fail" >&2
 fi
 cd "$BUILD_DIR"

@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <random>
@@ -293,6 +297,16 @@ Server::Server(Session& session, const OffloadPolicy& policy, std::vector<NamedP
   s.http.set_payload_max_length(opt.max_body);
   s.http.set_read_timeout(opt.timeout_s, 0);
   s.http.set_write_timeout(opt.timeout_s, 0);
+  // No response compression. Debian's cpp-httplib compresses JSON with brotli
+  // whenever a client accepts it, and the openai client (httpx) cannot decode
+  // it with Debian's python3-brotli 1.0.9 (a TypeError in every call); the
+  // bodies are small and mostly on loopback, so nothing is lost. httplib reads
+  // Accept-Encoding from the request it owns (not a const object) when it
+  // writes the response.
+  s.http.set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
+    const_cast<httplib::Request&>(req).headers.erase("Accept-Encoding");
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   s.routes();
 }
 
@@ -301,11 +315,39 @@ Server::~Server() {
   if (impl_->worker.joinable()) impl_->worker.join();
 }
 
+namespace {
+
+// Debian's libcpp-httplib listens with its default backlog of 5 connections,
+// compiled into the library: a burst of clients (16 at once in the tests, on
+// a loaded machine) overflows it and some see their connection reset. Calling
+// listen() again on the bound socket raises the backlog (POSIX allows it; Linux
+// takes the new value); httplib does not hand out its socket, so it is found
+// among this process's descriptors as the listening one on `port`.
+void widen_listen_backlog(int port) {
+  struct rlimit lim {};
+  const int most = getrlimit(RLIMIT_NOFILE, &lim) == 0 ? (int)std::min<rlim_t>(lim.rlim_cur, 65536) : 1024;
+  for (int fd = 0; fd < most; ++fd) {
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    socklen_t alen = sizeof(addr);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+    int p = -1;
+    if (addr.ss_family == AF_INET) p = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) p = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    if (p == port) ::listen(fd, SOMAXCONN);
+  }
+}
+
+}  // namespace
+
 int Server::bind() {
   Impl& s = *impl_;
   s.port = s.opt.port == 0 ? s.http.bind_to_any_port(s.opt.host) : (s.http.bind_to_port(s.opt.host, s.opt.port) ? s.opt.port : -1);
   TOPKV_CHECK(s.port > 0, "cannot listen on {}:{} (in use, or not an address of this machine); pick another --host "
               "or --port (0: any free port)", s.opt.host, s.opt.port);
+  widen_listen_backlog(s.port);
   return s.port;
 }
 
