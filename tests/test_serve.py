@@ -196,6 +196,17 @@ def case_disconnect(s):
             break
         time.sleep(0.2)
     check(m and int(m.group(1)) < 200 + 5, f"the abandoned stream was not cancelled (generated {m and m.group(1)})")
+    # The same for a request that is not streamed: the client sends it and leaves.
+    before = int(re.search(r"topkv_generated_tokens_total (\d+)", s.request("GET", "/metrics")[2]).group(1))
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    body = json.dumps({"prompt": PROMPT, "max_tokens": 200, "temperature": 0})
+    sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+    sock.close()
+    r = s.client().completions.create(model="x", prompt=PROMPT, max_tokens=5)  # queued behind it
+    check(r.choices[0].finish_reason in ("stop", "length"), "the request after the abandoned one is served")
+    after = int(re.search(r"topkv_generated_tokens_total (\d+)", s.request("GET", "/metrics")[2]).group(1))
+    check(after - before < 200, f"the abandoned request was not cancelled ({after - before} tokens generated)")
     s.alive()
 
 

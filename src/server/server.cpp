@@ -2,9 +2,6 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +11,7 @@
 
 #include "index/kv_index.h"
 #include "src/common/error.h"
+#include "src/server/client_socket.h"
 #include "src/server/openai_api.h"
 #include "src/server/server_jobs.h"
 #include "src/server/server_metrics.h"
@@ -191,9 +189,12 @@ struct Server::Impl {
     const int64_t created = (int64_t)std::time(nullptr);
     const std::string model = opt.model_name;
     if (!r.stream) {
+      // Waits for the answer; a client that leaves meanwhile (its side of the
+      // connection closed) or the deadline stops the decode at its next step.
+      const int fd = find_connection(port, req.remote_addr, req.remote_port);
       std::unique_lock lk(job->mu);
-      while (!job->cv.wait_until(lk, job->deadline + std::chrono::seconds(5), [&] { return job->done; }))
-        job->cancel = true;  // past its time: the decode stops at its next step
+      while (!job->cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return job->done; }))
+        if (Clock::now() > job->deadline + std::chrono::seconds(5) || (fd >= 0 && peer_closed(fd))) job->cancel = true;
       if (!job->error.empty())
         return reply_error(res, ApiError{500, "generation failed: " + job->error, "server_error", "", "internal"});
       res.set_content(completion_body(chat, id, created, model, job->text, finish_reason(job->stop),
@@ -314,33 +315,6 @@ Server::~Server() {
   stop();
   if (impl_->worker.joinable()) impl_->worker.join();
 }
-
-namespace {
-
-// Debian's libcpp-httplib listens with its default backlog of 5 connections,
-// compiled into the library: a burst of clients (16 at once in the tests, on
-// a loaded machine) overflows it and some see their connection reset. Calling
-// listen() again on the bound socket raises the backlog (POSIX allows it; Linux
-// takes the new value); httplib does not hand out its socket, so it is found
-// among this process's descriptors as the listening one on `port`.
-void widen_listen_backlog(int port) {
-  struct rlimit lim {};
-  const int most = getrlimit(RLIMIT_NOFILE, &lim) == 0 ? (int)std::min<rlim_t>(lim.rlim_cur, 65536) : 1024;
-  for (int fd = 0; fd < most; ++fd) {
-    int listening = 0;
-    socklen_t len = sizeof(listening);
-    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
-    sockaddr_storage addr{};
-    socklen_t alen = sizeof(addr);
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
-    int p = -1;
-    if (addr.ss_family == AF_INET) p = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-    if (addr.ss_family == AF_INET6) p = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-    if (p == port) ::listen(fd, SOMAXCONN);
-  }
-}
-
-}  // namespace
 
 int Server::bind() {
   Impl& s = *impl_;
