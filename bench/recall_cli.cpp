@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <memory>
 
+#include "src/common/host_memory.h"
+#include "src/common/limits.h"
 #include "bench/kv_dump.h"
 #include "bench/recall_bench.h"
 #include "bench/recall_report.h"
@@ -16,6 +18,7 @@
 #include "src/common/error.h"
 #include "src/common/progress.h"
 #include "src/common/timer.h"
+#include "src/common/cli_files.h"
 
 namespace topkv::cli {
 
@@ -36,12 +39,23 @@ struct RecallArgs {
   std::vector<CLI::Option*> synthetic_options;
 };
 
-// An output file's folder must exist before the long work starts.
+// An output file's folder is created or checked before the long work starts.
 void check_output_path(const std::string& path, const char* flag) {
-  if (path.empty()) return;
-  auto dir = std::filesystem::path(path).parent_path();
-  TOPKV_CHECK(dir.empty() || std::filesystem::is_directory(dir), "{} {}: folder '{}' does not exist", flag, path,
-              dir.string());
+  if (!path.empty()) topkv::check_output_path(path, std::string(flag) + " file");
+}
+
+// Synthetic data is sized by the options alone: plan it (keys and values in
+// the store type, their fp32 copies while they are made, the indexes' own
+// bytes per key) against the memory this process may take, before any of it
+// is allocated.
+void check_synthetic_fits(const SyntheticConfig& c, const std::vector<std::string>& specs) {
+  const double rows = (double)c.n_keys * c.kv_heads, d = c.head_dim;
+  double bytes = rows * d * (2.0 * dtype_size(c.dtype) + 2.0 * sizeof(float));
+  bytes += (double)c.n_queries * c.group * c.kv_heads * d * sizeof(float);
+  for (const std::string& spec : specs) bytes += rows * KvIndex::create(spec)->bytes_per_key_estimate(c.head_dim);
+  check_host_memory(bytes, fmt::format("synthetic data of {} keys x {} KV heads (head_dim {}) and its indexes",
+                                       c.n_keys, c.kv_heads, c.head_dim),
+                    "lower --n-keys, --heads or --head-dim");
 }
 
 AttentionData load_data(RecallArgs& a) {
@@ -85,7 +99,7 @@ void run(RecallArgs& a) {
     a.syn.validate();
   }
   TOPKV_CHECK(a.k >= 1, "--k must be at least 1 (got {})", a.k);
-  TOPKV_CHECK(a.threads >= 0, "--threads must be >= 0 (0 = all cores)");
+  check_thread_count(a.threads, "--threads");
   TOPKV_CHECK(a.queries >= 0, "--queries must be >= 0");
   TOPKV_CHECK(a.scale >= 0, "--scale must be positive (0 = the data's own)");
   if (!a.dtype.empty()) parse_dtype(a.dtype);
@@ -104,6 +118,12 @@ void run(RecallArgs& a) {
   cfg.threads = a.threads;
   cfg.progress = !a.quiet;
   for (auto& spec : cfg.index_specs) KvIndex::create(spec);  // unknown backend or parameter
+  if (a.synthetic) {
+    SyntheticConfig c = a.syn;
+    c.kv_heads = a.heads;
+    if (a.queries > 0) c.n_queries = a.queries;
+    check_synthetic_fits(c, cfg.index_specs);
+  }
   if (!a.dump.empty()) KvDumpReader probe(a.dump);           // missing or malformed file
 
   AttentionData data = load_data(a);
@@ -198,13 +218,13 @@ void register_bench_recall(CLI::App& bench) {
                   "16:128:+16; gqa: union,mean");
   cmd->add_option("--k", a->k, "The k of recall@k (and the search k unless swept)")->capture_default_str();
   cmd->add_option("--threads", a->threads,
-                  "Threads for data, ground truth, builds and the layer-parallel search (0 = all cores)")
+                  "Threads for data, ground truth, builds and the layer-parallel search (0 = all cores)")->check(thread_count())
       ->capture_default_str();
 
   // output
-  cmd->add_option("--csv", a->csv, "Write the results as CSV");
-  cmd->add_option("--json", a->json, "Write the results as JSON (schema: bench/recall_schema.json)");
-  cmd->add_option("--png", a->png, "Plot recall against QPS (scripts/plot_recall.py, needs matplotlib)");
+  cmd->add_option("--csv", a->csv, "Write the results as CSV")->check(output_file("--csv report"));
+  cmd->add_option("--json", a->json, "Write the results as JSON (schema: bench/recall_schema.json)")->check(output_file("--json report"));
+  cmd->add_option("--png", a->png, "Plot recall against QPS (scripts/plot_recall.py, needs matplotlib)")->check(output_file("--png plot"));
   cmd->add_option("--png-metric", a->png_metric, "x axis of the plot: recall or mass")->capture_default_str();
   cmd->add_flag("--quiet", a->quiet, "No progress output on stderr");
   cmd->callback([a] { run(*a); });

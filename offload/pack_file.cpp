@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -121,6 +122,16 @@ uint64_t PackReader::verify_all(bool progress) const {
     TOPKV_CHECK(checksum64(st_->data(t), t.nbytes()) == checksums_.at(t.name), "context pack '{}' is corrupted: "
                 "tensor '{}' does not match its checksum (copy it again, or rebuild it with `topkv index build`)",
                 path_, t.name);
+    // The exact parts of a layer (sinks, window) are fp32 and attended every
+    // step: one that is not finite passes a checksum re-sealed over it.
+    const bool exact_part = t.dtype == StDType::F32 && (t.name.ends_with("sinks_k") || t.name.ends_with("sinks_v") ||
+                                                        t.name.ends_with("window_k") || t.name.ends_with("window_v"));
+    if (exact_part) {
+      const float* x = reinterpret_cast<const float*>(st_->data(t));
+      for (int64_t i = 0; i < t.numel(); ++i)
+        TOPKV_CHECK(std::isfinite(x[i]), "context pack '{}' is corrupt: tensor '{}' holds {} at element {} (rebuild "
+                    "it with `topkv index build`)", path_, t.name, x[i], i);
+    }
     bar.add((int64_t)(t.nbytes() >> 20));
   }
   bar.finish();

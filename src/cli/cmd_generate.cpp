@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -26,6 +27,8 @@
 #include "src/model/model.h"
 #include "src/model/sampler.h"
 #include "src/model/tokenizer.h"
+#include "src/common/cli_files.h"
+#include "src/common/file_io.h"
 
 namespace topkv::cli {
 namespace {
@@ -99,8 +102,7 @@ void answer(Model& model, const SamplerParams& sp, const Tokenizer& tok, std::ve
 
 // --prompts: one question per line (empty lines skipped).
 std::vector<std::string> read_questions(const std::string& path) {
-  std::ifstream in(path);
-  TOPKV_CHECK(in, "cannot read the questions file {}", path);
+  std::istringstream in(read_regular_file(path, "questions file"));
   std::vector<std::string> out;
   for (std::string line; std::getline(in, line);)
     if (line.find_first_not_of(" \t\r") != std::string::npos) out.push_back(line);
@@ -361,7 +363,7 @@ void register_generate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-c,--ctx", a->n_ctx,
                   "Context size in tokens: prompt + generated (default: min(model's trained context, 4096); with "
-                  "--pack, the pack's tokens + prompt + -n; beyond the trained context is allowed with a warning)");
+                  "--pack, the pack's tokens + prompt + -n; beyond the trained context is allowed with a warning)")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_option("--pack", a->pack,
                   "Go on from a context pack (topkv index build) instead of prefilling: its document is the start "
                   "of the context, the prompt (-p/-f/stdin, optional) is appended. Every checksum is verified "
@@ -394,7 +396,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--chunk", a->chunk, "Prompt tokens per prefill step")->capture_default_str();
   cmd->add_option("--json", a->json_path,
                   "Write statistics here: prompt tokens, prefill and decode tok/s, time to first token, peak RSS, "
-                  "memory (with --prompts: of the last question at the top, of each under \"questions\")");
+                  "memory (with --prompts: of the last question at the top, of each under \"questions\")")->check(output_file("--json statistics"));
   cmd->add_flag("-q,--quiet", a->quiet, "No progress bar or information on stderr (errors still go there)");
   cmd->add_flag("--measure-error", a->measure_error, "Top-k: each decode step also computes exact attention over "
                 "everything each retrieval layer holds (on the host cores: slow, for evaluation) and reports the "
