@@ -284,6 +284,13 @@ void OffloadedLayer::fill_appended(const Placement& at, const float* key, const 
 void OffloadedLayer::retrieve(const float* queries, float scale, std::vector<Retrieved>& out) const {
   const int G = cfg_.n_heads / cfg_.kv_heads;
   const size_t d = (size_t)cfg_.head_dim;
+  // A query that is not finite (corrupt weights, Inf in a pack's values)
+  // would make every score NaN: say so instead of attending to noise.
+  const size_t nq = (size_t)cfg_.n_heads * d;
+  for (size_t i = 0; i < nq; ++i)
+    TOPKV_CHECK(std::isfinite(queries[i]), "the attention query holds {} (query head {}, element {}): the model's "
+                "weights or the context's values are not finite; check the model file and the pack (`topkv index "
+                "info --verify`)", queries[i], i / d, i % d);
   out.assign((size_t)cfg_.kv_heads, Retrieved{});
   ParallelErrors errors;  // an index that throws must not end the process (src/common/parallel_errors.h)
 #pragma omp parallel for schedule(dynamic, 1) if (cfg_.kv_heads > 1)
@@ -331,13 +338,6 @@ void OffloadedLayer::retrieve(const float* queries, float scale, std::vector<Ret
 void OffloadedLayer::attend(const float* queries, float scale, float* out, AttendStats* stats) const {
   const int G = cfg_.n_heads / cfg_.kv_heads;
   const size_t d = (size_t)cfg_.head_dim;
-  // A query that is not finite (corrupt weights, Inf in a pack's values)
-  // would make every score NaN: say so instead of attending to noise.
-  const size_t nq = (size_t)cfg_.n_heads * d;
-  for (size_t i = 0; i < nq; ++i)
-    TOPKV_CHECK(std::isfinite(queries[i]), "the attention query holds {} (query head {}, element {}): the model's "
-                "weights or the context's values are not finite; check the model file and the pack (`topkv index "
-                "info --verify`)", queries[i], i / d, i % d);
   std::vector<Retrieved> found;
   retrieve(queries, scale, found);
   ParallelErrors errors;

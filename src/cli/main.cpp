@@ -3,9 +3,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 
 #include "src/cli/commands.h"
 #include "src/common/error.h"
+#include "src/common/mapped_file.h"
 
 namespace {
 
@@ -40,10 +42,16 @@ int main(int argc, char** argv) {
   topkv::cli::register_index(app);
   try {
     app.parse(argc, argv);
+    topkv::check_mapped_files_unchanged();  // a model or pack rewritten under the run: not a success
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const topkv::Error& e) {
     std::fprintf(stderr, "topkv: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "topkv: error: out of memory: the run needs more host memory than this process may take "
+                 "(check `ulimit -v`, the container's memory limit and the sizes given); lower the context (-c), the "
+                 "model or the benchmark sizes\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "topkv: internal error: %s\n", e.what());

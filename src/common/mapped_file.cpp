@@ -41,6 +41,19 @@ std::atomic<bool> g_file_live[kFiles];
 RegionEntry g_regions[kRegions];
 std::mutex g_mu;
 bool g_handler_installed = false;
+std::string g_changed;  // the first file found modified in place when its last mapping went
+
+bool modified_in_place(const FileEntry& e) {
+  struct stat st {};
+  if (::stat(e.path, &st) != 0 || st.st_dev != e.dev || st.st_ino != e.ino) return false;  // replaced: ours intact
+  return st.st_size != e.size || st.st_mtim.tv_sec != e.mtime.tv_sec || st.st_mtim.tv_nsec != e.mtime.tv_nsec;
+}
+
+void release_file_locked(int f) {
+  if (f < 0 || --g_files[f].refs > 0) return;
+  if (g_changed.empty() && modified_in_place(g_files[f])) g_changed = g_files[f].path;
+  g_file_live[f].store(false);
+}
 
 void put(const char* s) {
   for (size_t n = std::strlen(s); n > 0;) {
@@ -123,7 +136,7 @@ MappedRegion::MappedRegion(const std::string& path, const struct stat& st, const
     return;
   }
   // More than kRegions mappings: this one keeps the default SIGBUS action.
-  if (f >= 0 && --g_files[f].refs == 0) g_file_live[f].store(false);
+  release_file_locked(f);
 }
 
 MappedRegion& MappedRegion::operator=(MappedRegion&& o) noexcept {
@@ -140,28 +153,21 @@ void MappedRegion::reset() {
   std::lock_guard<std::mutex> lock(g_mu);
   RegionEntry& r = g_regions[slot_];
   r.base.store(0, std::memory_order_release);
-  const int f = r.file;
-  if (f >= 0 && --g_files[f].refs == 0) g_file_live[f].store(false);
+  release_file_locked(r.file);
   slot_ = -1;
 }
 
 void check_mapped_files_unchanged() {
-  std::vector<std::string> changed;
+  std::string changed;
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    for (int f = 0; f < kFiles; ++f) {
-      if (!g_file_live[f].load()) continue;
-      const FileEntry& e = g_files[f];
-      struct stat st {};
-      if (::stat(e.path, &st) != 0 || st.st_dev != e.dev || st.st_ino != e.ino) continue;  // replaced: ours is intact
-      if (st.st_size != e.size || st.st_mtim.tv_sec != e.mtime.tv_sec || st.st_mtim.tv_nsec != e.mtime.tv_nsec)
-        changed.push_back(e.path);
-    }
+    changed = g_changed;
+    for (int f = 0; f < kFiles && changed.empty(); ++f)
+      if (g_file_live[f].load() && modified_in_place(g_files[f])) changed = g_files[f].path;
   }
   TOPKV_CHECK(changed.empty(), "the file '{}' was modified in place while this run had it mapped in memory, so what "
               "the run read may mix old and new bytes and its result is not kept. Do not modify a model or a context "
-              "pack while topkv uses it (write a new file and rename it over the old one), and run again",
-              changed.empty() ? "" : changed.front());
+              "pack while topkv uses it (write a new file and rename it over the old one), and run again", changed);
 }
 
 }  // namespace topkv

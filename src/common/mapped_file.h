@@ -45,7 +45,8 @@ class MappedRegion {
 };
 
 // Error naming the first mapped file whose inode is the same but whose size or
-// modification time is not.
+// modification time is not: now, or when its last mapping was released
+// (the CLI calls it after each command, when the files are closed).
 void check_mapped_files_unchanged();
 
 }  // namespace topkv

@@ -85,8 +85,8 @@ std::string TensorInfo::shape_str() const {
 
 // ---- reader -------------------------------------------------------------------
 
-SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
-  fd_ = open_regular_file(path, "safetensors file", &stat_).release();
+SafetensorsReader::SafetensorsReader(const std::string& path, std::string_view what) : path_(path) {
+  fd_ = open_regular_file(path, what, &stat_).release();
   const auto close_fd = [this] { ::close(fd_), fd_ = -1; };
   const struct stat& st = stat_;
   map_bytes_ = (size_t)st.st_size;

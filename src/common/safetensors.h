@@ -53,7 +53,8 @@ struct TensorInfo {
 
 class SafetensorsReader {
  public:
-  explicit SafetensorsReader(const std::string& path);  // maps and validates; throws Error
+  // Maps and validates; throws Error (`what` names the file's kind in messages).
+  explicit SafetensorsReader(const std::string& path, std::string_view what = "safetensors file");
   ~SafetensorsReader();
   SafetensorsReader(const SafetensorsReader&) = delete;
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
