@@ -67,7 +67,7 @@ HeadPattern parse_head_pattern(const std::string& text, const std::string& origi
 }
 
 HeadPattern load_head_pattern(const std::string& path, int layers, int kv_heads, double threshold, double sparsity) {
-  return parse_head_pattern(read_regular_file(path, "head pattern file"), path, layers, kv_heads, threshold, sparsity);
+  return parse_head_pattern(read_text_input(path, "head pattern file", 1ull << 24), path, layers, kv_heads, threshold, sparsity);
 }
 
 }  // namespace topkv

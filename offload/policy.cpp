@@ -94,7 +94,8 @@ void check_unit(double v, const char* name, bool allow_unset = false) {
 }  // namespace
 
 void OffloadPolicy::validate() const {
-  TOPKV_CHECK(search.k >= 1 && search.k <= kMaxTokens, "--k must be in [1, {}] (got {})", kMaxTokens, search.k);
+  TOPKV_CHECK(search.k >= 1 && search.k <= kMaxTokens, "--k must be at least 1 and at most {} (got {})", kMaxTokens,
+              search.k);
   check_unit(k_fraction, "--k-fraction");
   TOPKV_CHECK(search.ef >= 0 && search.ef <= kMaxEf, "--ef must be in [0, {}] (0 = max(k, 64); got {})", kMaxEf,
               search.ef);
@@ -106,11 +107,11 @@ void OffloadPolicy::validate() const {
   TOPKV_CHECK(dense_layers >= 0 && dense_layers <= kMaxLayers, "--dense-layers must be in [0, {}] (got {})",
               kMaxLayers, dense_layers);
   TOPKV_CHECK(sinks >= 0 && sinks <= kMaxTokens, "--sinks must be in [0, {}] (got {})", kMaxTokens, sinks);
-  TOPKV_CHECK(window >= 1 && window <= kMaxTokens, "--window must be in [1, {}] tokens (got {})", kMaxTokens,
+  TOPKV_CHECK(window >= 1 && window <= kMaxTokens, "--window must be at least 1 token and at most {} (got {})", kMaxTokens,
               window);
   TOPKV_CHECK(store_dtype == DType::F16 || store_dtype == DType::BF16,
               "the host KV store holds f16 or bf16 (got {})", dtype_name(store_dtype));
-  TOPKV_CHECK(device_fold >= 1 && device_fold <= kMaxTokens, "--device-fold must be in [1, {}] rows (got {})",
+  TOPKV_CHECK(device_fold >= 1 && device_fold <= kMaxTokens, "--device-fold must be at least 1 row and at most {} (got {})",
               kMaxTokens, device_fold);
   TOPKV_CHECK(std::isfinite(heads_threshold), "--heads-threshold must be a finite number (got {})",
               heads_threshold);
@@ -123,7 +124,7 @@ namespace {
 // (4294967297 is not 1, 2.9 is not 2), a real field any finite number.
 template <typename Int>
 Int json_int(const nlohmann::json& v, const std::string& key) {
-  TOPKV_CHECK(v.is_number_integer(), "key '{}' must be an integer (got {})", key, v.dump());
+  TOPKV_CHECK(v.is_number_integer(), "key '{}' has the wrong type: it must be an integer (got {})", key, v.dump());
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
     TOPKV_CHECK(u <= (uint64_t)std::numeric_limits<Int>::max(), "key '{}' = {} is out of range (at most {})", key,
@@ -138,17 +139,17 @@ Int json_int(const nlohmann::json& v, const std::string& key) {
 }
 
 double json_real(const nlohmann::json& v, const std::string& key) {
-  TOPKV_CHECK(v.is_number(), "key '{}' must be a number (got {})", key, v.dump());
+  TOPKV_CHECK(v.is_number(), "key '{}' has the wrong type: it must be a number (got {})", key, v.dump());
   return v.get<double>();
 }
 
 std::string json_str(const nlohmann::json& v, const std::string& key) {
-  TOPKV_CHECK(v.is_string(), "key '{}' must be a string (got {})", key, v.dump());
+  TOPKV_CHECK(v.is_string(), "key '{}' has the wrong type: it must be a string (got {})", key, v.dump());
   return v.get<std::string>();
 }
 
 bool json_bool(const nlohmann::json& v, const std::string& key) {
-  TOPKV_CHECK(v.is_boolean(), "key '{}' must be true or false (got {})", key, v.dump());
+  TOPKV_CHECK(v.is_boolean(), "key '{}' has the wrong type: it must be true or false (got {})", key, v.dump());
   return v.get<bool>();
 }
 
@@ -205,7 +206,7 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
 }
 
 void OffloadPolicy::apply_json_file(const std::string& path) {
-  apply_json(read_regular_file(path, "policy config", 1ull << 24), path);
+  apply_json(read_text_input(path, "policy config", 1ull << 24), path);
 }
 
 

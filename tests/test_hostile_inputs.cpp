@@ -101,7 +101,7 @@ TEST_CASE("hostile: policy values are refused wherever they come from") {
   expect_error(run_topkv(f.gen("--attn topk --ef -1")), "--ef must be in");
   expect_error(run_topkv(f.gen("--attn topk --nprobe -1")), "--nprobe must be in");
   expect_error(run_topkv(f.gen("--attn topk --heads-sparsity 1.5")), "--heads-sparsity");
-  expect_error(run_topkv(f.gen("--attn topk --window 2147483647")), "--window must be in");
+  expect_error(run_topkv(f.gen("--attn topk --window 2147483647")), "--window must be at least 1 token and at most");
   expect_error(run_topkv(f.gen("--attn topk --sinks 2147483647")), "--sinks must be in");
   expect_error(run_topkv(f.gen("-c -1")), "--ctx");
   expect_error(run_topkv(f.gen("-c 0")), "--ctx");
@@ -111,11 +111,11 @@ TEST_CASE("hostile: policy values are refused wherever they come from") {
   // --config: integers exact, enums named, every value validated.
   const std::pair<const char*, const char*> configs[] = {
       {R"({"window": 4294967297})", "key 'window' = 4294967297 is out of range"},
-      {R"({"sinks": 2.9})", "key 'sinks' must be an integer"},
+      {R"({"sinks": 2.9})", "key 'sinks' has the wrong type: it must be an integer"},
       {R"({"gqa": "banana"})", "unknown gqa mode 'banana'"},
       {R"({"threshold": 2})", "--threshold must be a number in [0, 1]"},
       {R"({"threshold": -1e400})", "policy.json"},
-      {R"({"k": -5})", "--k must be in"},
+      {R"({"k": -5})", "--k must be at least 1"},
       {R"({"stage_rows": 1})", "must be true or false"},
       {R"({"k": 1e999})", "policy.json"},
   };
@@ -162,21 +162,32 @@ TEST_CASE("hostile: an exception in a parallel region reaches the caller") {
   CHECK_NOTHROW(errors.rethrow());  // thrown once
 }
 
-TEST_CASE("hostile: FIFOs, folders and devices given as inputs are refused without blocking") {
+TEST_CASE("hostile: FIFOs, folders and devices given as inputs never block and are refused where they cannot serve") {
   Files f;
   const std::string fifo = f.dir.file("fifo");
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  // Each blocked forever in open() before the fix.
+  // Each blocked forever in open() before the fix. Mapped or whole-read files
+  // must be regular files; a text input may be a pipe (`-f <(cmd)`): one that
+  // no process writes to reads as empty at once.
   const auto run = [&](const std::string& args) { return run_topkv(args); };
   expect_error(run("generate -m " + fifo + " -p hi -n 1"), "is a FIFO (named pipe), not a regular file");
-  expect_error(run("generate -m " + f.model + " -f " + fifo + " -n 1"), "is a FIFO");
+  expect_error(run("generate -m " + f.model + " -f " + fifo + " -n 1"), "the prompt is empty");
+  expect_error(run("generate -m " + f.model + " -f " + f.doc + " -n 1 --prompts " + fifo), "--prompts needs --pack");
   expect_error(run("generate -m " + f.model + " -f " + f.dir.dir.string() + " -n 1"), "is a folder");
-  expect_error(run(f.gen("--attn topk --config " + fifo)), "is a FIFO");
-  expect_error(run(f.gen("--attn topk --heads " + fifo)), "is a FIFO");
+  expect_error(run(f.gen("--attn topk --config " + fifo)), "not valid JSON");
+  expect_error(run(f.gen("--attn topk --heads " + fifo)), "0 rows, but the model has 6 layers");
+  expect_error(run(f.gen("--attn topk --config " + f.dir.dir.string())), "is actually a directory");
   expect_error(run("generate --pack " + fifo + " -m " + f.model + " -n 1"), "context pack");
   expect_error(run("index info " + fifo), "is a FIFO");
   expect_error(run("generate -m /dev/null -p hi -n 1"), "not a regular file");
-  expect_error(run("tokenize -m " + f.model + " -f " + fifo), "is a FIFO");
+  // A pipe with a writer (started first, so it waits in open) is read as the text it carries.
+  const std::string bin = std::string(TOPKV_BINARY_DIR) + "/bin/topkv", out = f.dir.file("ids.txt");
+  const int status = std::system(("(echo hello > " + fifo + ") & sleep 0.3; " + bin + " tokenize --ids -m " +
+                                  f.model + " -f " + fifo + " > " + out + " 2>&1; rc=$?; wait; exit $rc").c_str());
+  INFO(test::slurp(out));
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(test::slurp(out).find('[') != std::string::npos);
   expect_error(run("bench recall --dump " + fifo + " --quiet"), "is a FIFO");
 }
 

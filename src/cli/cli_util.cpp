@@ -116,7 +116,7 @@ std::string read_input_text(const std::string& text, const std::vector<std::stri
   if (!text.empty()) return text;
   std::string out;
   for (const std::string& file : files) {
-    out += read_regular_file(file, "prompt file");
+    out += read_text_input(file, "prompt file", 1ull << 30);
   }
   if (files.empty()) {
     if (!isatty(STDIN_FILENO))

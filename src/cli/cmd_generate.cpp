@@ -102,7 +102,7 @@ void answer(Model& model, const SamplerParams& sp, const Tokenizer& tok, std::ve
 
 // --prompts: one question per line (empty lines skipped).
 std::vector<std::string> read_questions(const std::string& path) {
-  std::istringstream in(read_regular_file(path, "questions file"));
+  std::istringstream in(read_text_input(path, "questions file", 1ull << 30));
   std::vector<std::string> out;
   for (std::string line; std::getline(in, line);)
     if (line.find_first_not_of(" \t\r") != std::string::npos) out.push_back(line);

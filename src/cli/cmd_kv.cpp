@@ -33,7 +33,7 @@ void run_kv_dump(const KvDumpArgs& a) {
   TOPKV_CHECK(a.prompt.empty() != a.text_file.empty(), "give the text either with -f file or with -p text");
   std::string text = a.prompt;
   if (!a.text_file.empty()) {
-    text = read_regular_file(a.text_file, "text file");
+    text = read_text_input(a.text_file, "text file", 1ull << 30);
   }
   const std::string model_path = a.model.empty() ? default_model_path() : a.model;
   std::shared_ptr<const GgufFile> file = GgufFile::open(model_path);

@@ -53,7 +53,7 @@ const char* type_label(TokenType t) {
 
 std::string read_input(const std::string& path) {
   if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
-  return read_regular_file(path, "text file (-f)");
+  return read_text_input(path, "text file (-f)", 1ull << 30);
 }
 
 }  // namespace

@@ -81,17 +81,46 @@ void unlink_temporaries_for_signal() {
     if (g_temp_used[i].load()) ::unlink(g_temp_paths[i]);
 }
 
-Fd open_regular_file(const std::string& path, std::string_view what, struct stat* st_out) {
+namespace {
+
+Fd open_nonblocking(const std::string& path, std::string_view what, struct stat& st) {
   TOPKV_CHECK(!path.empty(), "no {} file given (an empty path)", what);
   // O_NONBLOCK: opening a FIFO for reading would wait for a writer forever.
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   TOPKV_CHECK(fd.get() >= 0, "cannot open {} '{}': {}", what, path, std::strerror(errno));
-  struct stat st {};
   TOPKV_CHECK(::fstat(fd.get(), &st) == 0, "cannot stat {} '{}': {}", what, path, std::strerror(errno));
+  return fd;
+}
+
+void set_blocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+}
+
+std::string read_all(int fd, const std::string& path, std::string_view what, uint64_t max_bytes, size_t hint) {
+  std::string out;
+  out.reserve(hint);
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    TOPKV_CHECK(n >= 0, "reading {} '{}' failed: {}", what, path, std::strerror(errno));
+    if (n == 0) break;
+    out.append(buf, (size_t)n);
+    TOPKV_CHECK(out.size() <= max_bytes, "{} '{}' is more than {} bytes, more than a {} may have", what, path,
+                max_bytes, what);
+  }
+  return out;
+}
+
+}  // namespace
+
+Fd open_regular_file(const std::string& path, std::string_view what, struct stat* st_out) {
+  struct stat st {};
+  Fd fd = open_nonblocking(path, what, st);
   TOPKV_CHECK(S_ISREG(st.st_mode), "{} '{}' is {}, not a regular file: give the path of a file", what, path,
               kind_of(st.st_mode));
-  const int flags = ::fcntl(fd.get(), F_GETFL);
-  if (flags >= 0) ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+  set_blocking(fd.get());
   if (st_out) *st_out = st;
   return fd;
 }
@@ -101,18 +130,18 @@ std::string read_regular_file(const std::string& path, std::string_view what, ui
   Fd fd = open_regular_file(path, what, &st);
   TOPKV_CHECK((uint64_t)st.st_size <= max_bytes, "{} '{}' is {} bytes, more than the {} bytes a {} may have", what,
               path, (uint64_t)st.st_size, max_bytes, what);
-  std::string out;
-  out.reserve((size_t)st.st_size);
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    TOPKV_CHECK(n >= 0, "reading {} '{}' failed: {}", what, path, std::strerror(errno));
-    if (n == 0) break;
-    out.append(buf, (size_t)n);
-    TOPKV_CHECK(out.size() <= max_bytes, "{} '{}' grew past {} bytes while it was read", what, path, max_bytes);
-  }
-  return out;
+  return read_all(fd.get(), path, what, max_bytes, (size_t)st.st_size);
+}
+
+std::string read_text_input(const std::string& path, std::string_view what, uint64_t max_bytes) {
+  struct stat st {};
+  Fd fd = open_nonblocking(path, what, st);
+  TOPKV_CHECK(S_ISREG(st.st_mode) || S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode), "{} '{}' is {}: give the path of "
+              "a file", what, path, kind_of(st.st_mode));
+  // Blocking reads from here: a pipe with a writer waits for its text; one
+  // that no process has open for writing reads as empty at once.
+  set_blocking(fd.get());
+  return read_all(fd.get(), path, what, max_bytes, S_ISREG(st.st_mode) ? (size_t)st.st_size : 0);
 }
 
 void check_output_path(const std::string& path, std::string_view what) {

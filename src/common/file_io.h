@@ -1,9 +1,9 @@
 // Files in and out, the one way every topkv reader and writer takes.
 //
-// In: a file is opened without blocking (O_NONBLOCK: a FIFO or a tty given as
-// a model, pack or prompt never hangs the open) and checked to be a regular
-// file before a byte is read, so a directory, a FIFO or a device is an Error
-// naming the file.
+// In: a file is opened without blocking (O_NONBLOCK: a FIFO given as a model,
+// pack or prompt never hangs the open) and checked before a byte is read: a
+// file that is mapped or read whole must be a regular file, a text input may
+// also be a pipe or a character device; anything else is an Error naming it.
 //
 // Out: AtomicFile writes a uniquely named temporary beside the target
 // (mkstemp: O_CREAT | O_EXCL, so a symlink or a file already there is never
@@ -55,8 +55,14 @@ class Fd {
 Fd open_regular_file(const std::string& path, std::string_view what, struct stat* st = nullptr);
 
 // The whole of a regular file (checked as above); files over `max_bytes` are
-// an Error (a text input is not gigabytes).
+// an Error.
 std::string read_regular_file(const std::string& path, std::string_view what, uint64_t max_bytes = 1ull << 32);
+
+// A text input read as a stream (prompt, questions, config, head pattern): a
+// regular file, or a pipe or character device (`-f <(cmd)`, /dev/stdin), opened
+// without blocking so a FIFO that no process writes to reads as empty instead
+// of hanging; a folder, socket or block device is an Error naming the file.
+std::string read_text_input(const std::string& path, std::string_view what, uint64_t max_bytes = 1ull << 32);
 
 // Before the work: creates the folder of `path` when missing, and checks that
 // it is writable and that `path` is not itself a folder. `what` names the

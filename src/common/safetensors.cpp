@@ -131,8 +131,8 @@ SafetensorsReader::SafetensorsReader(const std::string& path, std::string_view w
         }
         continue;
       }
-      auto bad = [&](const std::string& what) {
-        fail("safetensors file '{}': tensor '{}': {}", path, name, what);
+      auto bad = [&path, tensor = std::string(name)](const std::string& what) {
+        fail("safetensors file '{}': tensor '{}': {}", path, tensor, what);
       };
       if (!v.is_object()) bad("entry is not an object");
       TensorInfo t;

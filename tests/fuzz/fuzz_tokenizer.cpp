@@ -1,7 +1,9 @@
 // libFuzzer: the tokenizers on arbitrary bytes: SentencePiece vocabularies of
 // the gemma3 and llama kinds (with and without the space prefix) from
 // synth_vocab, with and without special-token parsing. Byte-fallback pieces
-// cover every byte, so decode(encode(text)) must give the text back.
+// cover every byte, so decode(encode(text)) must give the text back, except
+// for text holding U+2581 itself: SentencePiece's space marker decodes as a
+// space (as in llama.cpp and sentencepiece).
 #include <cstdlib>
 
 #include "src/model/synth.h"
@@ -26,10 +28,14 @@ topkv::Tokenizer make(const char* arch) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static topkv::Tokenizer gemma = make("gemma3"), llama = make("llama");
   const std::string text(reinterpret_cast<const char*>(data), size);
+  const bool round_trips = text.find("\xe2\x96\x81") == std::string::npos;
   TOPKV_FUZZ_BODY({
     for (const topkv::Tokenizer* t : {&gemma, &llama}) {
       const auto ids = t->encode(text, false, false);
-      if (t->decode(ids) != text) std::abort();
+      if (round_trips && t->decode(ids) != text) {
+        std::fprintf(stderr, "decode(encode(text)) differs from the text\n");
+        std::abort();
+      }
       const auto special = t->encode(text, true, true);
       (void)t->decode(special, true);
     }
