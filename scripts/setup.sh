@@ -12,6 +12,7 @@ PACKAGES=(
   catch2                              # Catch2 v2 + CTest integration
   libcli11-dev libfmt-dev nlohmann-json3-dev
   python3 python3-pip python3-numpy python3-matplotlib   # plots, model fetch
+  clang libclang-rt-dev               # libFuzzer targets (tests/fuzz, TOPKV_FUZZ)
 )
 
 missing=()
