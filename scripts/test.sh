@@ -18,7 +18,7 @@ BUILD_TYPE=${BUILD_TYPE:-Release}
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"
-(cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" ${CTEST_ARGS:-})
+(cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" -LE long ${CTEST_ARGS:-})
 # A short run of each libFuzzer target (tests/fuzz: GGUF, packs, head
 # patterns, policy JSON, tokenizers) from its committed seeds, built with clang
 # and ASan + UBSan in its own folder (FUZZ=0 skips it).
