@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <new>
 
 #include "src/cli/commands.h"
@@ -47,6 +48,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const topkv::Error& e) {
     std::fprintf(stderr, "topkv: error: %s\n", e.what());
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {  // a file that went away or cannot be read mid-run
+    std::fprintf(stderr, "topkv: error: %s: %s\n", e.path1().c_str(), e.code().message().c_str());
     return 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "topkv: error: out of memory: the run needs more host memory than this process may take "
