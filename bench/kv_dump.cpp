@@ -35,7 +35,7 @@ int64_t parse_position(const std::string& path, const std::string& key, const st
 
 }  // namespace
 
-KvDumpReader::KvDumpReader(const std::string& path) : file_(path) {
+KvDumpReader::KvDumpReader(const std::string& path) : file_(path, "KV dump") {
   const std::string format = file_.metadata_or("format", "");
   TOPKV_CHECK(format == kFormat,
               "'{}' is not a topkv KV dump: its metadata 'format' is '{}', expected '{}' (see bench/kv_dump.h "
@@ -125,16 +125,20 @@ AttentionHead KvDumpReader::load_head(int layer, int kv_head, std::optional<DTyp
     const TensorInfo& t = file_.get(tensor_name(layer, what));
     auto store = std::make_shared<RowStore>(d, store_type);
     const uint8_t* rows = file_.data(t) + (size_t)kv_head * s.n_keys * d * dtype_size(file_type);
-    if (store_type == file_type) {
-      store->append_raw(rows, s.n_keys);
-    } else {  // convert in batches through fp32
-      const int64_t batch = 4096;
-      std::vector<float> buf((size_t)batch * d);
-      for (int64_t i = 0; i < s.n_keys; i += batch) {
-        int64_t m = std::min(batch, s.n_keys - i);
-        to_f32(file_type, rows + (size_t)i * d * dtype_size(file_type), buf.data(), (size_t)(m * d));
-        store->append_f32(buf.data(), m);
-      }
+    // Through fp32 in batches: every value is checked to be finite (a NaN key
+    // makes every metric NaN), and converted when the store type differs.
+    const int64_t batch = 4096;
+    const size_t file_row = (size_t)d * dtype_size(file_type);
+    std::vector<float> buf((size_t)batch * d);
+    for (int64_t i = 0; i < s.n_keys; i += batch) {
+      const int64_t m = std::min(batch, s.n_keys - i);
+      to_f32(file_type, rows + (size_t)i * file_row, buf.data(), (size_t)(m * d));
+      for (int64_t e = 0; e < m * d; ++e)
+        TOPKV_CHECK(std::isfinite(buf[(size_t)e]), "KV dump '{}' layer {}: the {} of KV head {} hold {} at row {}: "
+                    "the dump is corrupt (record it again with `topkv kv dump`)", path(), layer, what, kv_head,
+                    buf[(size_t)e], i + e / d);
+      if (store_type == file_type) store->append_raw(rows + (size_t)i * file_row, m);
+      else store->append_f32(buf.data(), m);
     }
     (what[0] == 'k' ? h.keys : h.values) = std::move(store);
   }

@@ -14,7 +14,10 @@
 #include "bench/recall_bench.h"
 #include "bench/recall_report.h"
 #include "bench/synthetic.h"
+#include "src/common/cli_files.h"
 #include "src/common/error.h"
+#include "src/common/host_memory.h"
+#include "src/common/limits.h"
 #include "src/common/progress.h"
 #include "src/common/timer.h"
 
@@ -22,12 +25,23 @@ namespace topkv {
 
 namespace {
 
-// An output file's folder must exist before the long work starts.
+// An output file's folder is created or checked before the long work starts.
 void check_output_path(const std::string& path, const char* flag) {
-  if (path.empty()) return;
-  auto dir = std::filesystem::path(path).parent_path();
-  TOPKV_CHECK(dir.empty() || std::filesystem::is_directory(dir), "{} {}: folder '{}' does not exist", flag, path,
-              dir.string());
+  if (!path.empty()) topkv::check_output_path(path, std::string(flag) + " file");
+}
+
+// Synthetic data is sized by the options alone: plan it (keys and values in
+// the store type, their fp32 copies while they are made, the indexes' own
+// bytes per key) against the memory this process may take, before any of it
+// is allocated.
+void check_synthetic_fits(const SyntheticConfig& c, const std::vector<std::string>& specs) {
+  const double rows = (double)c.n_keys * c.kv_heads, d = c.head_dim;
+  double bytes = rows * d * (2.0 * dtype_size(c.dtype) + 2.0 * sizeof(float));
+  bytes += (double)c.n_queries * c.group * c.kv_heads * d * sizeof(float);
+  for (const std::string& spec : specs) bytes += rows * KvIndex::create(spec)->bytes_per_key_estimate(c.head_dim);
+  check_host_memory(bytes, fmt::format("synthetic data of {} keys x {} KV heads (head_dim {}) and its indexes",
+                                       c.n_keys, c.kv_heads, c.head_dim),
+                    "lower --n-keys, --heads or --head-dim");
 }
 
 AttentionData load_data(RecallRunOptions& a) {
@@ -73,7 +87,7 @@ void run_recall(RecallRunOptions& a) {
     a.syn.validate();
   }
   TOPKV_CHECK(a.k >= 1, "--k must be at least 1 (got {})", a.k);
-  TOPKV_CHECK(a.threads >= 0, "--threads must be >= 0 (0 = all cores)");
+  check_thread_count(a.threads, "--threads");
   TOPKV_CHECK(a.queries >= 0, "--queries must be >= 0");
   TOPKV_CHECK(a.scale >= 0, "--scale must be positive (0 = the data's own)");
   if (!a.dtype.empty()) parse_dtype(a.dtype);
@@ -92,6 +106,12 @@ void run_recall(RecallRunOptions& a) {
   cfg.threads = a.threads;
   cfg.progress = !a.quiet;
   for (auto& spec : cfg.index_specs) KvIndex::create(spec);  // unknown backend or parameter
+  if (a.synthetic) {
+    SyntheticConfig c = a.syn;
+    c.kv_heads = a.heads;
+    if (a.queries > 0) c.n_queries = a.queries;
+    check_synthetic_fits(c, cfg.index_specs);
+  }
   if (!a.dump.empty()) KvDumpReader probe(a.dump);           // missing or malformed file
 
   AttentionData data = load_data(a);

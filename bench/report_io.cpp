@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "src/common/error.h"
+#include "src/common/file_io.h"
 
 extern char** environ;
 
@@ -43,22 +44,7 @@ std::string find_script(const std::string& script, const char* script_env) {
 }  // namespace
 
 void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    TOPKV_CHECK(f, "cannot create '{}': {}", tmp, std::strerror(errno));
-    f << text;
-    f.close();
-    if (!f) {
-      std::remove(tmp.c_str());
-      fail("writing '{}' failed", path);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    fail("cannot write '{}': {}", path, std::strerror(err));
-  }
+  write_file_atomic(path, text, "report");
 }
 
 std::string csv_field(const std::string& s) {

@@ -18,6 +18,7 @@
 #include "index/summary_select.h"
 #include "src/common/error.h"
 #include "src/common/progress.h"
+#include "src/common/parallel_errors.h"
 
 namespace topkv {
 
@@ -497,9 +498,12 @@ void ClusterIndex::search_impl(const float* q, int nq, const SearchParams& p, Ca
   std::vector<std::vector<int32_t>> kept((size_t)nq), expanded((size_t)nq);
   std::vector<int64_t> scored((size_t)nq, 0);
   const int threads = std::max(1, std::min(p.n_threads, nq));
+  ParallelErrors errors;  // src/common/parallel_errors.h
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-  for (int g = 0; g < nq; ++g)
+  for (int g = 0; g < nq; ++g) errors.run([&] {
     select_for_head(q + (size_t)g * d, g, p, s, lk, kept[(size_t)g], expanded[(size_t)g], scored[(size_t)g]);
+  });
+  errors.rethrow();
 
   lk.fine_selected.assign((size_t)nf, 0);
   lk.coarse_expanded.assign((size_t)nc, 0);

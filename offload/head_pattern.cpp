@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "src/common/error.h"
+#include "src/common/file_io.h"
 
 namespace topkv {
 
@@ -66,11 +67,7 @@ HeadPattern parse_head_pattern(const std::string& text, const std::string& origi
 }
 
 HeadPattern load_head_pattern(const std::string& path, int layers, int kv_heads, double threshold, double sparsity) {
-  std::ifstream f(path);
-  TOPKV_CHECK(f, "cannot open head pattern file '{}'", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_head_pattern(ss.str(), path, layers, kv_heads, threshold, sparsity);
+  return parse_head_pattern(read_text_input(path, "head pattern file", 1ull << 24), path, layers, kv_heads, threshold, sparsity);
 }
 
 }  // namespace topkv

@@ -7,6 +7,7 @@
 
 #include "offload/partial_attention.h"
 #include "src/common/error.h"
+#include "src/common/parallel_errors.h"
 #include "src/common/progress.h"
 #include "src/common/timer.h"
 #include "src/common/vec_math.h"
@@ -79,11 +80,13 @@ void HostDenseAttention::take_context(int64_t n, const KvReader& read) {
     TOPKV_CHECK(k.size() == kv * per_head && v.size() == k.size(),
                 "internal: the context of layer {} has {} key values, expected {}", layers_[i], k.size(),
                 kv * per_head);
+    ParallelErrors errors;  // a store past its capacity throws (src/common/parallel_errors.h)
 #pragma omp parallel for schedule(static) if (kv > 1)
-    for (int h = 0; h < kv; ++h) {
+    for (int h = 0; h < kv; ++h) errors.run([&] {
       heads_[i][(size_t)h].k->append_f32(k.data() + h * per_head, n);
       heads_[i][(size_t)h].v->append_f32(v.data() + h * per_head, n);
-    }
+    });
+    errors.rethrow();
     bar.add((int64_t)kv * n);
   }
   bar.finish();

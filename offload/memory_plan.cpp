@@ -2,8 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-#include <sstream>
+#include <algorithm>
 
 #include "index/kv_index.h"
 #include "src/common/error.h"
@@ -74,28 +73,16 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
                             heads * stored * idx->bytes_per_key_estimate(c.head_dim), 0});
     }
     plan.lines.push_back({fmt::format("sinks + window ({} + {} tokens)", p.sinks, p.window),
-                          heads * (p.sinks + p.window) * 2.0 * row * sizeof(float), 0});
+                          heads * ((double)p.sinks + (double)p.window) * 2.0 * row * sizeof(float), 0});
   }
   return plan;
-}
-
-double host_memory_available() {
-  std::ifstream f("/proc/meminfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    std::istringstream ss(line.substr(13));
-    double kib = 0;
-    ss >> kib;
-    return kib * 1024.0;
-  }
-  return 0;
 }
 
 void check_plan_fits(const MemoryPlan& plan, double available) {
   if (available <= 0) return;
   TOPKV_CHECK(plan.host_total() <= available,
-              "this run needs about {} of host memory but {} is available:\n{}\nlower the context (-c), use a "
+              "this run needs about {} of host memory but {} is available (the least of MemAvailable, the "
+              "address-space limit and the cgroup's memory limit):\n{}\nlower the context (-c), use a "
               "smaller index (e.g. --index centroid or quest), or --attn topk with fewer dense layers",
               format_bytes(plan.host_total()), format_bytes(available), plan.table());
 }

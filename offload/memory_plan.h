@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "offload/policy.h"
+#include "src/common/host_memory.h"
 #include "src/model/model_config.h"
 
 namespace topkv {
@@ -41,8 +42,7 @@ struct MemoryPlanInput {
 // and the sinks + window.
 MemoryPlan plan_memory(const MemoryPlanInput& in);
 
-// MemAvailable from /proc/meminfo (bytes); 0 when unknown.
-double host_memory_available();
+// host_memory_available(): src/common/host_memory.h (MemAvailable, RLIMIT_AS, cgroup).
 
 // Throws Error with the plan when the host total exceeds `available` (skipped
 // when available is 0).

@@ -7,6 +7,7 @@
 
 #include "offload/pack_file.h"
 #include "src/common/error.h"
+#include "src/common/parallel_errors.h"
 #include "src/common/timer.h"
 
 namespace topkv {
@@ -183,10 +184,19 @@ void OffloadedLayer::restore(const PackReader& r, const std::string& prefix, int
     const auto rows = [&](const char* what, int64_t m) {
       return reinterpret_cast<const float*>(r.tensor(name + what, StDType::F32, {m, d}));
     };
-    const float *sk = rows("sinks_k", n_sinks_), *sv = rows("sinks_v", n_sinks_);
+    // The exact parts are fp32 and few: a value that is not finite would make
+    // every step's attention NaN (a pack re-sealed past its checksums).
+    const auto finite_rows = [&](const char* what, int64_t m) {
+      const float* x = rows(what, m);
+      for (int64_t i = 0; i < m * d; ++i)
+        TOPKV_CHECK(std::isfinite(x[i]), "context pack '{}': tensor '{}{}' holds {} at row {}: the pack is corrupt; "
+                    "rebuild it with `topkv index build`", r.path(), name, what, x[i], i / d);
+      return x;
+    };
+    const float *sk = finite_rows("sinks_k", n_sinks_), *sv = finite_rows("sinks_v", n_sinks_);
     hd.sink_k.assign(sk, sk + n_sinks_ * d);
     hd.sink_v.assign(sv, sv + n_sinks_ * d);
-    const float *wk = rows("window_k", win_len_), *wv = rows("window_v", win_len_);
+    const float *wk = finite_rows("window_k", win_len_), *wv = finite_rows("window_v", win_len_);
     for (int64_t i = 0; i < win_len_; ++i) push_window(hd, win_start_ + i, wk + i * d, wv + i * d);
     TOPKV_CHECK(hd.streaming != r.has(name + "keys") || stored == 0,
                 "context pack '{}': KV head {} is a {} head there, but a {} head here (the DuoAttention head "
@@ -274,12 +284,20 @@ void OffloadedLayer::fill_appended(const Placement& at, const float* key, const 
 void OffloadedLayer::retrieve(const float* queries, float scale, std::vector<Retrieved>& out) const {
   const int G = cfg_.n_heads / cfg_.kv_heads;
   const size_t d = (size_t)cfg_.head_dim;
+  // A query that is not finite (corrupt weights, Inf in a pack's values)
+  // would make every score NaN: say so instead of attending to noise.
+  const size_t nq = (size_t)cfg_.n_heads * d;
+  for (size_t i = 0; i < nq; ++i)
+    TOPKV_CHECK(std::isfinite(queries[i]), "the attention query holds {} (query head {}, element {}): the model's "
+                "weights or the context's values are not finite; check the model file and the pack (`topkv index "
+                "info --verify`)", queries[i], i / d, i % d);
   out.assign((size_t)cfg_.kv_heads, Retrieved{});
+  ParallelErrors errors;  // an index that throws must not end the process (src/common/parallel_errors.h)
 #pragma omp parallel for schedule(dynamic, 1) if (cfg_.kv_heads > 1)
-  for (int h = 0; h < cfg_.kv_heads; ++h) {
+  for (int h = 0; h < cfg_.kv_heads; ++h) errors.run([&] {
     const Head& hd = heads_[(size_t)h];
     Retrieved& r = out[(size_t)h];
-    if (!hd.index || hd.keys->size() == 0) continue;
+    if (!hd.index || hd.keys->size() == 0) return;
     const float* q = queries + (size_t)h * G * d;
     SearchParams p = cfg_.search;
     p.k = cfg_.k;
@@ -313,7 +331,8 @@ void OffloadedLayer::retrieve(const float* queries, float scale, std::vector<Ret
         for (int g = 0; g < G; ++g) partial_merge(r.far[(size_t)g], part[(size_t)b * G + g]);
     }
     r.search_s = t.seconds();
-  }
+  });
+  errors.rethrow();
 }
 
 void OffloadedLayer::attend(const float* queries, float scale, float* out, AttendStats* stats) const {
@@ -321,8 +340,9 @@ void OffloadedLayer::attend(const float* queries, float scale, float* out, Atten
   const size_t d = (size_t)cfg_.head_dim;
   std::vector<Retrieved> found;
   retrieve(queries, scale, found);
+  ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic, 1) if (cfg_.kv_heads > 1)
-  for (int h = 0; h < cfg_.kv_heads; ++h) {
+  for (int h = 0; h < cfg_.kv_heads; ++h) errors.run([&] {
     const Head& hd = heads_[(size_t)h];
     const Retrieved& r = found[(size_t)h];
     const size_t m = r.ids.size();
@@ -339,7 +359,8 @@ void OffloadedLayer::attend(const float* queries, float scale, float* out, Atten
       if (!r.far.empty()) partial_merge(p, r.far[(size_t)g]);
       partial_finish(p, out + ((size_t)h * G + g) * d);
     }
-  }
+  });
+  errors.rethrow();
   if (stats) {
     *stats = {};
     for (auto& r : found) {

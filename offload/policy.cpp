@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <limits>
 #include <numeric>
-#include <sstream>
 
 #include "src/common/error.h"
+#include "src/common/file_io.h"
 
 namespace topkv {
 
@@ -77,18 +77,88 @@ SearchOn parse_search_on(const std::string& s) {
   fail("unknown search place '{}': use auto, host or gpu", s);
 }
 
+// The bounds every policy value is checked against, wherever it came from
+// (options, --config, a pack's manifest). The sizes bound what one run can
+// hold (a window or sinks past 2^30 tokens would overflow the memory plan's
+// per-head sums long before any host has the memory).
+namespace {
+constexpr int64_t kMaxTokens = int64_t{1} << 30;
+constexpr int kMaxEf = 1 << 24;
+constexpr int kMaxLayers = 1 << 16;
+
+void check_unit(double v, const char* name, bool allow_unset = false) {
+  if (allow_unset && v == -1.0) return;
+  TOPKV_CHECK(std::isfinite(v) && v >= 0 && v <= 1, "{} must be a number in [0, 1]{} (got {})", name,
+              allow_unset ? " (or -1: not set)" : "", v);
+}
+}  // namespace
+
 void OffloadPolicy::validate() const {
-  TOPKV_CHECK(search.k >= 1, "--k must be at least 1 (got {})", search.k);
-  TOPKV_CHECK(k_fraction >= 0 && k_fraction <= 1, "--k-fraction must be in [0, 1] (got {})", k_fraction);
-  TOPKV_CHECK(dense_layers >= 0, "--dense-layers must be >= 0 (got {})", dense_layers);
-  TOPKV_CHECK(sinks >= 0, "--sinks must be >= 0 (got {})", sinks);
-  TOPKV_CHECK(window >= 1, "--window must be at least 1 token (got {})", window);
+  TOPKV_CHECK(search.k >= 1 && search.k <= kMaxTokens, "--k must be at least 1 and at most {} (got {})", kMaxTokens,
+              search.k);
+  check_unit(k_fraction, "--k-fraction");
+  TOPKV_CHECK(search.ef >= 0 && search.ef <= kMaxEf, "--ef must be in [0, {}] (0 = max(k, 64); got {})", kMaxEf,
+              search.ef);
+  TOPKV_CHECK(search.nprobe >= 0 && search.nprobe <= kMaxEf, "--nprobe must be in [0, {}] (0 = the index's "
+              "default; got {})", kMaxEf, search.nprobe);
+  // A cluster's estimated share of the attention is a probability.
+  check_unit(search.threshold, "--threshold");
+  TOPKV_CHECK(search.gqa == GqaMode::Union || search.gqa == GqaMode::Mean, "internal: bad gqa mode");
+  TOPKV_CHECK(dense_layers >= 0 && dense_layers <= kMaxLayers, "--dense-layers must be in [0, {}] (got {})",
+              kMaxLayers, dense_layers);
+  TOPKV_CHECK(sinks >= 0 && sinks <= kMaxTokens, "--sinks must be in [0, {}] (got {})", kMaxTokens, sinks);
+  TOPKV_CHECK(window >= 1 && window <= kMaxTokens, "--window must be at least 1 token and at most {} (got {})", kMaxTokens,
+              window);
   TOPKV_CHECK(store_dtype == DType::F16 || store_dtype == DType::BF16,
               "the host KV store holds f16 or bf16 (got {})", dtype_name(store_dtype));
-  TOPKV_CHECK(device_fold >= 1, "--device-fold must be at least 1 row (got {})", device_fold);
-  TOPKV_CHECK(heads_sparsity <= 1, "--heads-sparsity must be in [0, 1] (got {})", heads_sparsity);
+  TOPKV_CHECK(device_fold >= 1 && device_fold <= kMaxTokens, "--device-fold must be at least 1 row and at most {} (got {})",
+              kMaxTokens, device_fold);
+  TOPKV_CHECK(std::isfinite(heads_threshold), "--heads-threshold must be a finite number (got {})",
+              heads_threshold);
+  check_unit(heads_sparsity, "--heads-sparsity", /*allow_unset=*/true);
   parse_spec(index);  // syntax
 }
+
+namespace {
+// JSON numbers read exactly: an integer field takes an integer that fits
+// (4294967297 is not 1, 2.9 is not 2), a real field any finite number.
+template <typename Int>
+Int json_int(const nlohmann::json& v, const std::string& key) {
+  TOPKV_CHECK(v.is_number_integer(), "key '{}' has the wrong type: it must be an integer (got {})", key, v.dump());
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    TOPKV_CHECK(u <= (uint64_t)std::numeric_limits<Int>::max(), "key '{}' = {} is out of range (at most {})", key,
+                u, std::numeric_limits<Int>::max());
+    return (Int)u;
+  }
+  const int64_t i = v.get<int64_t>();
+  TOPKV_CHECK(i >= (int64_t)std::numeric_limits<Int>::min() && i <= (int64_t)std::numeric_limits<Int>::max(),
+              "key '{}' = {} is out of range [{}, {}]", key, i, std::numeric_limits<Int>::min(),
+              std::numeric_limits<Int>::max());
+  return (Int)i;
+}
+
+double json_real(const nlohmann::json& v, const std::string& key) {
+  TOPKV_CHECK(v.is_number(), "key '{}' has the wrong type: it must be a number (got {})", key, v.dump());
+  return v.get<double>();
+}
+
+std::string json_str(const nlohmann::json& v, const std::string& key) {
+  TOPKV_CHECK(v.is_string(), "key '{}' has the wrong type: it must be a string (got {})", key, v.dump());
+  return v.get<std::string>();
+}
+
+bool json_bool(const nlohmann::json& v, const std::string& key) {
+  TOPKV_CHECK(v.is_boolean(), "key '{}' has the wrong type: it must be true or false (got {})", key, v.dump());
+  return v.get<bool>();
+}
+
+GqaMode parse_gqa(const std::string& s) {
+  if (s == "union") return GqaMode::Union;
+  if (s == "mean") return GqaMode::Mean;
+  fail("unknown gqa mode '{}': use union or mean", s);
+}
+}  // namespace
 
 void OffloadPolicy::apply_json(const std::string& text, const std::string& origin) {
   nlohmann::json j;
@@ -100,41 +170,43 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
   TOPKV_CHECK(j.is_object(), "{}: the policy config must be a JSON object", origin);
   for (auto& [key, v] : j.items()) {
     try {
-      if (key == "attn") attn = parse_attn_mode(v.get<std::string>());
-      else if (key == "index") index = v.get<std::string>();
-      else if (key == "k") search.k = v.get<int64_t>();
-      else if (key == "k_fraction") k_fraction = v.get<double>();
-      else if (key == "k_schedule") k_schedule = parse_k_schedule(v.get<std::string>());
-      else if (key == "ef") search.ef = v.get<int>();
-      else if (key == "nprobe") search.nprobe = v.get<int>();
-      else if (key == "threshold") search.threshold = v.get<double>();
-      else if (key == "gqa") search.gqa = v.get<std::string>() == "mean" ? GqaMode::Mean : GqaMode::Union;
-      else if (key == "dense_layers") dense_layers = v.get<int>();
-      else if (key == "sinks") sinks = v.get<int>();
-      else if (key == "window") window = v.get<int>();
-      else if (key == "store_type") store_dtype = parse_dtype(v.get<std::string>());
-      else if (key == "stage_rows") stage_rows = v.get<bool>();
-      else if (key == "search_on") search_on = parse_search_on(v.get<std::string>());
-      else if (key == "device_table_type") device_table_type = parse_dtype(v.get<std::string>());
-      else if (key == "device_fold") device_fold = v.get<int>();
-      else if (key == "sync_folds") sync_folds = v.get<bool>();
-      else if (key == "heads_file") heads_file = v.get<std::string>();
-      else if (key == "heads_threshold") heads_threshold = v.get<double>();
-      else if (key == "heads_sparsity") heads_sparsity = v.get<double>();
-      else fail("{}: unknown key '{}' in the policy config", origin, key);
+      if (key == "attn") attn = parse_attn_mode(json_str(v, key));
+      else if (key == "index") index = json_str(v, key);
+      else if (key == "k") search.k = json_int<int64_t>(v, key);
+      else if (key == "k_fraction") k_fraction = json_real(v, key);
+      else if (key == "k_schedule") k_schedule = parse_k_schedule(json_str(v, key));
+      else if (key == "ef") search.ef = json_int<int>(v, key);
+      else if (key == "nprobe") search.nprobe = json_int<int>(v, key);
+      else if (key == "threshold") search.threshold = json_real(v, key);
+      else if (key == "gqa") search.gqa = parse_gqa(json_str(v, key));
+      else if (key == "dense_layers") dense_layers = json_int<int>(v, key);
+      else if (key == "sinks") sinks = json_int<int>(v, key);
+      else if (key == "window") window = json_int<int>(v, key);
+      else if (key == "store_type") store_dtype = parse_dtype(json_str(v, key));
+      else if (key == "stage_rows") stage_rows = json_bool(v, key);
+      else if (key == "search_on") search_on = parse_search_on(json_str(v, key));
+      else if (key == "device_table_type") device_table_type = parse_dtype(json_str(v, key));
+      else if (key == "device_fold") device_fold = json_int<int>(v, key);
+      else if (key == "sync_folds") sync_folds = json_bool(v, key);
+      else if (key == "heads_file") heads_file = json_str(v, key);
+      else if (key == "heads_threshold") heads_threshold = json_real(v, key);
+      else if (key == "heads_sparsity") heads_sparsity = json_real(v, key);
+      else fail("unknown key '{}' in the policy config", key);
+    } catch (const Error& e) {
+      fail("{}: {}", origin, e.what());
     } catch (const nlohmann::json::exception& e) {
       fail("{}: key '{}' has the wrong type: {}", origin, key, e.what());
     }
   }
-  validate();
+  try {
+    validate();
+  } catch (const Error& e) {
+    fail("{}: {}", origin, e.what());
+  }
 }
 
 void OffloadPolicy::apply_json_file(const std::string& path) {
-  std::ifstream f(path);
-  TOPKV_CHECK(f, "cannot open policy config '{}'", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  apply_json(ss.str(), path);
+  apply_json(read_text_input(path, "policy config", 1ull << 24), path);
 }
 
 

@@ -10,6 +10,8 @@ y = depth of the needle in the context (0% = start), colour = pass rate.
 """
 import argparse
 import csv
+import io
+import os
 import sys
 from collections import defaultdict
 
@@ -18,6 +20,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import LinearSegmentedColormap  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot_util import write_atomic  # noqa: E402
 
 
 def main():
@@ -64,7 +69,9 @@ def main():
     fig.subplots_adjust(wspace=0.3)
     fig.colorbar(im, ax=axes[0].tolist(), label="pass rate", shrink=0.8)
     fig.suptitle(a.title, y=1.03)
-    fig.savefig(a.png, dpi=120, bbox_inches="tight")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    write_atomic(a.png, buf.getvalue())
     print(a.png)
 
 

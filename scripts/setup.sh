@@ -13,6 +13,7 @@ PACKAGES=(
   libcli11-dev libfmt-dev nlohmann-json3-dev
   libcpp-httplib-dev                  # topkv serve (cpp-httplib)
   python3 python3-pip python3-numpy python3-matplotlib   # plots, model fetch
+  clang libclang-rt-dev               # libFuzzer targets (tests/fuzz, TOPKV_FUZZ)
 )
 
 missing=()

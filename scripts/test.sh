@@ -4,6 +4,7 @@
 # present (exit code 77 -> CTest "Skipped").
 #   scripts/test.sh            # Release build in build/
 #   BUILD_DIR=build-dbg BUILD_TYPE=Debug scripts/test.sh
+#   FUZZ=0 scripts/test.sh     # without the short fuzzer runs (label fuzz)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -28,5 +29,14 @@ if ! PYTHONPATH="$PYDEPS" "$PY" -c "import openai" 2>/dev/null; then
   "$PY" -m pip install --quiet --target "$PYDEPS" openai ||
     echo "test.sh: pip could not install the openai package into $PYDEPS; the test_serve tests will fail" >&2
 fi
-cd "$BUILD_DIR"
-ctest --output-on-failure -j "$JOBS" ${CTEST_ARGS:-}
+(cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" -LE long ${CTEST_ARGS:-})
+# A short run of each libFuzzer target (tests/fuzz: GGUF, packs, head
+# patterns, policy JSON, tokenizers) from its committed seeds, built with clang
+# and ASan + UBSan in its own folder (FUZZ=0 skips it).
+if [ "${FUZZ:-1}" != 0 ]; then
+  FUZZ_DIR=${FUZZ_DIR:-build-fuzz}
+  cmake -S . -B "$FUZZ_DIR" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DTOPKV_FUZZ=ON -DTOPKV_CUDA=OFF -DTOPKV_TESTS=OFF >/dev/null
+  cmake --build "$FUZZ_DIR" -j "$JOBS" --target topkv_fuzzers
+  (cd "$FUZZ_DIR" && ctest --output-on-failure -L fuzz)
+fi

@@ -220,6 +220,7 @@ TEST_CASE("bench recall: bad input is a clear error, a non-zero exit, and no out
   bad("bench recall --quiet", "exactly one data source");
   bad("bench recall --dump " + (dir / "missing.safetensors").string(), "cannot open");
   bad("bench recall --dump x.safetensors --n-keys 10", "needs --synthetic");
-  bad(kTiny + " --json " + (dir / "no" / "dir.json").string(), "does not exist");
+  std::ofstream((dir / "plain").string()) << "a file, not a folder";
+  bad(kTiny + " --json " + (dir / "plain" / "dir.json").string(), "cannot be written");
   fs::remove_all(dir);
 }

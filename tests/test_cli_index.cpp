@@ -181,7 +181,7 @@ TEST_CASE("index build, index info and generate --pack: bad input is a clear err
   std::ofstream(no_questions) << "\n  \n";
   const std::vector<Bad> cases = {
       {build, "--out is required"},
-      {build + "-o /nonexistent/dir/x.pack", "cannot create '/nonexistent/dir/x.pack.tmp'"},
+      {build + "-o " + f.doc + "/x.pack", "the context pack '" + f.doc + "/x.pack' cannot be written"},
       {build + "-o " + x + " --attn dense --index flat", "--attn dense builds no index"},
       {build + "-o " + x + " --index nosuch", "unknown index backend 'nosuch'"},
       {build + "-o " + x + " --index flat --index quest --index flat", "--index flat is given twice"},

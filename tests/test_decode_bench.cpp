@@ -198,7 +198,7 @@ TEST_CASE("bench decode: bad input is a clear error and a non-zero exit") {
       {m + "--contexts 256 --attn topk", "drop --attn"},
       {m + "--contexts 256 --chunk 0", "--chunk must be positive"},
       {m + "--contexts 256 --dense-layers 6", "--dense-layers"},
-      {m + "--contexts 256 --out-dir /proc/nonexistent/x", "cannot create that folder"},
+      {m + "--contexts 256 --out-dir /proc/nonexistent/x", "cannot create the folder"},
       {"--contexts 256", "give the model either as -m FILE or as --synth-preset"},
       {"--synth-preset nosuch --contexts 256", "unknown preset 'nosuch'"},
       {m + "--contexts 256 --weights f16", "--weights f16 is for the CUDA backend"},

@@ -274,7 +274,10 @@ TEST_CASE("the writer rejects bad tensors and leaves no file behind on failure")
   CHECK_THROWS_WITH(w.write(path), Catch::Contains("filler failed"));
   CHECK_FALSE(fs::exists(path));
   CHECK_FALSE(fs::exists(path + ".tmp"));
-  CHECK_THROWS_WITH(w.write(td.file("no/such/dir/x.gguf")), Catch::Contains("cannot create"));
+  for (auto& e : fs::directory_iterator(td.dir))  // nor its unique temporary (".never.gguf.XXXXXX")
+    CHECK(e.path().filename().string().rfind(".never.gguf", 0) != 0);
+  std::ofstream(td.file("plain")) << "a file, not a folder";
+  CHECK_THROWS_WITH(w.write(td.file("plain/x.gguf")), Catch::Contains("cannot be written"));
 }
 
 TEST_CASE("malformed GGUF files give an Error that names the problem") {

@@ -6,6 +6,7 @@
 
 #include "src/common/error.h"
 #include "src/common/safetensors.h"
+#include "test_util.h"
 
 using namespace topkv;
 namespace fs = std::filesystem;
@@ -242,9 +243,18 @@ TEST_CASE("safetensors writer: bad tensors are refused and a failed write leaves
   CHECK_THROWS_AS(w.add("a", StDType::F32, {-6}, {{x.data(), 0}}), Error);
   w.add("a", StDType::F32, {6}, x.data());
   CHECK_THROWS_AS(w.add("a", StDType::F32, {6}, x.data()), Error);  // twice
-  auto missing_dir = fs::temp_directory_path() / "topkv_no_such_dir_xyz" / "f.safetensors";
-  CHECK_THROWS_AS(w.write(missing_dir.string()), Error);
-  CHECK_FALSE(fs::exists(missing_dir.string() + ".tmp"));
+  // A folder that cannot be made (under a regular file): an Error, nothing written.
+  test::TempDir td("topkv_st_writer");
+  std::ofstream(td.file("plain")) << "a file";
+  const auto bad_dir = fs::path(td.file("plain")) / "f.safetensors";
+  CHECK_THROWS_WITH(w.write(bad_dir.string()), Catch::Contains("cannot be written"));
+  // A failed write leaves no temporary beside the target.
+  w.add("b", StDType::F32, {2}, x.data());
+  const std::string ok = td.file("ok.safetensors");
+  w.write(ok);
+  size_t entries = 0;
+  for (auto& e : fs::directory_iterator(td.dir)) entries += e.path().filename().string()[0] == '.';
+  CHECK(entries == 0);
   CHECK(parse_st_dtype("BF16") == StDType::BF16);
   CHECK_THROWS_AS(parse_st_dtype("bf16"), Error);  // the spec's names are upper case
   CHECK(row_dtype_of(StDType::F16) == DType::F16);

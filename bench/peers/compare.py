@@ -31,6 +31,7 @@ the PNG (without it the table is still written).
 """
 import argparse
 import csv
+import io
 import json
 import os
 import statistics
@@ -226,10 +227,10 @@ def print_ratios(ratios):
 # ------------------------------------------------------------------ output
 
 def write_atomic(path, text):
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """scripts/plot_util.py's: a unique temporary beside `path`, synced and renamed."""
+    sys.path.insert(0, SCRIPTS)
+    from plot_util import write_atomic as write
+    write(path, text)
 
 
 def write_table(rows, ratios, sources, out):
@@ -328,9 +329,9 @@ def plot(rows, out):
     models = sorted({r["model"] for r in ok})
     fig.suptitle(f"topkv vs llama.cpp, {', '.join(models)}  ({'; '.join(backends)})", fontsize=10)
     fig.tight_layout(rect=(0, 0.035 * len(notes), 1, 1))  # room for the notes under the axes
-    path = os.path.join(out, "peer.png")
-    fig.savefig(path + ".tmp", format="png", dpi=120)
-    os.replace(path + ".tmp", path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    write_atomic(os.path.join(out, "peer.png"), buf.getvalue())
     return True
 
 

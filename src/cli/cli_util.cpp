@@ -15,6 +15,8 @@
 #include "offload/memory_plan.h"
 #include "src/common/error.h"
 #include "src/common/options.h"
+#include "src/common/cli_files.h"
+#include "src/common/file_io.h"
 #include "src/session/backend_choice.h"
 
 namespace topkv::cli {
@@ -29,7 +31,7 @@ void add_backend_options(CLI::App* cmd, BackendArgs& a, const std::string& cuda_
   cmd->add_option("--gpu-mem-budget", a.gpu_mem_budget,
                   "Most GPU memory the run may hold, e.g. 16G or 1500M (weights, KV cache and window, buffers, "
                   "prefill scratch); the run stops with a breakdown rather than exceed it");
-  cmd->add_option("--threads", a.threads, "CPU threads (default: OpenMP's, i.e. all cores or OMP_NUM_THREADS)");
+  cmd->add_option("--threads", a.threads, "CPU threads (default: OpenMP's, i.e. all cores or OMP_NUM_THREADS)")->check(thread_count());
   if (!prefill_options) return;
   cmd->add_option("--overlap-build", a.overlap_build, "Top-k: build the indexes while the model prefills (multipole "
                   "and centroid cluster each 8K-key block as it completes): on, off, or auto (on when the model "
@@ -106,9 +108,7 @@ std::string read_input_text(const std::string& text, const std::vector<std::stri
   if (!text.empty()) return text;
   std::string out;
   for (const std::string& file : files) {
-    std::ifstream in(file, std::ios::binary);
-    TOPKV_CHECK(in, "cannot read the prompt file {}", file);
-    out.append(std::istreambuf_iterator<char>(in), {});
+    out += read_text_input(file, "prompt file", 1ull << 30);
   }
   if (files.empty()) {
     if (!isatty(STDIN_FILENO))
@@ -146,18 +146,9 @@ size_t peak_rss_bytes() {
 std::string mib(size_t b) { return fmt::format("{:.1f} MiB", (double)b / (1024.0 * 1024.0)); }
 
 void write_json_atomic(const std::string& path, const nlohmann::json& j) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    TOPKV_CHECK(out, "cannot write {}", tmp);
-    // Generated text cut at a token limit may end inside a UTF-8 character:
-    // such bytes are written as U+FFFD rather than refused.
-    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    TOPKV_CHECK(out.good(), "writing {} failed", tmp);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  TOPKV_CHECK(!ec, "cannot move {} to {}: {}", tmp, path, ec.message());
+  // Generated text cut at a token limit may end inside a UTF-8 character:
+  // such bytes are written as U+FFFD rather than refused.
+  write_file_atomic(path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", "JSON file");
 }
 
 }  // namespace topkv::cli

@@ -13,6 +13,7 @@
 #include "src/common/options.h"
 #include "src/common/progress.h"
 #include "src/model/synth.h"
+#include "src/common/cli_files.h"
 
 namespace topkv::cli {
 
@@ -134,7 +135,7 @@ void register_bench_decode(CLI::App& bench) {
   cmd->add_option("--seed", a->seed, "Seed of the synthetic data and the passkey")->capture_default_str();
   cmd->add_flag("--beyond-trained", a->beyond_trained, "Allow contexts past the model's trained context (speed is "
                 "measured; the text would be meaningless)");
-  cmd->add_option("--out-dir", a->out_dir, "Write decode.csv, decode.json (bench/decode_schema.json) and decode.png here");
+  cmd->add_option("--out-dir", a->out_dir, "Write decode.csv, decode.json (bench/decode_schema.json) and decode.png here")->check(output_folder("--out-dir"));
   cmd->add_flag("--no-plot", a->no_plot, "No decode.png");
   cmd->add_flag("-q,--quiet", a->quiet, "No progress output on stderr");
   auto pol = std::make_shared<PolicyArgs>();

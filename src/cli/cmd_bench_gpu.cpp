@@ -3,6 +3,7 @@
 
 #include "bench/gpu_ops_bench.h"
 #include "src/cli/commands.h"
+#include "src/common/cli_files.h"
 
 namespace topkv::cli {
 
@@ -14,7 +15,7 @@ void register_bench_gpu(CLI::App& app) {
                  "against the measured copy bandwidth; optionally a whole GGUF model's prefill and decode");
   cmd->add_option("--device", a->device, "CUDA device ordinal (default 0)");
   cmd->add_option("--reps", a->reps, "Timed runs per case; the median is reported (default 50)");
-  cmd->add_option("--out", a->out, "Also write one JSON object per row to this file");
+  cmd->add_option("--out", a->out, "Also write one JSON object per row to this file")->check(output_file("--out file"));
   cmd->add_option("--model", a->model, "A GGUF model to time end to end (prefill, then greedy decode)");
   cmd->add_option("--synth", a->synth,
                   "Synthetic presets to time end to end, comma-separated; PRESET@N keeps N layers; 'none' skips "

@@ -4,6 +4,7 @@
 
 #include "bench/recall_run.h"
 #include "src/cli/commands.h"
+#include "src/common/cli_files.h"
 
 namespace topkv::cli {
 
@@ -69,13 +70,15 @@ void register_bench_recall(CLI::App& bench) {
                   "16:128:+16; gqa: union,mean");
   cmd->add_option("--k", a->k, "The k of recall@k (and the search k unless swept)")->capture_default_str();
   cmd->add_option("--threads", a->threads,
-                  "Threads for data, ground truth, builds and the layer-parallel search (0 = all cores)")
+                  "Threads for data, ground truth, builds and the layer-parallel search (0 = all cores)")->check(thread_count())
       ->capture_default_str();
 
   // output
-  cmd->add_option("--csv", a->csv, "Write the results as CSV");
-  cmd->add_option("--json", a->json, "Write the results as JSON (schema: bench/recall_schema.json)");
-  cmd->add_option("--png", a->png, "Plot recall against QPS (scripts/plot_recall.py, needs matplotlib)");
+  cmd->add_option("--csv", a->csv, "Write the results as CSV")->check(output_file("--csv report"));
+  cmd->add_option("--json", a->json, "Write the results as JSON (schema: bench/recall_schema.json)")
+      ->check(output_file("--json report"));
+  cmd->add_option("--png", a->png, "Plot recall against QPS (scripts/plot_recall.py, needs matplotlib)")
+      ->check(output_file("--png plot"));
   cmd->add_option("--png-metric", a->png_metric, "x axis of the plot: recall or mass")->capture_default_str();
   cmd->add_flag("--quiet", a->quiet, "No progress output on stderr");
   cmd->callback([a, syn_opts] {

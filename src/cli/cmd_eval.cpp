@@ -9,6 +9,7 @@
 // (greedy-token agreement, next-token KL divergence against dense,
 // attention-output error per retrieval layer; src/eval/fidelity_runs.h).
 // `topkv eval ruler` (cmd_eval_ruler.cpp) runs the RULER tasks the same way.
+#include <sstream>
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -29,6 +30,8 @@
 #include "src/eval/shared_context.h"
 #include "src/model/model.h"
 #include "src/model/tokenizer.h"
+#include "src/common/cli_files.h"
+#include "src/common/file_io.h"
 #include "src/session/backend_choice.h"
 
 namespace topkv::cli {
@@ -139,8 +142,7 @@ void run_eval(const EvalArgs& a, const OffloadPolicy& base) {
                        {"attention_rel_error_per_layer", err}});
   }
   if (!a.csv.empty()) {
-    std::ofstream f(a.csv);
-    TOPKV_CHECK(f, "cannot write {}", a.csv);
+    std::ostringstream f;
     f << "method,length,depth,trial,needle_token,answer,passed,agreement,kl,decode_ms,attn_err_mean,generated\n";
     for (auto& r : rows) {
       double e = 0;
@@ -151,15 +153,14 @@ void run_eval(const EvalArgs& a, const OffloadPolicy& base) {
       f << fmt::format("{},{},{},{},{},{},{},{:.4f},{:.6f},{:.2f},{:.5f},\"{}\"\n", r.method, r.length, r.depth,
                        r.trial, r.needle_token, r.answer, (int)r.passed, r.agreement, r.kl, r.decode_ms, e, g);
     }
+    write_file_atomic(a.csv, f.str(), "--csv report");
   }
   if (!a.json.empty()) {
     nlohmann::json j = {{"task", a.task}, {"model", model_path}, {"model_summary", cfg.summary()},
                         {"lengths", lengths}, {"depths", depths}, {"trials", a.trials},
                         {"answer_tokens", a.answer_tokens}, {"policy", nlohmann::json::parse(base.to_json())},
                         {"summary", summary}};
-    std::ofstream f(a.json);
-    TOPKV_CHECK(f, "cannot write {}", a.json);
-    f << j.dump(2) << "\n";
+    write_file_atomic(a.json, j.dump(2) + "\n", "--json report");
   }
   if (!a.png.empty()) {
     TOPKV_CHECK(!a.csv.empty(), "--png needs --csv (the plot reads it)");
@@ -188,12 +189,12 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--trials", a->trials, "Prompts (random keys) per length and depth")->capture_default_str();
   add_method_options(cmd, a->methods);
   cmd->add_option("--answer-tokens", a->answer_tokens, "Tokens decoded per answer")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "CPU threads (0 = OpenMP default)");
+  cmd->add_option("--threads", a->threads, "CPU threads (0 = OpenMP default)")->check(thread_count());
   cmd->add_option("--chunk", a->chunk, "Prefill chunk")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed for keys and needles")->capture_default_str();
-  cmd->add_option("--csv", a->csv, "One row per (method, prompt)");
-  cmd->add_option("--json", a->json, "Summary per method");
-  cmd->add_option("--png", a->png, "Depth x length heat map (scripts/plot_passkey.py; needs --csv)");
+  cmd->add_option("--csv", a->csv, "One row per (method, prompt)")->check(output_file("--csv report"));
+  cmd->add_option("--json", a->json, "Summary per method")->check(output_file("--json report"));
+  cmd->add_option("--png", a->png, "Depth x length heat map (scripts/plot_passkey.py; needs --csv)")->check(output_file("--png plot"));
   add_policy_options(cmd, pol);
   cmd->callback([a, pol, cmd] {
     OffloadPolicy p = pol->resolve(*cmd);

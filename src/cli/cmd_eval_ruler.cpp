@@ -8,6 +8,7 @@
 // temporary context pack (src/eval/shared_context.h): a free greedy run
 // (its answer, scored as RULER scores it) and a run teacher-forced on the
 // dense tokens (agreement, KL, attention error per retrieval layer).
+#include <sstream>
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -31,6 +32,8 @@
 #include "src/eval/ruler_words.h"
 #include "src/eval/shared_context.h"
 #include "src/model/tokenizer.h"
+#include "src/common/cli_files.h"
+#include "src/common/file_io.h"
 
 namespace topkv::cli {
 namespace {
@@ -78,14 +81,13 @@ std::vector<Prompt> make_prompts(const RulerArgs& a, const std::vector<RulerTask
 
 // --save-prompts: one JSON object per line, the prompt as the model sees it.
 void save_prompts(const std::string& path, const std::vector<Prompt>& prompts, const Tokenizer& tok) {
-  std::ofstream f(path);
-  TOPKV_CHECK(f, "cannot write {}", path);
+  std::ostringstream f;
   for (const Prompt& p : prompts)
     f << nlohmann::json({{"task", ruler_task_name(p.task)}, {"length", p.length}, {"sample", p.sample},
                          {"seed", p.seed}, {"prompt_tokens", p.s.tokens.size()}, {"answers", p.s.answers},
                          {"depths", p.s.depths}, {"prompt", tok.decode(p.s.tokens, /*render_special=*/true)}})
              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  TOPKV_CHECK(f.good(), "writing {} failed", path);
+  write_file_atomic(path, f.str(), "--save-prompts file");
 }
 
 // What the runs of every prompt share.
@@ -327,12 +329,14 @@ void register_eval_ruler(CLI::App& eval) {
   cmd->add_option("--tmp-dir", a->tmp_dir, "Where each prompt's index builds go as a temporary context pack, one at "
                   "a time (default: the system's temp directory; at 32K on a 1.5B model about 1 GiB)");
   cmd->add_option("--save-prompts", a->save_prompts, "Write every prompt here (JSON lines: task, length, sample, "
-                  "seed, answers, needle depths, the prompt as the model sees it)");
-  cmd->add_option("--csv", a->csv, "One row per (task, length, sample, method); written again after every prompt");
-  cmd->add_option("--json", a->json, "The configuration, the summary, timings, the index builds and every row; written again after every "
-                  "prompt (\"complete\": false until the last), so a run cut short keeps what it finished");
+                  "seed, answers, needle depths, the prompt as the model sees it)")->check(output_file("--save-prompts file"));
+  cmd->add_option("--csv", a->csv, "One row per (task, length, sample, method); written again after every prompt")
+      ->check(output_file("--csv report"));
+  cmd->add_option("--json", a->json, "The configuration, the summary, timings, the index builds and every row; "
+                  "written again after every prompt (\"complete\": false until the last), so a run cut short keeps "
+                  "what it finished")->check(output_file("--json report"));
   cmd->add_option("--png", a->png, "Score per task and length, one line per method (scripts/plot_ruler.py; needs "
-                  "--json)");
+                  "--json)")->check(output_file("--png plot"));
   cmd->add_flag("-q,--quiet", a->quiet, "No progress bar or information on stderr (the summary still goes to stdout)");
   add_policy_options(cmd, pol);
   cmd->callback([a, pol, cmd] {

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -24,6 +25,8 @@
 #include "src/model/model.h"
 #include "src/model/sampler.h"
 #include "src/model/tokenizer.h"
+#include "src/common/cli_files.h"
+#include "src/common/file_io.h"
 #include "src/session/session.h"
 
 namespace topkv::cli {
@@ -55,8 +58,7 @@ struct Run {
 
 // --prompts: one question per line (empty lines skipped).
 std::vector<std::string> read_questions(const std::string& path) {
-  std::ifstream in(path);
-  TOPKV_CHECK(in, "cannot read the questions file {}", path);
+  std::istringstream in(read_text_input(path, "questions file", 1ull << 30));
   std::vector<std::string> out;
   for (std::string line; std::getline(in, line);)
     if (line.find_first_not_of(" \t\r") != std::string::npos) out.push_back(line);
@@ -307,7 +309,7 @@ void register_generate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-c,--ctx", a->n_ctx,
                   "Context size in tokens: prompt + generated (default: min(model's trained context, 4096); with "
-                  "--pack, the pack's tokens + prompt + -n; beyond the trained context is allowed with a warning)");
+                  "--pack, the pack's tokens + prompt + -n; beyond the trained context is allowed with a warning)")->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_option("--pack", a->pack,
                   "Go on from a context pack (topkv index build) instead of prefilling: its document is the start "
                   "of the context, the prompt (-p/-f/stdin, optional) is appended. Every checksum is verified "
@@ -340,7 +342,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--chunk", a->chunk, "Prompt tokens per prefill step")->capture_default_str();
   cmd->add_option("--json", a->json_path,
                   "Write statistics here: prompt tokens, prefill and decode tok/s, time to first token, peak RSS, "
-                  "memory (with --prompts: of the last question at the top, of each under \"questions\")");
+                  "memory (with --prompts: of the last question at the top, of each under \"questions\")")->check(output_file("--json statistics"));
   cmd->add_flag("-q,--quiet", a->quiet, "No progress bar or information on stderr (errors still go there)");
   cmd->add_flag("--measure-error", a->measure_error, "Top-k: each decode step also computes exact attention over "
                 "everything each retrieval layer holds (on the host cores: slow, for evaluation) and reports the "

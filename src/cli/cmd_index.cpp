@@ -23,6 +23,8 @@
 #include "src/common/progress.h"
 #include "src/common/timer.h"
 #include "src/model/tokenizer.h"
+#include "src/common/cli_files.h"
+#include "src/common/file_io.h"
 #include "src/session/session.h"
 
 namespace topkv::cli {
@@ -39,9 +41,7 @@ struct BuildArgs {
 // A pack is written after a prefill that may take hours: find out now that
 // its file cannot be created, not then.
 void check_writable(const std::string& out) {
-  const std::string probe = out + ".tmp";
-  { std::ofstream f(probe); TOPKV_CHECK(f, "cannot create '{}': check that the directory exists and is writable", probe); }
-  std::remove(probe.c_str());
+  check_output_path(out, "context pack");
 }
 
 void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
@@ -234,7 +234,7 @@ void register_index(CLI::App& app) {
   build->add_option("-f,--file", a->files, "Read the document from this file (repeatable: the files joined in "
                     "order are one document; stdin when neither -p nor -f)");
   build->add_option("-p,--prompt", a->prompt, "The document as text");
-  build->add_option("-o,--out", a->out, "Context pack to write (written whole or not at all)")->required();
+  build->add_option("-o,--out", a->out, "Context pack to write (written whole or not at all)")->check(output_file("context pack"))->required();
   add_backend_options(build, a->where, ". With cuda the prefill runs on the GPU and the pack is written from "
                       "host copies of its KV");
   build->add_option("--weights", a->weights, "quant: the file's quantised rows (on either backend); f32 (CPU) / "
@@ -246,7 +246,7 @@ void register_index(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "f16"}))
       ->capture_default_str();
   build->add_option("--chunk", a->chunk, "Document tokens per prefill step")->capture_default_str();
-  build->add_option("--json", a->json_path, "Write statistics here: tokens, prefill and index build times, sizes");
+  build->add_option("--json", a->json_path, "Write statistics here: tokens, prefill and index build times, sizes")->check(output_file("--json statistics"));
   build->add_flag("-q,--quiet", a->quiet, "No progress bar or information on stderr (errors still go there)");
   auto pol = std::make_shared<PolicyArgs>();
   add_policy_options(build, pol);

@@ -15,6 +15,8 @@
 #include "src/eval/kv_recorder.h"
 #include "src/model/model.h"
 #include "src/model/tokenizer.h"
+#include "src/common/cli_files.h"
+#include "src/common/file_io.h"
 
 namespace topkv::cli {
 namespace {
@@ -31,11 +33,7 @@ void run_kv_dump(const KvDumpArgs& a) {
   TOPKV_CHECK(a.prompt.empty() != a.text_file.empty(), "give the text either with -f file or with -p text");
   std::string text = a.prompt;
   if (!a.text_file.empty()) {
-    std::ifstream in(a.text_file, std::ios::binary);
-    TOPKV_CHECK(in, "cannot read {}", a.text_file);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
+    text = read_text_input(a.text_file, "text file", 1ull << 30);
   }
   const std::string model_path = a.model.empty() ? default_model_path() : a.model;
   std::shared_ptr<const GgufFile> file = GgufFile::open(model_path);
@@ -86,14 +84,14 @@ void register_kv(CLI::App& app) {
                   fmt::format("GGUF model file (default: {}, installed by scripts/fetch-model.sh)", kDefaultModel));
   cmd->add_option("-f,--file", a->text_file, "Text to prefill");
   cmd->add_option("-p,--prompt", a->prompt, "Text to prefill, given inline");
-  cmd->add_option("-o,--out", a->out, "Output .safetensors file")->required();
+  cmd->add_option("-o,--out", a->out, "Output .safetensors file")->check(output_file("KV dump"))->required();
   cmd->add_option("--layers", a->layers, "Layers to dump, e.g. 5,11,17 (default: every full-context layer)");
   cmd->add_option("--queries", a->queries, "Greedy decode steps whose queries are recorded")->capture_default_str();
   cmd->add_option("--max-tokens", a->max_tokens, "Cut the text to this many tokens (0 = all)");
   cmd->add_option("--dtype", a->dtype, "Key/value element type in the file: f16, bf16 or f32")
       ->check(CLI::IsMember({"f16", "bf16", "f32"}))->capture_default_str();
   cmd->add_option("--chunk", a->chunk, "Prefill chunk")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "CPU threads (0 = OpenMP default)");
+  cmd->add_option("--threads", a->threads, "CPU threads (0 = OpenMP default)")->check(thread_count());
   cmd->callback([a] { run_kv_dump(*a); });
 }
 

@@ -12,6 +12,7 @@
 #include "src/common/options.h"
 #include "src/model/gguf.h"
 #include "src/model/synth.h"
+#include "src/common/cli_files.h"
 
 namespace topkv::cli {
 
@@ -157,7 +158,7 @@ void register_model(CLI::App& app) {
                "tensor names and metadata as in real files, a small SentencePiece vocabulary");
   std::string presets;
   for (auto& n : synth_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
-  synth->add_option("-o,--output", a->out, "Output .gguf path (written atomically)")->required();
+  synth->add_option("-o,--output", a->out, "Output .gguf path (written atomically)")->check(output_file("model"))->required();
   synth->add_option("--preset", a->preset, "Start from a named geometry: " + presets +
                                                " (llama3-8b is ~4.6 GB at q4_k); other flags override it");
   synth->add_option("--arch", a->arch, "Architecture: llama, gemma3 or qwen2 (qwen2: llama plus q/k/v biases and "

@@ -15,6 +15,7 @@
 #include "src/model/gguf.h"
 #include "src/model/tokenizer.h"
 #include "src/model/unicode.h"
+#include "src/common/file_io.h"
 
 namespace topkv::cli {
 
@@ -52,11 +53,7 @@ const char* type_label(TokenType t) {
 
 std::string read_input(const std::string& path) {
   if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
-  std::ifstream in(path, std::ios::binary);
-  TOPKV_CHECK(in, "cannot read the text file '{}'; check the path (-f)", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_text_input(path, "text file (-f)", 1ull << 30);
 }
 
 }  // namespace

@@ -2,12 +2,14 @@
 
 #include <cmath>
 #include <fstream>
+#include <sstream>
 #include <map>
 
 #include "src/cli/cli_util.h"
 #include "src/cli/eval_methods.h"
 #include "src/cli/eval_ruler.h"
 #include "src/common/error.h"
+#include "src/common/file_io.h"
 
 namespace topkv::cli {
 
@@ -123,8 +125,7 @@ void print_ruler_summary(const RulerReport& r, const json& summary) {
 }
 
 void write_ruler_csv(const RulerReport& r, const std::string& path) {
-  std::ofstream f(path);
-  TOPKV_CHECK(f, "cannot write {}", path);
+  std::ostringstream f;
   f << "task,length,prompt_tokens,sample,seed,method,index,k,dense_layers,k_schedule,k_tokens,score,agreement,"
        "kl_mean,kl_max,attn_err_mean,attn_err_per_layer,decode_tok_s,decode_steps,index_build_s,restore_s,answers,"
        "generated\n";
@@ -138,7 +139,7 @@ void write_ruler_csv(const RulerReport& r, const std::string& path) {
                      row.score, row.agreement, row.kl_mean, row.kl_max, row.attn_err_mean(), errs, row.tok_per_s(),
                      row.decode_steps, row.build_s, row.restore_s, csv_field(answers), csv_field(row.generated));
   }
-  TOPKV_CHECK(f.good(), "writing {} failed", path);
+  write_file_atomic(path, f.str(), "--csv report");
 }
 
 void write_ruler_json(const RulerReport& r, const json& summary, const std::string& path) {

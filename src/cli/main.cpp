@@ -3,9 +3,12 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <new>
 
 #include "src/cli/commands.h"
 #include "src/common/error.h"
+#include "src/common/mapped_file.h"
 
 namespace {
 
@@ -41,10 +44,19 @@ int main(int argc, char** argv) {
   topkv::cli::register_serve(app);
   try {
     app.parse(argc, argv);
+    topkv::check_mapped_files_unchanged();  // a model or pack rewritten under the run: not a success
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const topkv::Error& e) {
     std::fprintf(stderr, "topkv: error: %s\n", e.what());
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {  // a file that went away or cannot be read mid-run
+    std::fprintf(stderr, "topkv: error: %s: %s\n", e.path1().c_str(), e.code().message().c_str());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "topkv: error: out of memory: the run needs more host memory than this process may take "
+                 "(check `ulimit -v`, the container's memory limit and the sizes given); lower the context (-c), the "
+                 "model or the benchmark sizes\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "topkv: internal error: %s\n", e.what());

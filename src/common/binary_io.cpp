@@ -16,10 +16,8 @@ uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {
 }
 
 BinaryWriter::BinaryWriter(std::string path, std::string_view magic8, uint32_t version)
-    : path_(std::move(path)), tmp_(path_ + ".tmp") {
-  f_ = std::fopen(tmp_.c_str(), "wb");
-  TOPKV_CHECK(f_, "cannot create '{}': {} (check the directory exists and is writable)", tmp_,
-              std::strerror(errno));
+    : path_(std::move(path)) {
+  file_ = std::make_unique<AtomicFile>(path_, "file");
   start(magic8, version);
 }
 
@@ -34,10 +32,7 @@ void BinaryWriter::start(std::string_view magic8, uint32_t version) {
   pod(version);
 }
 
-BinaryWriter::~BinaryWriter() {
-  if (f_) std::fclose(f_);
-  if (!committed_ && !sink_) std::remove(tmp_.c_str());
-}
+BinaryWriter::~BinaryWriter() = default;  // an uncommitted AtomicFile removes its temporary
 
 void BinaryWriter::bytes(const void* p, size_t n) {
   if (n == 0) return;
@@ -47,8 +42,7 @@ void BinaryWriter::bytes(const void* p, size_t n) {
     sink_->insert(sink_->end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
     return;
   }
-  TOPKV_CHECK(std::fwrite(p, 1, n, f_) == n, "writing '{}' failed: {} (disk full?)", tmp_,
-              std::strerror(errno));
+  file_->write(p, n);
 }
 
 void BinaryWriter::str(std::string_view s) {
@@ -63,28 +57,16 @@ void BinaryWriter::commit() {
     committed_ = true;
     return;
   }
-  TOPKV_CHECK(std::fwrite(&h, 8, 1, f_) == 1, "writing '{}' failed: {}", tmp_, std::strerror(errno));
-  TOPKV_CHECK(std::fflush(f_) == 0, "writing '{}' failed: {} (disk full?)", tmp_, std::strerror(errno));
-  std::fclose(f_);
-  f_ = nullptr;
-  std::error_code ec;
-  std::filesystem::rename(tmp_, path_, ec);
-  TOPKV_CHECK(!ec, "cannot rename '{}' to '{}': {}", tmp_, path_, ec.message());
+  file_->write(&h, 8);
+  file_->commit();
   committed_ = true;
 }
 
 BinaryReader::BinaryReader(const std::string& path, std::string_view magic8, uint32_t max_version,
                            std::string_view what)
     : path_(path), what_(what) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  TOPKV_CHECK(f, "cannot open {} '{}': {}", what_, path, std::strerror(errno));
-  std::fseek(f, 0, SEEK_END);
-  long size = std::ftell(f);
-  std::fseek(f, 0, SEEK_SET);
-  owned_.resize(size > 0 ? (size_t)size : 0);
-  size_t got = owned_.empty() ? 0 : std::fread(owned_.data(), 1, owned_.size(), f);
-  std::fclose(f);
-  TOPKV_CHECK(got == owned_.size(), "cannot read {} '{}'", what_, path);
+  const std::string bytes = read_regular_file(path, what_, UINT64_MAX);
+  owned_.assign(bytes.begin(), bytes.end());
   data_ = owned_.data();
   size_ = owned_.size();
   validate(magic8, max_version);

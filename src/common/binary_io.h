@@ -6,12 +6,14 @@
 // (offload/context_pack.h) embeds each saved index as one such blob.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "src/common/error.h"
+#include "src/common/file_io.h"
 
 namespace topkv {
 
@@ -20,8 +22,9 @@ uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull)
 
 class BinaryWriter {
  public:
-  // Writes to `path + ".tmp"`; commit() appends the checksum and renames it to
-  // `path`, so a crash never leaves a file that looks valid.
+  // Writes through an AtomicFile (src/common/file_io.h); commit() appends the
+  // checksum and renames it over `path`, so a crash never leaves a file that
+  // looks valid.
   BinaryWriter(std::string path, std::string_view magic8, uint32_t version);
   // Appends to `sink` instead (it must outlive the writer); commit() appends
   // the checksum.
@@ -45,8 +48,8 @@ class BinaryWriter {
 
  private:
   void start(std::string_view magic8, uint32_t version);
-  std::string path_, tmp_;
-  std::FILE* f_ = nullptr;
+  std::string path_;
+  std::unique_ptr<AtomicFile> file_;
   std::vector<uint8_t>* sink_ = nullptr;
   uint64_t hash_ = 0xcbf29ce484222325ull;
   bool committed_ = false;

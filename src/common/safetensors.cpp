@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/common/error.h"
+#include "src/common/file_io.h"
 
 namespace topkv {
 
@@ -84,15 +85,10 @@ std::string TensorInfo::shape_str() const {
 
 // ---- reader -------------------------------------------------------------------
 
-SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TOPKV_CHECK(fd_ >= 0, "cannot open safetensors file '{}': {}", path, std::strerror(errno));
+SafetensorsReader::SafetensorsReader(const std::string& path, std::string_view what) : path_(path) {
+  fd_ = open_regular_file(path, what, &stat_).release();
   const auto close_fd = [this] { ::close(fd_), fd_ = -1; };
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close_fd();
-    fail("'{}' is not a regular file", path);
-  }
+  const struct stat& st = stat_;
   map_bytes_ = (size_t)st.st_size;
   if (map_bytes_ < 8) {
     close_fd();
@@ -106,6 +102,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
     map_ = nullptr;
     fail("cannot memory-map '{}': {}", path, std::strerror(err));
   }
+  region_ = MappedRegion(path, stat_, map_, map_bytes_);
   try {
     const auto* bytes = static_cast<const uint8_t*>(map_);
     uint64_t n = 0;
@@ -134,8 +131,8 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
         }
         continue;
       }
-      auto bad = [&](const std::string& what) {
-        fail("safetensors file '{}': tensor '{}': {}", path, name, what);
+      auto bad = [&path, tensor = std::string(name)](const std::string& what) {
+        fail("safetensors file '{}': tensor '{}': {}", path, tensor, what);
       };
       if (!v.is_object()) bad("entry is not an object");
       TensorInfo t;
@@ -180,6 +177,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
                 "(trailing garbage or a corrupt header)", path, at, data_bytes);
     for (size_t i = 0; i < tensors_.size(); ++i) by_name_[tensors_[i].name] = i;
   } catch (...) {
+    region_.reset();
     ::munmap(map_, map_bytes_);
     map_ = nullptr;
     close_fd();
@@ -188,6 +186,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
 }
 
 SafetensorsReader::~SafetensorsReader() {
+  region_.reset();
   if (map_) ::munmap(map_, map_bytes_);
   if (fd_ >= 0) ::close(fd_);
 }
@@ -214,10 +213,16 @@ SafetensorsReader::CowView SafetensorsReader::map_copy_on_write(const TensorInfo
                              : ::mmap(nullptr, (size_t)total, PROT_READ | PROT_WRITE, flags | MAP_ANONYMOUS, -1, 0);
   TOPKV_CHECK(p != MAP_FAILED, "cannot map tensor '{}' of '{}' copy-on-write: {}", t.name, path_,
               std::strerror(errno));
-  std::shared_ptr<void> owner(p, [total](void* q) { ::munmap(q, (size_t)total); });
+  // The owner unregisters the SIGBUS guard of the file part, then unmaps.
+  auto guard = std::make_shared<MappedRegion>();
+  std::shared_ptr<void> owner(p, [total, guard](void* q) {
+    guard->reset();
+    ::munmap(q, (size_t)total);
+  });
   if (total != in_file && in_file > 0 &&
       ::mmap(p, (size_t)in_file, PROT_READ | PROT_WRITE, flags | MAP_FIXED, fd_, (off_t)first) == MAP_FAILED)
     fail("cannot map tensor '{}' of '{}' copy-on-write: {}", t.name, path_, std::strerror(errno));
+  *guard = MappedRegion(path_, stat_, p, (size_t)in_file, first);
   return {static_cast<uint8_t*>(p) + lead, std::move(owner)};
 }
 
@@ -275,7 +280,7 @@ void SafetensorsWriter::add(const std::string& name, StDType dtype, std::vector<
   add(name, dtype, std::move(shape), {Span{data, (size_t)(numel * st_dtype_size(dtype))}});
 }
 
-void SafetensorsWriter::write(const std::string& path) const {
+void SafetensorsWriter::write(const std::string& path, std::string_view what) const {
   nlohmann::ordered_json h = nlohmann::ordered_json::object();
   if (!metadata_.empty()) h["__metadata__"] = metadata_;
   std::vector<const Entry*> order;
@@ -290,32 +295,16 @@ void SafetensorsWriter::write(const std::string& path) const {
   std::string header = h.dump();
   header.append((8 - header.size() % 8) % 8, ' ');  // align the data to 8 bytes
 
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  TOPKV_CHECK(f, "cannot create '{}': {}", tmp, std::strerror(errno));
-  bool ok = true;
+  AtomicFile f(path, what);
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = (uint8_t)((uint64_t)header.size() >> (8 * i));
-  ok = ok && std::fwrite(len, 1, 8, f) == 8;
-  ok = ok && std::fwrite(header.data(), 1, header.size(), f) == header.size();
+  f.write(len, 8);
+  f.write(header);
   for (const Entry* e : order)
-    for (auto& p : e->parts) ok = ok && (p.bytes == 0 || std::fwrite(p.data, 1, p.bytes, f) == p.bytes);
-  // On disk before the rename: a crash never leaves a complete-looking name
+    for (auto& p : e->parts) f.write(p.data, p.bytes);
+  // Synced before the rename: a crash never leaves a complete-looking name
   // over incomplete bytes.
-  ok = ok && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    fail("writing safetensors file '{}' failed: {}", path, std::strerror(err));
-  }
-  // The rename itself is durable once the directory is synced.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  f.commit();
 }
 
 }  // namespace topkv

@@ -18,12 +18,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <sys/stat.h>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "src/common/dtype.h"
+#include "src/common/mapped_file.h"
 
 namespace topkv {
 
@@ -51,7 +53,8 @@ struct TensorInfo {
 
 class SafetensorsReader {
  public:
-  explicit SafetensorsReader(const std::string& path);  // maps and validates; throws Error
+  // Maps and validates; throws Error (`what` names the file's kind in messages).
+  explicit SafetensorsReader(const std::string& path, std::string_view what = "safetensors file");
   ~SafetensorsReader();
   SafetensorsReader(const SafetensorsReader&) = delete;
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
@@ -89,8 +92,10 @@ class SafetensorsReader {
  private:
   std::string path_;
   int fd_ = -1;  // kept open for map_copy_on_write
+  struct stat stat_ {};  // as opened (src/common/mapped_file.h)
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
+  MappedRegion region_;  // the SIGBUS guard of map_
   const uint8_t* data_ = nullptr;  // start of the byte buffer
   std::map<std::string, std::string> metadata_;
   std::vector<TensorInfo> tensors_;
@@ -108,12 +113,12 @@ class SafetensorsWriter {
   void add(const std::string& name, StDType dtype, std::vector<int64_t> shape, std::vector<Span> parts);
   void add(const std::string& name, StDType dtype, std::vector<int64_t> shape, const void* data);
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
-  // Writes path + ".tmp", syncs it to disk and renames it to path (then
-  // syncs the directory). Throws Error on I/O failure (the temporary file is
-  // removed). Tensor data is laid out by decreasing element size (stable), so
+  // Writes `path` through an AtomicFile (src/common/file_io.h): a unique
+  // temporary beside it, synced and renamed over it. Throws Error on I/O
+  // failure (the temporary file is removed). Tensor data is laid out by decreasing element size (stable), so
   // every tensor starts aligned to its element size and can be used in place
   // from a memory mapping.
-  void write(const std::string& path) const;
+  void write(const std::string& path, std::string_view what = "safetensors file") const;
 
  private:
   struct Entry {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "src/common/limits.h"
 #include "src/common/error.h"
 #include "src/common/vec_math.h"
 #include "src/model/backend.h"
@@ -117,6 +118,7 @@ Buffer host_alloc(size_t bytes) {
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& opt) {
+    check_thread_count(opt.threads, "the CPU thread count");
     if (opt.threads > 0) omp_set_num_threads(opt.threads);
   }
   std::string name() const override { return "cpu"; }

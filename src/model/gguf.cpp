@@ -15,6 +15,7 @@
 
 #include "src/common/binary_io.h"
 #include "src/common/error.h"
+#include "src/common/file_io.h"
 
 namespace topkv {
 
@@ -157,29 +158,22 @@ class Cursor {
 }  // namespace
 
 GgufFile::~GgufFile() {
+  region_.reset();
   if (base_) munmap((void*)base_, size_);
 }
 
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TOPKV_CHECK(fd >= 0, "cannot open model '{}': {}", path, std::strerror(errno));
   struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("'{}' is not a regular file; give the path of a .gguf model", path);
-  }
-  if (st.st_size == 0) {
-    ::close(fd);
-    fail("'{}' is empty, not a GGUF model", path);
-  }
-  void* p = mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  Fd fd = open_regular_file(path, "model", &st);  // never blocks on a FIFO; a folder is an Error
+  if (st.st_size == 0) fail("'{}' is empty, not a GGUF model", path);
+  void* p = mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
   int err = errno;
-  ::close(fd);
   TOPKV_CHECK(p != MAP_FAILED, "cannot memory-map '{}': {}", path, std::strerror(err));
   f->base_ = static_cast<const uint8_t*>(p);
   f->size_ = (size_t)st.st_size;
+  f->region_ = MappedRegion(path, st, p, f->size_);
   f->parse();
   return f;
 }

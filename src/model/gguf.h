@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "src/common/mapped_file.h"
 #include "src/model/ggml_types.h"
 
 namespace topkv {
@@ -129,6 +130,7 @@ class GgufFile {
   std::string path_;
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
+  MappedRegion region_;  // the SIGBUS guard of the mapping (src/common/mapped_file.h)
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
   size_t data_offset_ = 0;

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "src/common/error.h"
+#include "src/common/file_io.h"
 #include "src/common/progress.h"
 
 namespace topkv {
@@ -143,28 +144,8 @@ uint64_t GgufWriter::data_bytes() const {
   return s;
 }
 
-namespace {
-// The temporary file: closed and removed unless committed.
-struct TmpFile {
-  std::string tmp;
-  std::FILE* f = nullptr;
-  bool keep = false;
-  ~TmpFile() {
-    if (f) std::fclose(f);
-    if (!keep) std::remove(tmp.c_str());
-  }
-  void put(const void* p, size_t n) {
-    if (n && std::fwrite(p, 1, n, f) != n)
-      fail("writing '{}' failed: {} (disk full?)", tmp, std::strerror(errno));
-  }
-};
-}  // namespace
-
 void GgufWriter::write(const std::string& path, bool progress) const {
-  TmpFile out{path + ".tmp"};
-  out.f = std::fopen(out.tmp.c_str(), "wb");
-  TOPKV_CHECK(out.f, "cannot create '{}': {} (check the directory exists and is writable)", out.tmp,
-              std::strerror(errno));
+  AtomicFile out(path, "model");  // a unique temporary beside it, renamed at the end
   auto align_up = [&](uint64_t x) { return (x + alignment_ - 1) / alignment_ * alignment_; };
   const std::string zeros(alignment_, '\0');
 
@@ -185,8 +166,8 @@ void GgufWriter::write(const std::string& path, bool progress) const {
     append_pod<uint64_t>(head, offset);
     offset = align_up(offset + t.nbytes);
   }
-  out.put(head.data(), head.size());
-  out.put(zeros.data(), align_up(head.size()) - head.size());
+  out.write(head.data(), head.size());
+  out.write(zeros.data(), align_up(head.size()) - head.size());
 
   Progress bar("writing " + std::filesystem::path(path).filename().string(), (int64_t)data_bytes(), "bytes",
                progress);
@@ -198,20 +179,13 @@ void GgufWriter::write(const std::string& path, bool progress) const {
       int64_t nr = std::min(chunk, t.nrows - r0);
       buf.resize((size_t)nr * t.row_bytes);
       t.fill(r0, nr, buf.data());
-      out.put(buf.data(), buf.size());
+      out.write(buf.data(), buf.size());
       bar.add((int64_t)buf.size());
     }
-    out.put(zeros.data(), align_up(t.nbytes) - t.nbytes);
+    out.write(zeros.data(), align_up(t.nbytes) - t.nbytes);
   }
   bar.finish();
-  if (std::fflush(out.f) != 0) fail("writing '{}' failed: {} (disk full?)", out.tmp, std::strerror(errno));
-  int rc = std::fclose(out.f);
-  out.f = nullptr;
-  TOPKV_CHECK(rc == 0, "writing '{}' failed: {} (disk full?)", out.tmp, std::strerror(errno));
-  std::error_code ec;
-  std::filesystem::rename(out.tmp, path, ec);
-  TOPKV_CHECK(!ec, "cannot rename '{}' to '{}': {}", out.tmp, path, ec.message());
-  out.keep = true;
+  out.commit();
 }
 
 }  // namespace topkv

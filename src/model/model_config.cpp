@@ -18,7 +18,8 @@ float rope_freq_scale(const GgufFile& f, const std::string& a) {
   if (type == "none") return 1.f;
   if (type == "linear") {
     const float factor = f.get_f32(a + ".rope.scaling.factor");
-    TOPKV_CHECK(factor > 0.f, "{}: {}.rope.scaling.factor must be > 0, got {}", f.path(), a, factor);
+    TOPKV_CHECK(std::isfinite(factor) && factor > 0.f, "{}: {}.rope.scaling.factor must be a finite number > 0, "
+                "got {}", f.path(), a, factor);
     return 1.f / factor;
   }
   fail("{}: RoPE scaling '{}' is not supported (topkv supports none and linear)", f.path(), type);
@@ -35,6 +36,13 @@ void read_common(const GgufFile& f, const std::string& a, ModelConfig& c) {
   TOPKV_CHECK(c.n_embd > 0 && c.n_layer > 0 && c.n_ff > 0 && c.n_head > 0 && c.n_ctx_train > 0,
               "{}: {}.embedding_length, .block_count, .feed_forward_length, .attention.head_count and "
               ".context_length must all be positive", f.path(), a);
+  // Every block has at least its attention and FFN weights: a block count
+  // past the file's tensors is a corrupt header, not a model to allocate for.
+  TOPKV_CHECK((uint64_t)c.n_layer <= f.tensors().size(), "{}: {}.block_count = {} but the file holds only {} "
+              "tensors: the header is corrupt (re-download or re-convert the model)", f.path(), a, c.n_layer,
+              f.tensors().size());
+  TOPKV_CHECK(c.n_head <= c.n_embd && c.n_head_kv <= c.n_head, "{}: {} query heads / {} KV heads do not fit a width "
+              "of {}: the header is corrupt", f.path(), c.n_head, c.n_head_kv, c.n_embd);
   TOPKV_CHECK(c.n_head_kv > 0 && c.n_head % c.n_head_kv == 0,
               "{}: {} query heads cannot be grouped over {} KV heads ({}.attention.head_count_kv)", f.path(),
               c.n_head, c.n_head_kv, a);
@@ -44,6 +52,8 @@ void read_common(const GgufFile& f, const std::string& a, ModelConfig& c) {
               f.path(), c.head_dim);
   TOPKV_CHECK(v_dim == c.head_dim, "{}: key_length {} != value_length {}; topkv needs them equal", f.path(),
               c.head_dim, v_dim);
+  TOPKV_CHECK(c.head_dim <= 4096, "{}: head dimension {} is past the 4096 topkv supports (a corrupt header?)",
+              f.path(), c.head_dim);
   TOPKV_CHECK(c.rms_eps > 0.f && c.rms_eps < 1.f, "{}: {}.attention.layer_norm_rms_epsilon = {} is not a "
               "plausible epsilon", f.path(), a, c.rms_eps);
 }
@@ -168,6 +178,15 @@ ModelConfig read_model_config(const GgufFile& f) {
   TOPKV_CHECK(embd.n_dims == 2 && embd.ne[0] == c.n_embd,
               "{}: token_embd.weight has shape {}, expected {} x vocab", f.path(), embd.shape_string(), c.n_embd);
   c.n_vocab = embd.ne[1];
+  // RoPE: a base that is NaN, 0, negative or 1 gives NaN or constant angles,
+  // and the model silently produces nothing useful.
+  for (int il = 0; il < c.n_layer; ++il) {
+    const RopeParams& r = c.layers[(size_t)il].rope;
+    TOPKV_CHECK(std::isfinite(r.base) && r.base > 1.f, "{}: layer {} has RoPE base (rope.freq_base) {}: it must be a "
+                "finite number > 1 (a corrupt header?)", f.path(), il, r.base);
+    TOPKV_CHECK(std::isfinite(r.freq_scale) && r.freq_scale > 0.f, "{}: layer {} has RoPE frequency scale {}: it "
+                "must be a finite number > 0", f.path(), il, r.freq_scale);
+  }
   return c;
 }
 

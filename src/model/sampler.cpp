@@ -59,6 +59,12 @@ std::vector<Sampler::Candidate> Sampler::distribution(std::span<const float> log
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
+  // NaN or Inf logits come from corrupt weights or a corrupt context: an error,
+  // not an arbitrary token (argmax over NaN is the first one, and text ends).
+  for (size_t i = 0; i < logits.size(); ++i)
+    TOPKV_CHECK(std::isfinite(logits[i]), "the model's output for token {} is {}: its weights or its context hold "
+                "values that are not finite (check the model file, or the pack with `topkv index info --verify`)",
+                i, logits[i]);
   if (p_.temperature <= 0.f) return argmax(logits);
   // A uniform double from 53 random bits: the same on every platform, unlike
   // std::uniform_real_distribution.

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The CPU test suite under a sanitizer: builds the CPU runtime (no CUDA) with
+# AddressSanitizer + UndefinedBehaviorSanitizer (TOPKV_ASAN) or ThreadSanitizer
+# (TOPKV_TSAN) in its own folder and runs `ctest -L cpu` there.
+#   scripts/sanitize.sh              # ASan + UBSan in build-asan/
+#   SAN=tsan scripts/sanitize.sh     # TSan in build-tsan/
+#   CTEST_ARGS="-R hostile" scripts/sanitize.sh
+# Any report fails the test it came from (halt_on_error, no recovery).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SAN=${SAN:-asan}
+case "$SAN" in
+  asan) OPT=-DTOPKV_ASAN=ON ;;
+  tsan) OPT=-DTOPKV_TSAN=ON ;;
+  *) echo "sanitize.sh: SAN is asan or tsan, not '$SAN'" >&2; exit 2 ;;
+esac
+BUILD_DIR=${BUILD_DIR:-build-$SAN}
+JOBS=${JOBS:-$(nproc)}
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOPKV_CUDA=OFF "$OPT" >/dev/null
+cmake --build "$BUILD_DIR" -j "$JOBS"
+# Leaks are reported too (detect_leaks); the OpenMP and TBB runtimes' own
+# thread-local caches are not leaks of ours (suppressions below).
+SUPP="$PWD/scripts/sanitizer.supp"
+export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_leaks=1:handle_sigbus=0:allow_user_segv_handler=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export LSAN_OPTIONS="suppressions=$SUPP${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export TSAN_OPTIONS="halt_on_error=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+cd "$BUILD_DIR"
+ctest --output-on-failure -j "$JOBS" -L cpu ${CTEST_ARGS:-}
