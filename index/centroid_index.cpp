@@ -106,6 +106,7 @@ ClusterIndex::ClusterIndex(std::string name, const Params& p, const BuildOptions
   levels_ = p.get_int("levels", 1);
   coarse_ratio_ = p.get_int("coarse_ratio", 5);
   expand_ = p.get_double("expand", 4.0);
+  rerank_ = p.get_double("rerank", 1.0);
   TOPKV_CHECK(ratio_ >= 1, "{}: ratio={} must be at least 1 (keys per centroid)", name_, ratio_);
   TOPKV_CHECK(iters_ >= 1 && iters_ <= 1000, "{}: iters={} is out of range (1..1000 k-means iterations)", name_,
               iters_);
@@ -118,6 +119,9 @@ ClusterIndex::ClusterIndex(std::string name, const Params& p, const BuildOptions
               coarse_ratio_);
   TOPKV_CHECK(expand_ >= 1.0, "{}: expand={} must be at least 1 (coarse clusters hold expand*k keys)", name_,
               expand_);
+  TOPKV_CHECK(std::isfinite(rerank_) && rerank_ >= 1.0 && rerank_ <= 1024.0, "{}: rerank={} must be in [1, 1024] "
+              "(1 = off; R: clusters until R*k tokens, then the k best rows exactly)", name_, rerank_);
+  TOPKV_CHECK(rerank_ == 1.0 || levels_ == 1, "{}: rerank applies to the one-level lookup (levels=1)", name_);
   if (levels_ == 1)
     TOPKV_CHECK(!p.has("coarse_ratio") && !p.has("expand"),
                 "{}: coarse_ratio and expand apply only to the hierarchical lookup: add levels=2", name_);
@@ -497,13 +501,21 @@ void ClusterIndex::search_impl(const float* q, int nq, const SearchParams& p, Ca
 
   std::vector<std::vector<int32_t>> kept((size_t)nq), expanded((size_t)nq);
   std::vector<int64_t> scored((size_t)nq, 0);
+  const bool rerank = rerank_ > 1.0 && p.threshold == 0.0;
+  SearchParams ps = p;
+  if (rerank) ps.k = (int)std::min(rerank_ * (double)p.k, 2.0e9);
   const int threads = std::max(1, std::min(p.n_threads, nq));
   ParallelErrors errors;  // src/common/parallel_errors.h
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int g = 0; g < nq; ++g) errors.run([&] {
-    select_for_head(q + (size_t)g * d, g, p, s, lk, kept[(size_t)g], expanded[(size_t)g], scored[(size_t)g]);
+    select_for_head(q + (size_t)g * d, g, ps, s, lk, kept[(size_t)g], expanded[(size_t)g], scored[(size_t)g]);
   });
   errors.rethrow();
+  if (rerank) {
+    for (int g = 0; g < nq; ++g) out.stats.summaries_scored += scored[(size_t)g];
+    rerank_rows(q, p.k, kept, lk, out);
+    return;
+  }
 
   lk.fine_selected.assign((size_t)nf, 0);
   lk.coarse_expanded.assign((size_t)nc, 0);
@@ -515,6 +527,44 @@ void ClusterIndex::search_impl(const float* q, int nq, const SearchParams& p, Ca
   for (int64_t j = 0; j < nf; ++j)
     if (lk.fine_selected[(size_t)j])
       for_each_member_run(j, [&](const int32_t* rows, size_t m) { out.ids.insert(out.ids.end(), rows, rows + m); });
+  out.summaries = &sum_;
+  after_lookup(q, lk, out);
+}
+
+// rerank: each head's k best rows among the members of the clusters it
+// selected (`kept`, at R·k tokens), scored exactly; the union goes out. A
+// cluster with a row kept counts as selected; after_lookup takes the others.
+void ClusterIndex::rerank_rows(const float* q, int k, const std::vector<std::vector<int32_t>>& kept, Lookup& lk,
+                               Candidates& out) const {
+  const int d = sum_.dim, nq = lk.nq;
+  const int64_t nf = n_fine();
+  std::vector<char> is_kept((size_t)indexed_, 0);
+  std::vector<std::pair<float, int32_t>> scored;
+  const auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  for (int g = 0; g < nq; ++g) {
+    scored.clear();
+    const float* qg = q + (size_t)g * d;
+    for (int32_t j : kept[(size_t)g])
+      for_each_member_run(j, [&](const int32_t* rows, size_t m) {
+        for (size_t i = 0; i < m; ++i) scored.emplace_back(keys_->dot(rows[i], qg), rows[i]);
+      });
+    out.stats.keys_scored += (int64_t)scored.size();
+    const size_t take = std::min(scored.size(), (size_t)std::max(k, 0));
+    std::partial_sort(scored.begin(), scored.begin() + (ptrdiff_t)take, scored.end(), better);
+    for (size_t i = 0; i < take; ++i) is_kept[(size_t)scored[i].second] = 1;
+  }
+  lk.fine_selected.assign((size_t)nf, 0);
+  lk.coarse_expanded.clear();
+  for (int64_t j = 0; j < nf; ++j)
+    for_each_member_run(j, [&](const int32_t* rows, size_t m) {
+      for (size_t i = 0; i < m; ++i)
+        if (is_kept[(size_t)rows[i]]) {
+          out.ids.push_back(rows[i]);
+          lk.fine_selected[(size_t)j] = 1;
+        }
+    });
   out.summaries = &sum_;
   after_lookup(q, lk, out);
 }

@@ -1,7 +1,8 @@
 // ClusterIndex: k-means clusters of keys with a centroid lookup, the one
 // clustering implementation behind `centroid` (Squeezed Attention, Hooper et
-// al. 2024, /work/shared/papers/squeezed-attention.md) and `multipole`
-// (Multipole Attention, /work/shared/papers/multipole-attention.md), which
+// al. 2024, "Squeezed Attention: Accelerating Long Context Length LLM
+// Inference") and `multipole`
+// ("Multipole Attention for Efficient Long Context Reasoning"), which
 // adds per-cluster value means and the far-field clusters on top.
 //
 // Build (Squeezed §3.1): spherical k-means (Faiss) over L2-normalised keys —
@@ -29,6 +30,15 @@
 //   softmax over all keys (the paper's level-2 denominator counts only the
 //   remaining centroids, which inflates shares).
 //
+// rerank=R (budget mode, one level): clusters are selected until R·k tokens
+// per head, then each head keeps the k of their rows with the largest exact
+// q·k (the union over heads is returned). A centroid scores a cluster's keys
+// together, and where look-alike keys share clusters (RULER's multi-key
+// needles) the budget fills with the wrong ones; ranking the candidates'
+// rows exactly picks the needle as flat top-k does, at R·k dot products.
+// Rows of the selected clusters that are not kept are dropped (multipole:
+// clusters with no row kept are far as usual).
+//
 // Appends (Multipole §3.3's fast update, without re-clustering): each new key
 // joins the cluster whose centroid has the largest cosine with it; N_j and
 // the running mean C_j (and its coarse parent's) are updated.
@@ -47,7 +57,12 @@ class Progress;
 
 class ClusterIndex : public KvIndex {
  public:
-  std::optional<SummaryTables::Kind> summary_kind() const override { return SummaryTables::Kind::Centroid; }
+  // rerank > 1 ranks rows exactly after the lookup, which the device search
+  // (gpu/kernels_summary_search.cu) does not do: the host searches then.
+  std::optional<SummaryTables::Kind> summary_kind() const override {
+    if (rerank_ > 1.0) return std::nullopt;
+    return SummaryTables::Kind::Centroid;
+  }
   bool is_topk() const override { return false; }
 
  protected:
@@ -127,6 +142,7 @@ class ClusterIndex : public KvIndex {
   std::vector<float> inv_norm_;                 // fine j -> 1/|C_j| for appends (add_impl), lazily built
   int64_t ratio_, iters_, max_train_, block_, levels_, coarse_ratio_;
   double expand_;
+  double rerank_;  // 1: off; R > 1: clusters until R·k tokens, then each head's k best of their rows
 
  private:
   // Blocks of `block` rows (the last holds 0.5 to 1.5 blocks), each into
@@ -145,6 +161,8 @@ class ClusterIndex : public KvIndex {
   void finish_build(const BlockPlan& p, const std::vector<int32_t>& assign);
   std::unique_ptr<Streaming> stream_;  // a streaming build in progress
   void build_coarse();
+  void rerank_rows(const float* q, int k, const std::vector<std::vector<int32_t>>& kept, Lookup& lk,
+                   Candidates& out) const;
   void select_for_head(const float* q, int g, const SearchParams& p, double scale, Lookup& lk,
                        std::vector<int32_t>& kept, std::vector<int32_t>& expanded, int64_t& scored) const;
 };

@@ -1,4 +1,4 @@
-// multipole: Multipole Attention (/work/shared/papers/multipole-attention.md,
+// multipole: "Multipole Attention for Efficient Long Context Reasoning" (
 // §3.2 and §3.4): the centroid lookup of ClusterIndex, plus a mean value V̄_j
 // per cluster, so that the clusters NOT selected are still attended to,
 // approximately. Their keys are not returned; instead search() returns them

@@ -1,5 +1,6 @@
 // quest: query-aware page selection (Tang et al., "Quest", ICML 2024,
-// /work/shared/papers/quest.md, Algorithm 1).
+// "QUEST: Query-Aware Sparsity for Efficient Long-Context LLM Inference",
+// Algorithm 1).
 //
 // Keys are grouped into pages of P consecutive rows. Each page keeps the
 // element-wise max M and min m of its keys (fp32). For a query q the page's

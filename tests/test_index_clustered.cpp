@@ -451,3 +451,45 @@ TEST_CASE("ScopedBlasThreads reaches the OpenBLAS that Faiss's sgemm_ comes from
   }
   CHECK(topkv::ScopedBlasThreads::sgemm_threads() == before);
 }
+
+TEST_CASE("rerank: each head keeps the k best rows of its R*k-token clusters, flat's top-k when they are all") {
+  const Clustered c = make_clustered(1500, 6, 29, 24);
+  const int K = 24;
+  const Truth t = truth(c, K);
+  for (const char* family : {"centroid", "multipole"}) {
+    INFO(family);
+    CHECK(KvIndex::create(std::string(family))->summary_kind().has_value());
+    CHECK_FALSE(KvIndex::create(std::string(family) + ":rerank=4")->summary_kind().has_value());  // host search
+    CHECK_THROWS_WITH(KvIndex::create(std::string(family) + ":rerank=0.5"), Catch::Contains("rerank"));
+    CHECK_THROWS_WITH(KvIndex::create(std::string(family) + ":rerank=2,levels=2"), Catch::Contains("levels=1"));
+
+    // R*k past every key: every cluster is a candidate, and the rows kept are exactly the K best.
+    auto all = KvIndex::create(std::string(family) + ":rerank=1000", opts(2));
+    all->build(c.keys, all->needs_values() ? c.values : nullptr);
+    SearchParams p;
+    p.k = K;
+    for (int g = 0; g < c.nq; ++g) {
+      auto r = all->search(c.queries.data() + (size_t)g * c.d, 1, p);
+      std::vector<int64_t> want = t.top[(size_t)g];
+      std::sort(want.begin(), want.end());
+      CHECK(r.ids == want);
+    }
+    // Two heads at once: the union of each head's K best.
+    auto two = all->search(c.queries.data(), 2, p);
+    std::vector<int64_t> both = t.top[0];
+    both.insert(both.end(), t.top[1].begin(), t.top[1].end());
+    std::sort(both.begin(), both.end());
+    both.erase(std::unique(both.begin(), both.end()), both.end());
+    CHECK(two.ids == both);
+
+    // At R = 4 the exact ranking finds more of the true top-K than the clusters alone at the same budget.
+    auto plain = KvIndex::create(family, opts(2)), ranked = KvIndex::create(std::string(family) + ":rerank=4", opts(2));
+    plain->build(c.keys, plain->needs_values() ? c.values : nullptr);
+    ranked->build(c.keys, ranked->needs_values() ? c.values : nullptr);
+    const Quality qp = measure(*plain, c, t, p), qr = measure(*ranked, c, t, p);
+    report(std::string(family) + " k=24", qp);
+    report(std::string(family) + ":rerank=4 k=24", qr);
+    CHECK(qr.tokens <= K);
+    CHECK(qr.recall > qp.recall);
+  }
+}
