@@ -98,7 +98,7 @@ TEST_CASE("safetensors: write -> read round trip for every dtype, shapes, metada
       CHECK(ti.dtype == t);
       CHECK(ti.shape == shapes[s]);
       REQUIRE(ti.nbytes() == blobs[s].size());
-      CHECK(std::memcmp(r.data(ti), blobs[s].data(), blobs[s].size()) == 0);
+      CHECK((blobs[s].empty() || std::memcmp(r.data(ti), blobs[s].data(), blobs[s].size()) == 0));
     }
   }
   fs::remove_all(dir);

@@ -1,5 +1,7 @@
 #include "src/common/dtype.h"
 
+#include <cstring>
+
 #include "src/common/error.h"
 
 namespace topkv {
@@ -20,6 +22,17 @@ DType parse_dtype(std::string_view s) {
   fail("unknown element type '{}': use f32, f16 or bf16", s);
 }
 
+namespace {
+// A 16-bit element at any address: a safetensors tensor written by another
+// tool may start at an odd offset (the spec does not align), and a plain
+// uint16_t load there is undefined behaviour (found by UBSan, issue 17).
+inline uint16_t load16(const void* base, size_t i) {
+  uint16_t v;
+  std::memcpy(&v, static_cast<const uint8_t*>(base) + 2 * i, 2);
+  return v;
+}
+}  // namespace
+
 void to_f32(DType t, const void* src, float* dst, size_t n) {
   switch (t) {
     case DType::F32: std::memcpy(dst, src, n * 4); return;
@@ -30,12 +43,11 @@ void to_f32(DType t, const void* src, float* dst, size_t n) {
       for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(s + i))));
 #endif
-      for (; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      for (; i < n; ++i) dst[i] = f16_to_f32(load16(s, i));
       return;
     }
     case DType::BF16: {
-      auto* s = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load16(src, i));
       return;
     }
   }
