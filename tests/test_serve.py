@@ -214,6 +214,7 @@ def case_bad_input(s):
     cases = [
         ("/v1/completions", None, "{not json", 400, "invalid_json"),
         ("/v1/completions", None, "[1, 2]", 400, "invalid_json"),
+        ("/v1/completions", None, '{"prompt": "x", "max_tokens": \xff\xfe}', 400, "invalid_json"),  # not UTF-8
         ("/v1/completions", {"prompt": 5}, None, 400, "invalid_type"),
         ("/v1/completions", {}, None, 400, "missing_prompt"),
         ("/v1/completions", {"prompt": "x", "max_tokens": "ten"}, None, 400, "invalid_type"),

@@ -145,4 +145,8 @@ json stream_chunk(bool chat, const std::string& id, int64_t created, const std::
           {"choices", json::array({choice})}};
 }
 
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace topkv::server

@@ -55,4 +55,9 @@ nlohmann::json stream_chunk(bool chat, const std::string& id, int64_t created, c
                             const std::string& text, const std::string& finish, bool role_only = false);
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
+// A body as text. Bytes that are not UTF-8 (generated text cut inside a
+// character, or an error message quoting the request's bad bytes) become
+// U+FFFD instead of throwing, as a strict dump would.
+std::string json_text(const nlohmann::json& j);
+
 }  // namespace topkv::server

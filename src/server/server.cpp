@@ -41,7 +41,7 @@ struct Server::Impl {
   void reply_error(httplib::Response& res, const ApiError& e) {
     res.status = e.status;
     if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
-    res.set_content(e.body().dump(), "application/json");
+    res.set_content(json_text(e.body()), "application/json");
   }
 
   // The job a parsed request asks for; ApiError on anything the server cannot do.
@@ -197,8 +197,8 @@ struct Server::Impl {
         if (Clock::now() > job->deadline + std::chrono::seconds(5) || (fd >= 0 && peer_closed(fd))) job->cancel = true;
       if (!job->error.empty())
         return reply_error(res, ApiError{500, "generation failed: " + job->error, "server_error", "", "internal"});
-      res.set_content(completion_body(chat, id, created, model, job->text, finish_reason(job->stop),
-                                      job->prompt_tokens, job->n_gen).dump(-1, ' ', false, json::error_handler_t::replace),
+      res.set_content(json_text(completion_body(chat, id, created, model, job->text, finish_reason(job->stop),
+                                                job->prompt_tokens, job->n_gen)),
                       "application/json");
       return;
     }
@@ -210,7 +210,7 @@ struct Server::Impl {
         "text/event-stream",
         [job, sent, opened, chat, id, created, model, usage](size_t, httplib::DataSink& sink) -> bool {
           const auto event = [&](const json& j) {
-            const std::string s = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+            const std::string s = "data: " + json_text(j) + "\n\n";
             return sink.write(s.data(), s.size());
           };
           if (!*opened) {
@@ -259,7 +259,7 @@ struct Server::Impl {
       json contexts = json::array();
       for (const NamedPack& p : packs) contexts.push_back({{"name", p.name}, {"tokens", p.pack->n_tokens()}});
       m["topkv_contexts"] = contexts;
-      s.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
+      s.set_content(json_text(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
     });
     http.Get("/health", [](const httplib::Request&, httplib::Response& s) {
       s.set_content(R"({"status":"ok"})", "application/json");
@@ -276,14 +276,14 @@ struct Server::Impl {
       } catch (...) {
       }
       s.status = 500;
-      s.set_content(ApiError{500, what, "server_error", "", "internal"}.body().dump(), "application/json");
+      s.set_content(json_text(ApiError{500, what, "server_error", "", "internal"}.body()), "application/json");
     });
     http.set_error_handler([](const httplib::Request& q, httplib::Response& s) {
       if (!s.body.empty()) return;
       const std::string message = s.status == 404   ? fmt::format("no route {} {}", q.method, q.path)
                                   : s.status == 413 ? "the request body is over this server's limit (--max-body)"
                                                     : fmt::format("HTTP {}", s.status);
-      s.set_content(ApiError{s.status, message, "invalid_request_error", "", ""}.body().dump(), "application/json");
+      s.set_content(json_text(ApiError{s.status, message, "invalid_request_error", "", ""}.body()), "application/json");
     });
     http.set_logger([this](const httplib::Request&, const httplib::Response& s) { metrics.request_done(s.status); });
   }
