@@ -215,6 +215,7 @@ def case_bad_input(s):
         ("/v1/completions", None, "{not json", 400, "invalid_json"),
         ("/v1/completions", None, "[1, 2]", 400, "invalid_json"),
         ("/v1/completions", None, '{"prompt": "x", "max_tokens": \xff\xfe}', 400, "invalid_json"),  # not UTF-8
+        ("/v1/completions", None, '{"prompt": "x", "max_tokens": 4e4444}', 400, "invalid_json"),  # past a double
         ("/v1/completions", {"prompt": 5}, None, 400, "invalid_type"),
         ("/v1/completions", {}, None, 400, "missing_prompt"),
         ("/v1/completions", {"prompt": "x", "max_tokens": "ten"}, None, 400, "invalid_type"),

@@ -52,7 +52,7 @@ ParsedRequest parse_request(const std::string& body, bool chat) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number past a double (4e4444)
     bad("", fmt::format("the body is not valid JSON: {}", e.what()), "invalid_json");
   }
   if (!j.is_object()) bad("", "the body must be a JSON object", "invalid_json");
