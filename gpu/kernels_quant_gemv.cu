@@ -42,14 +42,7 @@ __global__ void __launch_bounds__(kQuantizeThreads)
                          Q8Scale* __restrict__ ds) {
   const int64_t blk = (int64_t)blockIdx.x * (kQuantizeThreads / 32) + threadIdx.x / 32;
   if (blk >= n_blocks) return;  // whole warps
-  const int lane = threadIdx.x % 32;
-  const float xi = x[blk * 32 + lane];
-  const float amax = warp_max(fabsf(xi));
-  const float d = q8_scale(amax);
-  const int q = q8_code(xi, d, amax);
-  qs[blk * 32 + lane] = (int8_t)q;
-  const int sum = __reduce_add_sync(0xffffffffu, q);
-  if (lane == 0) ds[blk] = Q8Scale{d, fmul(d, (float)sum)};
+  quantize_q8_1_warp(x[blk * 32 + threadIdx.x % 32], blk, qs, ds);
 }
 
 // The old kernel's tile: rows per warp R, unit rounds per load batch B.

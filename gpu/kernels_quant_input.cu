@@ -15,6 +15,7 @@
 // Bound: latency (one launch instead of two to four); the bytes are the row.
 #include "gpu/cuda_common.cuh"
 #include "gpu/cuda_quant.h"
+#include "gpu/quant_gemv_args.cuh"
 
 namespace topkv::cuda {
 namespace {
@@ -33,17 +34,6 @@ __device__ float block_sum(float v, float* red) {
   __syncthreads();
   v = lane < (int)(blockDim.x / 32) ? red[lane] : 0.f;
   return warp_sum(v);
-}
-
-// One block of 32 values (a lane each) to q8_1, as quantize_q8_1_kernel.
-__device__ __forceinline__ void quantize_block(float f, int64_t blk, int8_t* qs, Q8Scale* ds) {
-  const int lane = threadIdx.x % 32;
-  const float amax = warp_max(fabsf(f));
-  const float d = q8_scale(amax);
-  const int q = q8_code(f, d, amax);
-  qs[blk * 32 + lane] = (int8_t)q;
-  const int sum = __reduce_add_sync(0xffffffffu, q);
-  if (lane == 0) ds[blk] = Q8Scale{d, fmul(d, (float)sum)};
 }
 
 __global__ void __launch_bounds__(kFormThreads)
@@ -72,7 +62,7 @@ __global__ void __launch_bounds__(kFormThreads)
   const int64_t blocks = cols / 32;
   for (int64_t b = warp; b < blocks; b += warps) {
     const int64_t i = b * 32 + lane;
-    quantize_block(xr[i] * inv * norm[i], t * blocks + b, qs, ds);
+    quantize_q8_1_warp(xr[i] * inv * norm[i], t * blocks + b, qs, ds);
   }
 }
 
@@ -91,7 +81,7 @@ __global__ void __launch_bounds__(kGluThreads)
     constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
     f = 0.5f * g * (1.f + tanhf(kC * (g + 0.044715f * g * g * g))) * up[i];
   }
-  quantize_block(f, blk, qs, ds);
+  quantize_q8_1_warp(f, blk, qs, ds);
 }
 
 }  // namespace

@@ -7,9 +7,25 @@
 
 #include <cstdint>
 
+#include "gpu/cuda_common.cuh"
 #include "gpu/cuda_quant.h"
 
 namespace topkv::cuda {
+
+// One q8_1 block of 32 activations, a lane each (the calling warp holds
+// block `blk`): ggml's quantize_q8_1, the scale and d * sum(q) kept fp32. The
+// CPU twin is quant_matvec_ref.cpp's quantisation (the same qunits helpers).
+// Used by quantize_q8_1_kernel and by the fused input kernel
+// (gpu/kernels_quant_input.cu).
+__device__ __forceinline__ void quantize_q8_1_warp(float x, int64_t blk, int8_t* qs, qunits::Q8Scale* ds) {
+  const int lane = threadIdx.x % 32;
+  const float amax = warp_max(fabsf(x));
+  const float d = qunits::q8_scale(amax);
+  const int q = qunits::q8_code(x, d, amax);
+  qs[blk * 32 + lane] = (int8_t)q;
+  const int sum = __reduce_add_sync(0xffffffffu, q);
+  if (lane == 0) ds[blk] = qunits::Q8Scale{d, qunits::fmul(d, (float)sum)};
+}
 
 // One matrix of a launch as the kernels read it (from the constant bank).
 struct GemvJobDev {

@@ -252,34 +252,33 @@ std::string Tokenizer::apply_chat_template(std::string_view user_text) const {
   return s;
 }
 
-std::vector<int32_t> Tokenizer::encode_chat(std::string_view user_text) const {
+namespace {
+
+// A chat template's segments as ids: special tokens as themselves, the text
+// between them encoded without parsing specials (a user cannot inject them).
+std::vector<int32_t> encode_segments(const TokenizerImpl& impl, const std::vector<ChatSegment>& segments) {
   std::vector<int32_t> out;
   bool prev_special = true;
   EncodeScratch scratch;
-  for (const ChatSegment& seg : chat_segments(*impl_, user_text)) {
+  for (const ChatSegment& seg : segments) {
     if (seg.special >= 0) {
       out.push_back(seg.special);
       prev_special = true;
     } else {
-      encode_text(*impl_, seg.text, /*parse_special=*/false, /*reference=*/false, prev_special, scratch, out);
+      encode_text(impl, seg.text, /*parse_special=*/false, /*reference=*/false, prev_special, scratch, out);
     }
   }
   return out;
 }
 
+}  // namespace
+
+std::vector<int32_t> Tokenizer::encode_chat(std::string_view user_text) const {
+  return encode_segments(*impl_, chat_segments(*impl_, user_text));
+}
+
 std::vector<int32_t> Tokenizer::encode_chat_turns(std::span<const ChatTurn> turns) const {
-  std::vector<int32_t> out;
-  bool prev_special = true;
-  EncodeScratch scratch;
-  for (const ChatSegment& seg : chat_turn_segments(*impl_, turns)) {
-    if (seg.special >= 0) {
-      out.push_back(seg.special);
-      prev_special = true;
-    } else {
-      encode_text(*impl_, seg.text, /*parse_special=*/false, /*reference=*/false, prev_special, scratch, out);
-    }
-  }
-  return out;
+  return encode_segments(*impl_, chat_turn_segments(*impl_, turns));
 }
 
 StreamDecoder::StreamDecoder(const Tokenizer& tok, bool render_special) : tok_(&tok), render_special_(render_special) {}

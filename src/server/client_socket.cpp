@@ -2,11 +2,12 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 
-#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <vector>
 
 namespace topkv::server {
 
@@ -52,23 +53,29 @@ bool listening(int fd) {
   return getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) == 0 && on;
 }
 
-// Descriptors worth trying: up to the process's limit, at most 65536.
-int descriptor_limit() {
-  struct rlimit lim {};
-  return getrlimit(RLIMIT_NOFILE, &lim) == 0 ? (int)std::min<rlim_t>(lim.rlim_cur, 65536) : 1024;
+// The process's open descriptors (/proc/self/fd), not every number up to
+// the limit: a server has tens open and a limit of up to 2^20.
+std::vector<int> open_descriptors() {
+  std::vector<int> fds;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    const std::string name = entry.path().filename().string();
+    char* end = nullptr;
+    const long fd = std::strtol(name.c_str(), &end, 10);
+    if (*end == '\0') fds.push_back((int)fd);
+  }
+  return fds;
 }
 
 }  // namespace
 
 void widen_listen_backlog(int port) {
-  const int most = descriptor_limit();
-  for (int fd = 0; fd < most; ++fd)
+  for (int fd : open_descriptors())
     if (listening(fd) && local_end(fd).port == port) ::listen(fd, SOMAXCONN);
 }
 
 int find_connection(int local_port, const std::string& remote_addr, int remote_port) {
-  const int most = descriptor_limit();
-  for (int fd = 0; fd < most; ++fd) {
+  for (int fd : open_descriptors()) {
     if (listening(fd) || local_end(fd).port != local_port) continue;
     const End peer = remote_end(fd);
     if (peer.port == remote_port && peer.addr == remote_addr) return fd;
