@@ -537,34 +537,34 @@ void ClusterIndex::search_impl(const float* q, int nq, const SearchParams& p, Ca
 void ClusterIndex::rerank_rows(const float* q, int k, const std::vector<std::vector<int32_t>>& kept, Lookup& lk,
                                Candidates& out) const {
   const int d = sum_.dim, nq = lk.nq;
-  const int64_t nf = n_fine();
-  std::vector<char> is_kept((size_t)indexed_, 0);
-  std::vector<std::pair<float, int32_t>> scored;
-  const auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  struct Scored {
+    float score;
+    int32_t row, cluster;
   };
+  std::vector<Scored> scored;
+  const auto better = [](const Scored& a, const Scored& b) {
+    return a.score > b.score || (a.score == b.score && a.row < b.row);
+  };
+  // Work in the candidates only (R·k rows a head), never over every key: this
+  // runs on the decode path. Rows kept by several heads repeat in out.ids;
+  // KvIndex::search makes them distinct.
+  lk.fine_selected.assign((size_t)n_fine(), 0);
+  lk.coarse_expanded.clear();
   for (int g = 0; g < nq; ++g) {
     scored.clear();
     const float* qg = q + (size_t)g * d;
     for (int32_t j : kept[(size_t)g])
       for_each_member_run(j, [&](const int32_t* rows, size_t m) {
-        for (size_t i = 0; i < m; ++i) scored.emplace_back(keys_->dot(rows[i], qg), rows[i]);
+        for (size_t i = 0; i < m; ++i) scored.push_back({keys_->dot(rows[i], qg), rows[i], j});
       });
     out.stats.keys_scored += (int64_t)scored.size();
     const size_t take = std::min(scored.size(), (size_t)std::max(k, 0));
     std::partial_sort(scored.begin(), scored.begin() + (ptrdiff_t)take, scored.end(), better);
-    for (size_t i = 0; i < take; ++i) is_kept[(size_t)scored[i].second] = 1;
+    for (size_t i = 0; i < take; ++i) {
+      out.ids.push_back(scored[i].row);
+      lk.fine_selected[(size_t)scored[i].cluster] = 1;
+    }
   }
-  lk.fine_selected.assign((size_t)nf, 0);
-  lk.coarse_expanded.clear();
-  for (int64_t j = 0; j < nf; ++j)
-    for_each_member_run(j, [&](const int32_t* rows, size_t m) {
-      for (size_t i = 0; i < m; ++i)
-        if (is_kept[(size_t)rows[i]]) {
-          out.ids.push_back(rows[i]);
-          lk.fine_selected[(size_t)j] = 1;
-        }
-    });
   out.summaries = &sum_;
   after_lookup(q, lk, out);
 }
