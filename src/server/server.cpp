@@ -193,7 +193,7 @@ struct Server::Impl {
       // connection closed) or the deadline stops the decode at its next step.
       const int fd = find_connection(port, req.remote_addr, req.remote_port);
       std::unique_lock lk(job->mu);
-      while (!job->cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return job->done; }))
+      while (!job->cv.wait_for(lk, std::chrono::milliseconds(10), [&] { return job->done; }))
         if (Clock::now() > job->deadline + std::chrono::seconds(5) || (fd >= 0 && peer_closed(fd))) job->cancel = true;
       if (!job->error.empty())
         return reply_error(res, ApiError{500, "generation failed: " + job->error, "server_error", "", "internal"});
