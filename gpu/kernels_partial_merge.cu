@@ -18,6 +18,7 @@ namespace topkv::cuda {
 namespace {
 
 constexpr int kThreads = 128;
+constexpr int kFactorPad = 4;
 
 // kAcc: the running partial acc (m, l, o of row r) is one more part, and
 // the merged (M, L, unnormalised O) goes back to it instead of out / L.
@@ -27,7 +28,10 @@ __global__ void __launch_bounds__(kThreads) merge_partials_kernel(const float* _
                                                                   const float* __restrict__ o, int parts, int dv,
                                                                   float* __restrict__ out, float* acc_m,
                                                                   float* acc_l, float* acc_o) {
-  extern __shared__ float factor[];  // [parts]: e^(m_p - M), 0 for an empty part
+  // [parts + kFactorPad]: e^(m_p - M), 0 for an empty part and for the pad.
+  // The pad: ptxas may load factor[] ahead of the loop's bound in the output
+  // sum below (compute-sanitizer memcheck saw 12-byte reads at factor[parts]).
+  extern __shared__ float factor[];
   __shared__ float red[kThreads / 32];
   __shared__ float M_sh, L_sh, acc_f;
   const int64_t r = blockIdx.x;
@@ -54,6 +58,7 @@ __global__ void __launch_bounds__(kThreads) merge_partials_kernel(const float* _
     factor[p] = f;
     Lp += lr[p] * f;
   }
+  if (threadIdx.x < kFactorPad) factor[parts + threadIdx.x] = 0.f;
   Lp = warp_sum(Lp);
   __syncthreads();  // red[] reuse, factor[] complete
   if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = Lp;
@@ -89,8 +94,9 @@ void merge_partials(const float* m, const float* l, const float* o, int64_t rows
   if (rows <= 0 || dv <= 0) return;
   TOPKV_CHECK(parts >= 1 && parts <= 8192, "merge of {} partials per row: 1..8192 supported", parts);
   TOPKV_CHECK(rows < INT32_MAX, "merge over {} rows is too large for one launch", rows);
-  merge_partials_kernel<false><<<(unsigned)rows, kThreads, (size_t)parts * sizeof(float), stream>>>(
-      m, l, o, parts, dv, out, nullptr, nullptr, nullptr);
+  merge_partials_kernel<false><<<(unsigned)rows, kThreads, (size_t)(parts + kFactorPad) * sizeof(float),
+                                                                   stream>>>(m, l, o, parts, dv, out, nullptr, nullptr,
+                                                                             nullptr);
   TOPKV_CUDA_CHECK_LAUNCH();
 }
 
@@ -100,8 +106,9 @@ void merge_partials_into(const float* m, const float* l, const float* o, int64_t
   TOPKV_CHECK(parts >= 1 && parts <= 8192, "merge of {} partials per row: 1..8192 supported", parts);
   TOPKV_CHECK(rows < INT32_MAX, "merge over {} rows is too large for one launch", rows);
   TOPKV_CHECK(acc_m && acc_l && acc_o, "merge_partials_into needs the running partial");
-  merge_partials_kernel<true><<<(unsigned)rows, kThreads, (size_t)parts * sizeof(float), stream>>>(
-      m, l, o, parts, dv, nullptr, acc_m, acc_l, acc_o);
+  merge_partials_kernel<true><<<(unsigned)rows, kThreads, (size_t)(parts + kFactorPad) * sizeof(float),
+                                                                  stream>>>(m, l, o, parts, dv, nullptr, acc_m, acc_l,
+                                                                            acc_o);
   TOPKV_CUDA_CHECK_LAUNCH();
 }
 

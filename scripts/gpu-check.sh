@@ -11,8 +11,10 @@
 #   GPU_CHECK_BENCH=0 scripts/gpu-check.sh     # tests only
 #   GPU_CHECK_LLAMA8B=1 scripts/gpu-check.sh   # also a synthetic Llama-3-8B (Q4_K, ~4.6 GB
 #                                              # written to $TMPDIR first; minutes)
-#   GPU_CHECK_SANITIZE=1 scripts/gpu-check.sh  # first the kernel tests under compute-sanitizer
+#   GPU_CHECK_SANITIZE=1 scripts/gpu-check.sh  # first every gpu_test_* binary under compute-sanitizer
 #                                              # (memcheck, racecheck, synccheck; slow)
+#   GPU_CHECK_SANITIZE_TOOLS="memcheck" GPU_CHECK_SANITIZE_TIMEOUT=120   # which tools; seconds per binary
+#   GPU_CHECK_TESTS=0                          # skip the plain test run (sanitizer or bench only)
 # Exit status: 0 when every test binary passed, 1 when one failed, 77 when
 # they skipped themselves (no device).
 set -uo pipefail
@@ -38,16 +40,26 @@ fi
 status=0
 : > "$OUT/results.txt"
 if [ "${GPU_CHECK_SANITIZE:-0}" != 0 ]; then
-  for tool in memcheck racecheck synccheck; do
-    for exe in "$BUNDLE"/bin/gpu_test_cuda_kernels "$BUNDLE"/bin/gpu_test_cuda_backend; do
+  for tool in ${GPU_CHECK_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+    for exe in "$BUNDLE"/bin/gpu_test_*; do
       [ -x "$exe" ] || continue
       name="sanitize-$tool-$(basename "$exe")"
       echo "==== $name"
-      compute-sanitizer --tool "$tool" --error-exitcode 3 "$exe" 2>&1 | tail -n 400 > "$OUT/$name.log"
-      rc=${PIPESTATUS[0]}
+      start=$(date +%s)
+      # The log keeps its first 300 lines (the first reports: later ones are
+      # often their consequences) and its last 100.
+      timeout "${GPU_CHECK_SANITIZE_TIMEOUT:-600}" compute-sanitizer --tool "$tool" --error-exitcode 3 "$exe" \
+        > "$OUT/$name.full" 2>&1
+      rc=$?
+      { head -n 300 "$OUT/$name.full"; echo "[...]"; tail -n 100 "$OUT/$name.full"; } > "$OUT/$name.log"
+      rm -f "$OUT/$name.full"
       tail -n 5 "$OUT/$name.log"
-      [ "$rc" = 0 ] || status=1
-      printf '%-44s %s\n' "$name" "$([ "$rc" = 0 ] && echo clean || echo "FAILED (exit $rc)")" >> "$OUT/results.txt"
+      case $rc in
+        0) verdict=clean ;;
+        124) verdict="not finished in ${GPU_CHECK_SANITIZE_TIMEOUT:-600} s" ;;
+        *) verdict="FAILED (exit $rc)"; status=1 ;;
+      esac
+      printf '%-52s %-28s %4ds\n' "$name" "$verdict" $(($(date +%s) - start)) >> "$OUT/results.txt"
     done
   done
 fi
@@ -57,6 +69,7 @@ if [ ${#tests[@]} -eq 0 ]; then
   echo "gpu-check: no gpu_test_* binaries in $BUNDLE/bin" >&2
   exit 2
 fi
+[ "${GPU_CHECK_TESTS:-1}" != 0 ] || tests=()
 for exe in "${tests[@]}"; do
   name=$(basename "$exe")
   echo "==== $name"
