@@ -155,6 +155,9 @@ DecodeRow DecodeRunner::run(int64_t context, DecodeMode mode, const std::string&
     row.gpu_scratch = u.scratch;
     row.launches_per_step = (double)launches / cfg_.steps;
   }
+  row.store_cache_bytes = (size_t)stats().device_store_bytes;
+  if (stats().keys_indexed > 0)
+    row.store_cached_share = std::min(1.0, (double)stats().device_store_rows / (2.0 * (double)stats().keys_indexed));
   return row;
 }
 

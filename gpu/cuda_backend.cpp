@@ -105,6 +105,9 @@ void* CudaBackend::scratch(Scratch which, size_t bytes) {
 }
 
 Buffer CudaBackend::alloc(size_t bytes) { return Buffer{mem_.alloc(bytes, MemKind::Activations, "activations"), bytes}; }
+Buffer CudaBackend::alloc(size_t bytes, MemKind kind, std::string_view what) {
+  return Buffer{mem_.alloc(bytes, kind, what), bytes};
+}
 
 void CudaBackend::to_host(const Buffer& src, size_t off, void* dst, size_t bytes) {
   TOPKV_CHECK(off <= src.bytes && bytes <= src.bytes - off,

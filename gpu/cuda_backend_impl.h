@@ -29,6 +29,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   bool host_memory() const override { return false; }
   Buffer alloc(size_t bytes) override;
+  Buffer alloc(size_t bytes, MemKind kind, std::string_view what);  // counted as `kind`, named in errors
   void to_host(const Buffer& src, size_t offset_bytes, void* dst, size_t bytes) override;
   void from_host(const void* src, const Buffer& dst, size_t offset_bytes, size_t bytes) override;
   Weight prepare_weight(const Weight& src, WeightMode mode) override;  // gpu/cuda_weights.cpp

@@ -60,15 +60,17 @@ DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, DT
   return s;
 }
 
-void DeviceSearchTables::upload(cuda::CudaBackend& be, const OffloadedLayer& L, const Staged& s) {
+void DeviceSearchTables::upload(cuda::CudaBackend& be, const OffloadedLayer& L, const Staged& s,
+                                DeviceStoreCache* cache) {
   be.synchronize();
   owned_.clear();
   const int nkv = L.config().kv_heads;
   TOPKV_CHECK(s.heads.size() == (size_t)nkv, "internal: tables staged for {} heads, the layer has {}",
               s.heads.size(), nkv);
-  std::vector<cuda::SummaryHead> heads((size_t)nkv);
+  host_heads_.assign((size_t)nkv, cuda::SummaryHead{});
+  present_.assign((size_t)nkv, 0);
   covered_.assign((size_t)nkv, 0);
-  max_n_ = 0, max_count_ = 0, max_covered_ = 0, bytes_ = 0;
+  max_n_ = 0, max_count_ = 0, max_covered_ = 0, bytes_ = 0, chunk_table_bytes_ = 0;
   page_bounds_ = s.page_bounds;
   far_field_ = false;
   auto put = [&](const void* src, size_t bytes) -> const void* {
@@ -79,33 +81,62 @@ void DeviceSearchTables::upload(cuda::CudaBackend& be, const OffloadedLayer& L, 
     bytes_ += bytes;
     return b.mem.get();
   };
-  // Chunk tables of the stores as they are now: they cover every row the
-  // staged tables name (stores only grow, their chunks never move).
-  auto chunk_table = [&](const RowStore& st) {
-    std::vector<const uint8_t*> p(st.n_chunks());
-    for (size_t c = 0; c < p.size(); ++c) p[c] = st.chunk(c);
-    return static_cast<const uint8_t* const*>(put(p.data(), p.size() * sizeof(void*)));
-  };
   for (int h = 0; h < nkv; ++h) {
     const Staged::Head& t = s.heads[(size_t)h];
     if (!t.present) continue;
-    cuda::SummaryHead& sh = heads[(size_t)h];
+    cuda::SummaryHead& sh = host_heads_[(size_t)h];
+    present_[(size_t)h] = 1;
     sh.n = t.n, sh.page = t.page;
     sh.rows = put(t.rows.data(), t.rows.size());
     sh.counts = static_cast<const int32_t*>(put(t.counts.data(), t.counts.size() * 4));
     sh.offsets = static_cast<const int32_t*>(put(t.offsets.data(), t.offsets.size() * 4));
     sh.members = static_cast<const int32_t*>(put(t.members.data(), t.members.size() * 4));
     sh.value_means = put(t.value_means.data(), t.value_means.size());
-    sh.k_chunks = chunk_table(*L.key_store(h));
-    sh.v_chunks = chunk_table(*L.value_store(h));
     far_field_ |= !t.value_means.empty();
     covered_[(size_t)h] = t.covered;
     max_n_ = std::max(max_n_, sh.n);
     max_count_ = std::max(max_count_, t.max_count);
     max_covered_ = std::max(max_covered_, t.covered);
   }
-  heads_ = be.alloc(heads.size() * sizeof(cuda::SummaryHead));
-  be.from_host(heads.data(), heads_, 0, heads.size() * sizeof(cuda::SummaryHead));
+  put_chunk_tables(be, L, cache);
+}
+
+void DeviceSearchTables::refresh_chunks(cuda::CudaBackend& be, const OffloadedLayer& L, DeviceStoreCache& cache) {
+  be.synchronize();  // the old chunk tables, and copies a cache may regrow, may still be read
+  put_chunk_tables(be, L, &cache);
+}
+
+void DeviceSearchTables::put_chunk_tables(cuda::CudaBackend& be, const OffloadedLayer& L, DeviceStoreCache* cache) {
+  // Chunk tables of the stores as they are now: they cover every row the
+  // tables name (stores only grow, their chunks never move).
+  std::vector<Buffer> tables;
+  size_t table_bytes = 0;
+  auto put_table = [&](const RowStore& st, int64_t covered) {
+    std::vector<const uint8_t*> p;
+    if (cache) {
+      p = cache->chunk_table(st, covered);
+    } else {
+      p.resize(st.n_chunks());
+      for (size_t c = 0; c < p.size(); ++c) p[c] = st.chunk(c);
+    }
+    if (p.empty()) return static_cast<const uint8_t* const*>(nullptr);
+    Buffer b = be.alloc(p.size() * sizeof(void*));
+    be.from_host(p.data(), b, 0, p.size() * sizeof(void*));
+    tables.push_back(b);
+    table_bytes += b.bytes;
+    return static_cast<const uint8_t* const*>(b.mem.get());
+  };
+  for (size_t h = 0; h < host_heads_.size(); ++h) {
+    cuda::SummaryHead& sh = host_heads_[h];
+    if (!present_[h]) continue;  // no index: a streaming head
+    sh.k_chunks = put_table(*L.key_store((int)h), covered_[h]);
+    sh.v_chunks = put_table(*L.value_store((int)h), covered_[h]);
+  }
+  chunk_tables_ = std::move(tables);
+  bytes_ += table_bytes - chunk_table_bytes_;
+  chunk_table_bytes_ = table_bytes;
+  heads_ = be.alloc(host_heads_.size() * sizeof(cuda::SummaryHead));
+  be.from_host(host_heads_.data(), heads_, 0, host_heads_.size() * sizeof(cuda::SummaryHead));
 }
 
 }  // namespace topkv

@@ -2,7 +2,8 @@
 // reads them (cuda::SummaryHead per KV head, gpu/cuda_kernels.h): each
 // index's SummaryTables (index/kv_index.h) converted to the table type and
 // uploaded, with the chunk tables of its key and value stores (pinned,
-// device-mapped host memory: members are read there in place).
+// device-mapped host memory: members are read there in place; or a chunk's
+// GPU copy where a DeviceStoreCache holds one).
 //
 // An index that folds rows in (OffloadedLayer's appends) changes its tables;
 // stale() says so and upload() replaces them. Rows past covered(h) are not in
@@ -15,6 +16,7 @@
 
 #include "gpu/cuda_backend_impl.h"
 #include "gpu/cuda_kernels.h"
+#include "gpu/device_store_cache.h"
 #include "offload/offloaded_layer.h"
 
 namespace topkv {
@@ -43,8 +45,15 @@ class DeviceSearchTables {
   static Staged stage(const OffloadedLayer& L, DType table_type);
   // (Re)uploads every head's tables; waits for queued work first (the old
   // tables may still be read). Device memory comes from `be` (the budget).
-  void upload(cuda::CudaBackend& be, const OffloadedLayer& L, DType table_type) { upload(be, L, stage(L, table_type)); }
-  void upload(cuda::CudaBackend& be, const OffloadedLayer& L, const Staged& s);
+  // With a cache, the stores' rows the tables cover are read from their GPU
+  // copies where it holds (or now takes) them.
+  void upload(cuda::CudaBackend& be, const OffloadedLayer& L, DType table_type, DeviceStoreCache* cache = nullptr) {
+    upload(be, L, stage(L, table_type), cache);
+  }
+  void upload(cuda::CudaBackend& be, const OffloadedLayer& L, const Staged& s, DeviceStoreCache* cache = nullptr);
+  // Only the chunk tables again, through `cache` (which may take chunks now);
+  // waits for queued work first.
+  void refresh_chunks(cuda::CudaBackend& be, const OffloadedLayer& L, DeviceStoreCache& cache);
   bool stale(const OffloadedLayer& L) const;  // some index covers other rows than uploaded
 
   const cuda::SummaryHead* heads() const { return heads_.as<cuda::SummaryHead>(); }
@@ -58,7 +67,14 @@ class DeviceSearchTables {
   size_t device_bytes() const { return bytes_; }
 
  private:
-  std::vector<Buffer> owned_;
+  // Writes the chunk tables of every present head (host addresses, or the
+  // cache's copies) and the heads array the kernels read.
+  void put_chunk_tables(cuda::CudaBackend& be, const OffloadedLayer& L, DeviceStoreCache* cache);
+
+  std::vector<Buffer> owned_, chunk_tables_;
+  std::vector<cuda::SummaryHead> host_heads_;  // what heads_ holds
+  std::vector<char> present_;                  // per head: an index, so tables
+  size_t chunk_table_bytes_ = 0;
   Buffer heads_;
   std::vector<int64_t> covered_;
   int max_n_ = 0;

@@ -42,7 +42,7 @@ struct PinnedBuffer {
 // PCIe in flight for the retrieved rows, fewer for the device-resident
 // sinks + window, and for the far rows (device search) enough to read the
 // value means at full bandwidth.
-inline constexpr int kIdsRowsPerSplit = 32, kMaxIdsSplits = 64, kExactRowsPerSplit = 64, kMaxExactSplits = 8;
+inline constexpr int kIdsRowsPerSplit = 32, kMaxIdsSplits = 64, kExactRowsPerSplit = 32, kMaxExactSplits = 16;
 inline constexpr int kFarGroupsPerSplit = 128, kMaxFarSplits = 512;
 inline constexpr int kMaxParts = 1 + kMaxExactSplits + kMaxIdsSplits + kMaxFarSplits;  // sinks, window, ids, far
 inline int splits_for(int64_t rows, int per_split, int max_splits) {
@@ -58,6 +58,10 @@ class GpuOffloadRuntime final : public OffloadRuntime {
  public:
   GpuOffloadRuntime(cuda::CudaBackend& be, const ModelConfig& cfg, const OffloadPolicy& policy, bool progress)
       : OffloadRuntime(cfg, policy, progress), be_(be), device_search_(wants_device_search(policy)) {
+    // --store-cache: with the search on the device and rows read in place
+    // (stage_rows copies rows on the host, which cannot read a GPU copy).
+    if (device_search_ && !policy.stage_rows && policy.store_cache != 0)
+      store_cache_ = std::make_unique<DeviceStoreCache>(be, policy.store_cache > 0 ? policy.store_cache : -1);
     TOPKV_CHECK(cfg.head_dim == 64 || cfg.head_dim == 128 || cfg.head_dim == 256, "the CUDA offload runtime supports head_dim 64, 128 and 256, not {}", cfg.head_dim);
     TOPKV_CHECK(cfg.n_head_kv <= cuda::kMaxRingHeads, "the CUDA offload runtime supports at most {} KV heads, "
                 "not {}", cuda::kMaxRingHeads, cfg.n_head_kv);
@@ -149,6 +153,12 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   void decode_host_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
   void decode_device_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
   void finish_pending(int slot);
+  // The store cache takes its rows once the model's decode step is recorded
+  // (stats_.steps >= kStoreCacheAfterSteps: the recording's work space is
+  // allocated by then), so that it takes what is left, not what they need.
+  static constexpr int kStoreCacheAfterSteps = 2;
+  void start_store_cache();
+  DeviceStoreCache* store_cache() const { return store_cache_started_ ? store_cache_.get() : nullptr; }
   // Device search, before the step's kernels: uploads tables a fold has
   // staged, starts a fold on a host thread when a head has device_fold rows
   // the tables do not cover (sync_folds: the layer folded them itself; the
@@ -170,6 +180,8 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   std::vector<DeviceSearchTables> tables_;    // per retrieval layer (device search)
   std::vector<Pending> pending_;              // per retrieval layer (device search)
   std::vector<std::future<DeviceSearchTables::Staged>> folds_;  // per retrieval layer: a fold running
+  std::unique_ptr<DeviceStoreCache> store_cache_;  // --store-cache (device search)
+  bool store_cache_started_ = false;
   // Device work space, sized by ensure_capacity: the retrieved rows' pointer
   // lists [2][n_kv][ids_cap_] (k, then v) and counts [n_kv]; partials
   // [n_head][kMaxParts] (m, l, then o x head_dim); staged rows; the device

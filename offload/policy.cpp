@@ -9,6 +9,7 @@
 
 #include "src/common/error.h"
 #include "src/common/file_io.h"
+#include "src/common/options.h"
 
 namespace topkv {
 
@@ -77,6 +78,16 @@ SearchOn parse_search_on(const std::string& s) {
   fail("unknown search place '{}': use auto, host or gpu", s);
 }
 
+int64_t parse_store_cache(const std::string& s) {
+  if (s == "auto") return -1;
+  if (s == "off") return 0;
+  try {
+    return (int64_t)std::min<uint64_t>(parse_size(s), (uint64_t)INT64_MAX);
+  } catch (const Error&) {
+    fail("--store-cache '{}' is not auto, off or a size such as 16G", s);
+  }
+}
+
 // The bounds every policy value is checked against, wherever it came from
 // (options, --config, a pack's manifest). The sizes bound what one run can
 // hold (a window or sinks past 2^30 tokens would overflow the memory plan's
@@ -113,6 +124,7 @@ void OffloadPolicy::validate() const {
               "the host KV store holds f16 or bf16 (got {})", dtype_name(store_dtype));
   TOPKV_CHECK(device_fold >= 1 && device_fold <= kMaxTokens, "--device-fold must be at least 1 row and at most {} (got {})",
               kMaxTokens, device_fold);
+  TOPKV_CHECK(store_cache >= -1, "store_cache must be -1 (auto), 0 (off) or a size in bytes (got {})", store_cache);
   TOPKV_CHECK(std::isfinite(heads_threshold), "--heads-threshold must be a finite number (got {})",
               heads_threshold);
   check_unit(heads_sparsity, "--heads-sparsity", /*allow_unset=*/true);
@@ -188,6 +200,8 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
       else if (key == "device_table_type") device_table_type = parse_dtype(json_str(v, key));
       else if (key == "device_fold") device_fold = json_int<int>(v, key);
       else if (key == "sync_folds") sync_folds = json_bool(v, key);
+      else if (key == "store_cache") store_cache = v.is_string() ? parse_store_cache(v.get<std::string>())
+                                                                 : json_int<int64_t>(v, key);
       else if (key == "heads_file") heads_file = json_str(v, key);
       else if (key == "heads_threshold") heads_threshold = json_real(v, key);
       else if (key == "heads_sparsity") heads_sparsity = json_real(v, key);
@@ -229,6 +243,7 @@ std::string OffloadPolicy::to_json() const {
                       {"device_table_type", dtype_name(device_table_type)},
                       {"device_fold", device_fold},
                       {"sync_folds", sync_folds},
+                      {"store_cache", store_cache},
                       {"heads_file", heads_file},
                       {"heads_threshold", heads_threshold},
                       {"heads_sparsity", heads_sparsity}};

@@ -48,6 +48,11 @@ struct OffloadPolicy {
   bool sync_folds = false;  // Gpu search: fold on the decode path (the step waits, as the CPU runtime's
                             // does) instead of on a host thread while the device keeps attending the
                             // rows exactly
+  // CUDA runtime, search on the device, rows read in place: bytes of GPU
+  // memory for copies of the host store's rows (gpu/device_store_cache.h), so
+  // retrieved rows are read from GPU memory instead of over PCIe where they
+  // fit; -1 = auto (whatever the GPU memory budget leaves, less 1 GiB), 0 = off.
+  int64_t store_cache = -1;
   std::string heads_file;       // DuoAttention pattern; empty = every head retrieves
   double heads_threshold = 0.5; // gate < threshold -> streaming head
   double heads_sparsity = -1.0; // in [0,1]: this fraction of heads stream (overrides threshold)
@@ -65,6 +70,7 @@ AttnMode parse_attn_mode(const std::string& s);
 KSchedule parse_k_schedule(const std::string& s);
 const char* search_on_name(SearchOn s);
 SearchOn parse_search_on(const std::string& s);  // auto | host | gpu
+int64_t parse_store_cache(const std::string& s);  // auto (-1) | off (0) | a size ("16G")
 
 // The layers whose KV leaves the model for host memory (the top-k runtime's
 // retrieval layers, the host-dense baseline's layers): those that attend to the

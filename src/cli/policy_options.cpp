@@ -57,6 +57,11 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
                 "decode path (the step waits for it, as on the CPU runtime) instead of on a host thread while "
                 "the device keeps attending them exactly")
       ->group(g);
+  cmd->add_option("--store-cache", a->store_cache, "CUDA, --search-on gpu: GPU memory for copies of the host "
+                  "store's rows, so retrieved rows are read there instead of over PCIe where they fit: auto "
+                  "(default: what --gpu-mem-budget or the GPU leaves, less 1 GiB), off, or a size such as 16G. "
+                  "Taken after the first decode steps; not with --stage-rows")
+      ->group(g);
   cmd->add_option("--heads", p.heads_file, "DuoAttention head pattern (TSV of gate values, one row per layer, one "
                   "column per KV head); heads below --heads-threshold keep only sinks + window")
       ->group(g)->check(CLI::ExistingFile);
@@ -111,6 +116,7 @@ OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd, const OffloadPolicy& base
   if (given("--device-table-type")) out.device_table_type = parse_dtype(device_table_type);
   if (given("--device-fold")) out.device_fold = policy.device_fold;
   if (given("--sync-folds")) out.sync_folds = policy.sync_folds;
+  if (given("--store-cache")) out.store_cache = parse_store_cache(store_cache);
   if (given("--heads")) out.heads_file = policy.heads_file;
   if (given("--heads-threshold")) out.heads_threshold = policy.heads_threshold;
   if (given("--heads-sparsity")) out.heads_sparsity = policy.heads_sparsity;

@@ -202,6 +202,7 @@ TEST_CASE("GpuOffloadRuntime decodes like the CPU OffloadRuntime (synthetic llam
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = 1000, pol.sinks = 2, pol.window = 8;
     pol.stage_rows = c.stage;
     pol.device_fold = 8;  // the device ring holds window + fold rows: keep it below the full cache
+    pol.store_cache = 0;  // no copies of the store on the device (checked below)
     std::mt19937 rng(5);
     std::vector<int32_t> prompt(150), forced(12);
     for (auto& t : prompt) t = (int32_t)(rng() % 512);

@@ -275,3 +275,61 @@ TEST_CASE("GpuOffloadRuntime folds on a host thread and stays exact while the fo
     compare_offload_steps(ref, *got, cfg, c.n, 6 * c.fold + 20, /*f16_exact=*/true, sum);
   }
 }
+
+// --store-cache changes where the device search reads a retrieved row (a GPU
+// copy of its store chunk, or the pinned host store over PCIe), never which
+// rows or their bytes: runtimes with the cache off, unlimited, and limited to
+// part of one store give the same outputs bit for bit, step after step, while
+// folds add rows the copies must follow. One case spans two store chunks.
+TEST_CASE("The store cache serves the same attention as reading the host store", "[search]") {
+  auto& be = cuda_be();
+  // part: the limited cache's rows (one store's first chunk: its second is
+  // read from the host; one grain: the first store only).
+  struct Case { std::string index; int hd, heads, kv; int64_t n; int window, fold; int64_t part; };
+  const std::vector<Case> cases = {{"quest", 128, 8, 2, 70000, 64, 300, RowStore::kChunkRows},
+                                   {"multipole", 64, 4, 1, 3000, 16, 7, DeviceStoreCache::kGrain},
+                                   {"centroid", 256, 8, 1, 1500, 32, 40, DeviceStoreCache::kGrain}};
+  for (const Case& c : cases) {
+    CAPTURE(c.index, c.hd, c.heads, c.kv, c.n);
+    const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
+    OffloadPolicy pol;
+    pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = 96, pol.sinks = 4, pol.window = c.window;
+    pol.search_on = SearchOn::Gpu, pol.device_fold = c.fold, pol.sync_folds = true;
+    const int64_t part_bytes = c.part * c.hd * 2;  // f16 rows
+    std::vector<std::unique_ptr<OffloadRuntime>> rts;
+    for (int64_t limit : {int64_t(0), int64_t(-1), part_bytes}) {
+      OffloadPolicy p = pol;
+      p.store_cache = limit;
+      rts.push_back(make_gpu_offload_runtime(be, cfg, p, false));
+    }
+    std::mt19937 rng(3);
+    const RandomContext ctx = random_context(cfg, c.n, false, rng);
+    for (auto& rt : rts) rt->take_context(c.n, ctx.reader());
+    const size_t qn = (size_t)cfg.n_head * c.hd, kn = (size_t)c.kv * c.hd;
+    Buffer dq = be.alloc(qn * 4), dk = be.alloc(kn * 4), dv = be.alloc(kn * 4), dout = be.alloc(qn * 4);
+    const int steps = 2 * c.fold + 6;  // past the cache's start and through folds
+    for (int step = 0; step < steps; ++step)
+      for (int il = 0; il < cfg.n_layer; ++il) {
+        CAPTURE(step, il);
+        const auto q = randn(qn, rng, 1.5f), k = randn(kn, rng, 1.f, 0.3f), v = randn(kn, rng);
+        be.from_host(q.data(), dq, 0, qn * 4), be.from_host(k.data(), dk, 0, kn * 4);
+        be.from_host(v.data(), dv, 0, kn * 4);
+        std::vector<std::vector<float>> outs;
+        for (auto& rt : rts) {
+          rt->decode_attention_device(il, dq.f32(), dk.f32(), dv.f32(), c.n + step, 0.1f, dout.f32());
+          outs.push_back(download(be, dout, qn));
+        }
+        REQUIRE(outs[1] == outs[0]);
+        REQUIRE(outs[2] == outs[0]);
+      }
+    const OffloadStats &off = rts[0]->stats(), &all = rts[1]->stats(), &part = rts[2]->stats();
+    CHECK(off.device_store_bytes == 0);
+    CHECK(all.device_store_bytes > 0);
+    // Every indexed row's key and value (folds included) is on the device.
+    CHECK(all.device_store_rows >= 2 * all.keys_indexed);
+    CHECK(part.device_store_bytes > 0);
+    CHECK(part.device_store_bytes <= part_bytes);
+    CHECK(part.device_store_rows < all.device_store_rows);
+    CHECK(all.retrieved == off.retrieved);
+  }
+}
