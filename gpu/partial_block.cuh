@@ -4,16 +4,34 @@
 // epilogue that merges its warps' partials and writes one (m, l, o) per
 // query head. Included by .cu files only.
 #pragma once
+#include <type_traits>
+
 #include "gpu/cuda_common.cuh"
 
 namespace topkv::cuda {
 
 // Lane's N contiguous elements at p as fp32 (16-byte loads where they fit).
+// 16-bit elements in 4- or 8-byte loads where 16 do not fit (head_dim 128 or
+// 64 over a warp: 4 or 2 elements a lane): one load instead of one per element
+// (the quest score kernel read its f16 page bounds at 1.4 TB/s with 2-byte loads).
+template <class E> __device__ __forceinline__ float2 pair_to_float2(uint32_t w) {
+  if constexpr (std::is_same_v<E, __half>) return __half22float2(*reinterpret_cast<const __half2*>(&w));
+  else return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
+}
+
 template <class E, int N> __device__ __forceinline__ void load_lane(const E* p, float* out) {
   constexpr int bytes = N * (int)sizeof(E);
+  constexpr bool pairs = sizeof(E) == 2 && !std::is_same_v<E, float>;
   if constexpr (bytes % 16 == 0) {
 #pragma unroll
     for (int i = 0; i < bytes / 16; ++i) Vec16<E>::load(p + i * Vec16<E>::n, out + i * Vec16<E>::n);
+  } else if constexpr (pairs && bytes == 8) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    const float2 a = pair_to_float2<E>(v.x), b = pair_to_float2<E>(v.y);
+    out[0] = a.x, out[1] = a.y, out[2] = b.x, out[3] = b.y;
+  } else if constexpr (pairs && bytes == 4) {
+    const float2 a = pair_to_float2<E>(*reinterpret_cast<const uint32_t*>(p));
+    out[0] = a.x, out[1] = a.y;
   } else {
 #pragma unroll
     for (int i = 0; i < N; ++i) out[i] = to_float(p[i]);
