@@ -3,6 +3,7 @@
 // Included by .cu files only.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -16,6 +17,8 @@ namespace topkv::cuda {
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+// E4M3 store rows (--store-type f8): decoded exactly, as the host's table does.
+__device__ __forceinline__ float to_float(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
 
 // Round to nearest even, as the host conversions of src/common/dtype.h.
 template <class E> __device__ __forceinline__ E from_float(float x);

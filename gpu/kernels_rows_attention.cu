@@ -102,7 +102,7 @@ void row_list_attention(const RowListArgs& a, cudaStream_t stream) {
               "row-list attention writes partial slots {}..{} of {}", a.part0, a.part0 + a.n_splits - 1, a.parts);
   const dim3 grid((unsigned)a.n_kv, (unsigned)a.n_splits, (unsigned)((a.group + kMaxGroup - 1) / kMaxGroup));
   bool launched = false;
-  with_elem_type(a.row_type, [&](auto e) {
+  const auto launch = [&](auto e) {
     using E = decltype(e);
     switch (a.head_dim) {
       case 64: row_list_kernel<E, 64><<<grid, kThreads, 0, stream>>>(a), launched = true; break;
@@ -110,7 +110,10 @@ void row_list_attention(const RowListArgs& a, cudaStream_t stream) {
       case 256: row_list_kernel<E, 256><<<grid, kThreads, 0, stream>>>(a), launched = true; break;
       default: break;
     }
-  });
+  };
+  // 8-bit store rows (--store-type f8) only here: the model's caches never hold them.
+  if (a.row_type == DType::F8E4M3) launch(__nv_fp8_e4m3{});
+  else with_elem_type(a.row_type, launch);
   TOPKV_CHECK(launched, "row-list attention supports head_dim 64, 128 and 256, not {}", a.head_dim);
   TOPKV_CUDA_CHECK_LAUNCH();
 }

@@ -120,8 +120,8 @@ void OffloadPolicy::validate() const {
   TOPKV_CHECK(sinks >= 0 && sinks <= kMaxTokens, "--sinks must be in [0, {}] (got {})", kMaxTokens, sinks);
   TOPKV_CHECK(window >= 1 && window <= kMaxTokens, "--window must be at least 1 token and at most {} (got {})", kMaxTokens,
               window);
-  TOPKV_CHECK(store_dtype == DType::F16 || store_dtype == DType::BF16,
-              "the host KV store holds f16 or bf16 (got {})", dtype_name(store_dtype));
+  TOPKV_CHECK(store_dtype == DType::F16 || store_dtype == DType::BF16 || store_dtype == DType::F8E4M3,
+              "the host KV store holds f16, bf16 or f8 (got {})", dtype_name(store_dtype));
   TOPKV_CHECK(device_fold >= 1 && device_fold <= kMaxTokens, "--device-fold must be at least 1 row and at most {} (got {})",
               kMaxTokens, device_fold);
   TOPKV_CHECK(store_cache >= -1, "store_cache must be -1 (auto), 0 (off) or a size in bytes (got {})", store_cache);
@@ -194,7 +194,7 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
       else if (key == "dense_layers") dense_layers = json_int<int>(v, key);
       else if (key == "sinks") sinks = json_int<int>(v, key);
       else if (key == "window") window = json_int<int>(v, key);
-      else if (key == "store_type") store_dtype = parse_dtype(json_str(v, key));
+      else if (key == "store_type") store_dtype = parse_store_dtype(json_str(v, key));
       else if (key == "stage_rows") stage_rows = json_bool(v, key);
       else if (key == "search_on") search_on = parse_search_on(json_str(v, key));
       else if (key == "device_table_type") device_table_type = parse_dtype(json_str(v, key));

@@ -29,7 +29,7 @@ struct OffloadPolicy {
   int dense_layers = 0;         // the first N layers stay dense (as Quest does)
   int sinks = 4;                // attention sinks kept with the window (StreamingLLM / DuoAttention)
   int window = 256;             // recent tokens kept exactly (GPU-resident in the CUDA runtime)
-  DType store_dtype = DType::F16;  // host store element type: f16 or bf16
+  DType store_dtype = DType::F16;  // host store element type: f16, bf16 or f8 (E4M3: half the bytes)
   // CUDA runtime: false = kernels read retrieved rows in place from the pinned
   // host store over PCIe; true = the host copies them into a pinned staging
   // buffer sent in one copy (needed when the store is not pinned, e.g. a

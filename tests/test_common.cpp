@@ -29,6 +29,45 @@ TEST_CASE("fp16 and bf16 conversions round-trip and round to nearest") {
   CHECK(std::isnan(bf16_to_f32(f32_to_bf16(std::nanf("")))));
 }
 
+// The E4M3 reference: the representable values, enumerated (no formula shared
+// with the code under test), and the nearest one, ties to the even code.
+TEST_CASE("fp8 E4M3 conversions: every code decodes exactly, encoding rounds to nearest even and saturates") {
+  std::vector<std::pair<float, int>> finite;  // (value, code) of every non-negative finite code
+  for (int e = 0; e < 16; ++e)
+    for (int m = 0; m < 8; ++m) {
+      if (e == 15 && m == 7) continue;  // NaN
+      const double v = e == 0 ? m / 512.0 : (1.0 + m / 8.0) * std::pow(2.0, e - 7);
+      const int code = e << 3 | m;
+      REQUIRE(f8e4m3_to_f32((uint8_t)code) == (float)v);
+      REQUIRE(f8e4m3_to_f32((uint8_t)(code | 0x80)) == -(float)v);
+      REQUIRE((int)f32_to_f8e4m3((float)v) == code);  // every code round-trips
+      finite.push_back({(float)v, code});
+    }
+  CHECK(std::isnan(f8e4m3_to_f32(0x7f)));
+  CHECK(std::isnan(f8e4m3_to_f32(0xff)));
+  CHECK(f32_to_f8e4m3(std::nanf("")) == 0x7f);
+  CHECK(f8e4m3_to_f32(0x7e) == 448.f);
+  CHECK(f32_to_f8e4m3(1e6f) == 0x7e);   // saturates, no infinity
+  CHECK(f32_to_f8e4m3(-500.f) == 0xfe);
+  CHECK(f32_to_f8e4m3(INFINITY) == 0x7e);
+  CHECK(f32_to_f8e4m3(-0.f) == 0x80);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> ex(-12.f, 9.f);
+  for (int i = 0; i < 20000; ++i) {
+    const float x = std::ldexp(1.f, 0) * std::exp2(ex(rng));
+    const int got = f32_to_f8e4m3(x);
+    int best = -1;
+    double bd = 1e30;
+    for (auto [v, code] : finite) {
+      const double d = std::fabs((double)v - x);
+      if (d < bd || (d == bd && (code & 1) == 0)) bd = d, best = code;
+    }
+    if (x > 448.f) best = 0x7e;
+    REQUIRE(got == best);
+    REQUIRE((int)f32_to_f8e4m3(-x) == (best | 0x80));
+  }
+}
+
 TEST_CASE("dot products of every row type match a double-precision reference") {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.5f, 1.f);
@@ -36,7 +75,7 @@ TEST_CASE("dot products of every row type match a double-precision reference") {
     std::vector<float> a(dim), q(dim);
     for (auto& x : a) x = nd(rng);
     for (auto& x : q) x = nd(rng);
-    for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F8E4M3}) {
       std::vector<uint8_t> row(dim * dtype_size(t));
       from_f32(t, a.data(), row.data(), dim);
       std::vector<float> back(dim);

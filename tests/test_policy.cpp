@@ -50,7 +50,7 @@ TEST_CASE("policy config files: fields, unknown keys, bad values") {
   p.apply_json(R"({"attn":"topk","index":"flat","k":128,"k_schedule":"linear","window":64,"sinks":8,"store_type":"bf16"})",
                "c.json");
   CHECK(p.store_dtype == DType::BF16);
-  CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"store_type":"f32"})", "c.json"), Catch::Contains("f16 or bf16"));
+  CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"store_type":"f32"})", "c.json"), Catch::Contains("f16, bf16 or f8"));
   CHECK(p.attn == AttnMode::TopK);
   CHECK(p.search.k == 128);
   CHECK(p.k_schedule == KSchedule::Linear);

@@ -1,6 +1,9 @@
 #include "src/common/dtype.h"
 
+#include <array>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "src/common/error.h"
 
@@ -11,6 +14,7 @@ const char* dtype_name(DType t) {
     case DType::F32: return "f32";
     case DType::F16: return "f16";
     case DType::BF16: return "bf16";
+    case DType::F8E4M3: return "f8";
   }
   return "?";
 }
@@ -20,6 +24,44 @@ DType parse_dtype(std::string_view s) {
   if (s == "f16" || s == "fp16" || s == "float16") return DType::F16;
   if (s == "bf16" || s == "bfloat16") return DType::BF16;
   fail("unknown element type '{}': use f32, f16 or bf16", s);
+}
+
+DType parse_store_dtype(std::string_view s) {
+  if (s == "f8" || s == "fp8" || s == "f8e4m3" || s == "e4m3") return DType::F8E4M3;
+  if (s == "f16" || s == "fp16" || s == "float16") return DType::F16;
+  if (s == "bf16" || s == "bfloat16") return DType::BF16;
+  fail("unknown KV store type '{}': use f16, bf16 or f8 (8-bit E4M3)", s);
+}
+
+namespace {
+std::array<float, 256> make_f8e4m3_table() {
+  std::array<float, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    const int e = (c >> 3) & 15, m = c & 7;
+    float v = e == 0 ? std::ldexp((float)m, -9) : std::ldexp(1.f + (float)m / 8.f, e - 7);
+    if (e == 15 && m == 7) v = std::numeric_limits<float>::quiet_NaN();
+    t[(size_t)c] = (c & 0x80) ? -v : v;
+  }
+  return t;
+}
+const std::array<float, 256> kF8E4M3 = make_f8e4m3_table();
+}  // namespace
+
+float f8e4m3_to_f32(uint8_t v) { return kF8E4M3[v]; }
+
+uint8_t f32_to_f8e4m3(float f) {
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  if (std::isnan(f)) return (uint8_t)(sign | 0x7f);
+  const float a = std::fabs(f);
+  if (a >= 464.f) return (uint8_t)(sign | 0x7e);  // past the midpoint of 448 and 480 (infinity too)
+  if (a < 0.015625f) return (uint8_t)(sign | (int)std::nearbyint(a * 512.f));  // subnormals (8 = 2^-6, normal)
+  int e2 = 0;
+  (void)std::frexp(a, &e2);  // a = m * 2^e2, m in [0.5, 1)
+  int e = e2 - 1;            // a = 1.f * 2^e, e >= -6
+  int q = (int)std::nearbyint((std::ldexp(a, -e) - 1.f) * 8.f);
+  if (q == 8) q = 0, ++e;
+  if (e > 8 || (e == 8 && q == 7)) return (uint8_t)(sign | 0x7e);  // saturate at 448
+  return (uint8_t)(sign | ((e + 7) << 3) | q);
 }
 
 namespace {
@@ -50,6 +92,11 @@ void to_f32(DType t, const void* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load16(src, i));
       return;
     }
+    case DType::F8E4M3: {
+      auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = kF8E4M3[s[i]];
+      return;
+    }
   }
 }
 
@@ -64,6 +111,11 @@ void from_f32(DType t, const float* src, void* dst, size_t n) {
     case DType::BF16: {
       auto* d = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    case DType::F8E4M3: {
+      auto* d = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_f8e4m3(src[i]);
       return;
     }
   }

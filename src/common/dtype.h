@@ -13,11 +13,24 @@
 
 namespace topkv {
 
-enum class DType : uint8_t { F32 = 0, F16 = 1, BF16 = 2 };
+// F8E4M3: OCP 8-bit floating point E4M3 ("E4M3FN": 1 sign, 4 exponent bits
+// with bias 7, 3 mantissa bits; no infinities, S.1111.111 is NaN; largest
+// finite 448, smallest subnormal 2^-9). Only the host KV store holds it
+// (--store-type f8): half the bytes of f16 per key and value, read over PCIe
+// and held in host memory.
+enum class DType : uint8_t { F32 = 0, F16 = 1, BF16 = 2, F8E4M3 = 3 };
 
-inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
+inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : t == DType::F8E4M3 ? 1 : 2; }
 const char* dtype_name(DType t);
 DType parse_dtype(std::string_view name);  // "f32"|"fp32"|"f16"|"fp16"|"bf16"; throws Error
+// A host KV store's element type: f16, bf16 or f8 ("f8e4m3", "fp8"); throws Error.
+DType parse_store_dtype(std::string_view name);
+
+// E4M3 <-> fp32. Decoding is exact (a table of the 256 codes); encoding
+// rounds to nearest, ties to even, and saturates at +-448 (as CUDA's
+// __nv_cvt_float_to_fp8 with __NV_SATFINITE); NaN stays NaN.
+float f8e4m3_to_f32(uint8_t v);
+uint8_t f32_to_f8e4m3(float f);
 
 inline float f16_to_f32(uint16_t h) {
 #if defined(__F16C__)

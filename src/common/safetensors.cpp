@@ -27,7 +27,7 @@ struct DTypeEntry {
 constexpr DTypeEntry kDTypes[] = {
     {StDType::F64, "F64", 8}, {StDType::F32, "F32", 4}, {StDType::F16, "F16", 2}, {StDType::BF16, "BF16", 2},
     {StDType::I64, "I64", 8}, {StDType::I32, "I32", 4}, {StDType::I16, "I16", 2}, {StDType::I8, "I8", 1},
-    {StDType::U8, "U8", 1},   {StDType::BOOL, "BOOL", 1},
+    {StDType::U8, "U8", 1},   {StDType::BOOL, "BOOL", 1}, {StDType::F8_E4M3, "F8_E4M3", 1},
 };
 
 // The reference implementation refuses headers above 100 MB; so do we.
@@ -48,7 +48,7 @@ const char* st_dtype_name(StDType t) { return kDTypes[(size_t)t].name; }
 StDType parse_st_dtype(std::string_view name) {
   for (auto& e : kDTypes)
     if (name == e.name) return e.type;
-  fail("unsupported safetensors dtype '{}' (topkv reads F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)", name);
+  fail("unsupported safetensors dtype '{}' (topkv reads F64, F32, F16, BF16, F8_E4M3, I64, I32, I16, I8, U8, BOOL)", name);
 }
 
 StDType st_dtype_of(DType t) {
@@ -56,18 +56,22 @@ StDType st_dtype_of(DType t) {
     case DType::F32: return StDType::F32;
     case DType::F16: return StDType::F16;
     case DType::BF16: return StDType::BF16;
+    case DType::F8E4M3: return StDType::F8_E4M3;
   }
   return StDType::F32;
 }
 
-bool st_is_row_type(StDType t) { return t == StDType::F32 || t == StDType::F16 || t == StDType::BF16; }
+bool st_is_row_type(StDType t) {
+  return t == StDType::F32 || t == StDType::F16 || t == StDType::BF16 || t == StDType::F8_E4M3;
+}
 
 DType row_dtype_of(StDType t) {
   switch (t) {
     case StDType::F32: return DType::F32;
     case StDType::F16: return DType::F16;
     case StDType::BF16: return DType::BF16;
-    default: fail("tensor type {} is not a key/value element type (use F32, F16 or BF16)", st_dtype_name(t));
+    case StDType::F8_E4M3: return DType::F8E4M3;
+    default: fail("tensor type {} is not a key/value element type (use F32, F16, BF16 or F8_E4M3)", st_dtype_name(t));
   }
 }
 

@@ -30,7 +30,7 @@
 namespace topkv {
 
 // The element types of the safetensors spec that topkv reads and writes.
-enum class StDType : uint8_t { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
+enum class StDType : uint8_t { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3 };
 
 size_t st_dtype_size(StDType t);
 const char* st_dtype_name(StDType t);  // "F32", "BF16", ...

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "src/common/vec_math.h"
 
 #include <vector>
@@ -74,6 +75,17 @@ float dot_bf16(const uint16_t* row, const float* q, size_t n) {
   return s;
 }
 
+float dot_f8e4m3(const uint8_t* row, const float* q, size_t n) {
+  float tmp[256];  // decoded in blocks (a table per code), then the fp32 dot
+  float s = 0.f;
+  for (size_t i = 0; i < n; i += 256) {
+    const size_t m = std::min<size_t>(256, n - i);
+    to_f32(DType::F8E4M3, row + i, tmp, m);
+    s += dot_f32(tmp, q + i, m);
+  }
+  return s;
+}
+
 void dot_rows_multi(DType t, const void* rows, size_t n_rows, size_t dim, const float* queries,
                     size_t nq, float* out) {
   const size_t row_bytes = dim * dtype_size(t);
@@ -104,6 +116,15 @@ void axpy_f32(float a, const float* x, float* y, size_t n) {
 
 void axpy_row(DType t, float a, const void* row, float* y, size_t n) {
   if (t == DType::F32) return axpy_f32(a, static_cast<const float*>(row), y, n);
+  if (t == DType::F8E4M3) {
+    float tmp[256];
+    for (size_t i = 0; i < n; i += 256) {
+      const size_t m = std::min<size_t>(256, n - i);
+      to_f32(t, static_cast<const uint8_t*>(row) + i, tmp, m);
+      axpy_f32(a, tmp, y + i, m);
+    }
+    return;
+  }
   const auto* h = static_cast<const uint16_t*>(row);
   size_t i = 0;
 #ifdef TOPKV_AVX2

@@ -127,18 +127,22 @@ TEST_CASE("row_list_attention + merge_partials match partial_add on the same row
 TEST_CASE("GpuOffloadRuntime serves the CPU OffloadRuntime's attention, step by step", "[offload]") {
   auto& be = cuda_be();
   OpSummary sum("offloaded attention vs CPU runtime", 2e-5);
-  struct Case { std::string index; bool stage; int hd, heads, kv, n, window, sinks, k; };
+  struct Case { std::string index; bool stage; int hd, heads, kv, n, window, sinks, k; DType store = DType::F16; };
   const std::vector<Case> cases = {
       {"flat", false, 64, 8, 2, 300, 8, 2, 12},          {"multipole", true, 128, 4, 1, 2000, 16, 4, 64},
       {"multipole:levels=2", false, 256, 4, 1, 5000, 32, 4, 128}, {"quest:page=4", false, 128, 8, 8, 700, 8, 0, 40},
       {"flat", true, 256, 4, 1, 3, 8, 4, 5},               {"centroid", false, 128, 32, 8, 1500, 64, 4, 100},
+      // 8-bit store rows read by the row-list kernel, in place and staged
+      {"multipole", false, 128, 8, 2, 1500, 16, 4, 64, DType::F8E4M3},
+      {"flat", true, 64, 4, 1, 400, 8, 2, 20, DType::F8E4M3},
+      {"quest:page=4", false, 256, 8, 1, 900, 8, 4, 40, DType::F8E4M3},
   };
   for (const Case& c : cases) {
-    CAPTURE(c.index, c.stage, c.hd, c.heads, c.kv, c.n);
+    CAPTURE(c.index, c.stage, c.hd, c.heads, c.kv, c.n, dtype_name(c.store));
     const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = c.k, pol.sinks = c.sinks, pol.window = c.window;
-    pol.stage_rows = c.stage;
+    pol.stage_rows = c.stage, pol.store_dtype = c.store;
     pol.search_on = SearchOn::Host;  // the host's search; tests/gpu/test_gpu_search.cpp checks the device's
     OffloadRuntime ref(cfg, pol, false);
     auto got = make_gpu_offload_runtime(be, cfg, pol, false);

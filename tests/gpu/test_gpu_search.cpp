@@ -285,17 +285,18 @@ TEST_CASE("The store cache serves the same attention as reading the host store",
   auto& be = cuda_be();
   // part: the limited cache's rows (one store's first chunk: its second is
   // read from the host; one grain: the first store only).
-  struct Case { std::string index; int hd, heads, kv; int64_t n; int window, fold; int64_t part; };
+  struct Case { std::string index; int hd, heads, kv; int64_t n; int window, fold; int64_t part; DType store = DType::F16; };
   const std::vector<Case> cases = {{"quest", 128, 8, 2, 70000, 64, 300, RowStore::kChunkRows},
                                    {"multipole", 64, 4, 1, 3000, 16, 7, DeviceStoreCache::kGrain},
-                                   {"centroid", 256, 8, 1, 1500, 32, 40, DeviceStoreCache::kGrain}};
+                                   {"centroid", 256, 8, 1, 1500, 32, 40, DeviceStoreCache::kGrain},
+                                   {"multipole", 128, 8, 2, 2500, 16, 20, DeviceStoreCache::kGrain, DType::F8E4M3}};
   for (const Case& c : cases) {
     CAPTURE(c.index, c.hd, c.heads, c.kv, c.n);
     const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = 96, pol.sinks = 4, pol.window = c.window;
-    pol.search_on = SearchOn::Gpu, pol.device_fold = c.fold, pol.sync_folds = true;
-    const int64_t part_bytes = c.part * c.hd * 2;  // f16 rows
+    pol.search_on = SearchOn::Gpu, pol.device_fold = c.fold, pol.sync_folds = true, pol.store_dtype = c.store;
+    const int64_t part_bytes = c.part * c.hd * (int64_t)dtype_size(c.store);
     std::vector<std::unique_ptr<OffloadRuntime>> rts;
     for (int64_t limit : {int64_t(0), int64_t(-1), part_bytes}) {
       OffloadPolicy p = pol;
