@@ -174,7 +174,11 @@ class Cursor {
 
 GgufFile::~GgufFile() {
   region_.reset();
-  if (base_) munmap((void*)base_, size_);
+  if (mapped_) munmap((void*)base_, size_);
+}
+
+static void check_not_empty(size_t size, const std::string& path) {
+  if (size == 0) fail("'{}' is empty, not a GGUF model", path);
 }
 
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
@@ -182,13 +186,24 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   f->path_ = path;
   struct stat st {};
   Fd fd = open_regular_file(path, "model", &st);  // never blocks on a FIFO; a folder is an Error
-  if (st.st_size == 0) fail("'{}' is empty, not a GGUF model", path);
+  check_not_empty((size_t)st.st_size, path);
   void* p = mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
   int err = errno;
   TOPKV_CHECK(p != MAP_FAILED, "cannot memory-map '{}': {}", path, std::strerror(err));
   f->base_ = static_cast<const uint8_t*>(p);
   f->size_ = (size_t)st.st_size;
+  f->mapped_ = true;
   f->region_ = MappedRegion(path, st, p, f->size_);
+  f->parse();
+  return f;
+}
+
+std::unique_ptr<GgufFile> GgufFile::from_memory(const uint8_t* data, size_t size, const std::string& name) {
+  std::unique_ptr<GgufFile> f(new GgufFile());
+  f->path_ = name;
+  check_not_empty(size, name);
+  f->base_ = data;
+  f->size_ = size;
   f->parse();
   return f;
 }
