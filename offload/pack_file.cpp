@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 
 #include "src/common/checksum.h"
 #include "src/common/error.h"
@@ -69,6 +68,16 @@ void PackWriter::write(const std::string& path) const {
 
 PackReader::PackReader(const std::string& path) : path_(path) {
   st_ = std::make_shared<SafetensorsReader>(path, "context pack");
+  read_metadata();
+}
+
+PackReader::PackReader(const uint8_t* data, size_t size, const std::string& name) : path_(name) {
+  st_ = std::make_shared<SafetensorsReader>(data, size, name);
+  read_metadata();
+}
+
+void PackReader::read_metadata() {
+  const std::string& path = path_;
   const std::string meta = st_->metadata_or(kMetaKey, ""), sums = st_->metadata_or(kChecksumKey, "");
   TOPKV_CHECK(!meta.empty() && !sums.empty(), "'{}' is a safetensors file but not a topkv context pack (no '{}' "
               "metadata): build one with `topkv index build`", path, kMetaKey);
@@ -90,7 +99,7 @@ PackReader::PackReader(const std::string& path) : path_(path) {
                 "topkv, or its metadata was edited", path, t.name);
 }
 
-uint64_t PackReader::file_bytes() const { return std::filesystem::file_size(path_); }
+uint64_t PackReader::file_bytes() const { return st_->file_bytes(); }
 
 SafetensorsReader::CowView PackReader::tensor_copy_on_write(const std::string& name, StDType dtype,
                                                            const std::vector<int64_t>& shape) const {

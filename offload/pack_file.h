@@ -56,6 +56,10 @@ class PackReader {
   // Maps and validates the container; reads the metadata. Throws Error
   // naming the file when it is not a topkv context pack.
   explicit PackReader(const std::string& path);
+  // The same checks over a pack's bytes in memory (not copied: they must
+  // outlive the reader; SafetensorsReader's reader over memory); `name`
+  // stands for the path in messages. Used by the fuzzer (tests/fuzz/fuzz_pack).
+  PackReader(const uint8_t* data, size_t size, const std::string& name);
 
   const std::string& path() const { return path_; }
   const nlohmann::json& meta() const { return meta_; }
@@ -81,9 +85,11 @@ class PackReader {
   // pack is read whole once); Error naming the first bad one. Returns the
   // bytes checked.
   uint64_t verify_all(bool progress) const;
-  uint64_t file_bytes() const;
+  uint64_t file_bytes() const;  // as opened
 
  private:
+  void read_metadata();  // after st_ is set
+
   std::string path_;
   std::shared_ptr<SafetensorsReader> st_;
   nlohmann::json meta_;

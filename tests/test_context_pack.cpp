@@ -385,6 +385,19 @@ TEST_CASE("a corrupted part, a truncation, a foreign file or a newer format is a
   uint64_t header = 0;
   std::memcpy(&header, good.data(), 8);
   CHECK(PackReader(path).verify_all(false) == good.size() - 8 - header);  // every tensor byte
+  {  // The reader over memory (the fuzzer's) reads the same pack and finds the same damage.
+    const auto* bytes = reinterpret_cast<const uint8_t*>(good.data());
+    const PackReader f(path), m(bytes, good.size(), path);
+    CHECK(m.meta() == f.meta());
+    CHECK(m.file_bytes() == f.file_bytes());
+    CHECK(m.verify_all(false) == f.verify_all(false));
+    REQUIRE(m.tensors().size() == f.tensors().size());
+    for (size_t i = 0; i < f.tensors().size(); ++i) CHECK(m.tensors()[i].name == f.tensors()[i].name);
+    std::string bad = good;
+    bad[tensor_offset(path, "offload.L5.h0.keys")] ^= 0x10;
+    const PackReader mb(reinterpret_cast<const uint8_t*>(bad.data()), bad.size(), path);
+    CHECK_THROWS_WITH(mb.verify_all(false), Catch::Contains("tensor 'offload.L5.h0.keys' does not match its checksum"));
+  }
   sp.restore(path);
   const auto rewrite = [&](const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; };
   // A byte flipped in any part is found when the pack is opened.

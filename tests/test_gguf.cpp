@@ -85,17 +85,27 @@ void write_small_model(const std::string& path, uint32_t alignment = 32) {
 }
 
 // Opening `bytes` must fail with an Error whose message contains every part.
+// The error from the file, and the same message (with the name given for the
+// path) from the same bytes in memory (GgufFile::from_memory, the fuzzer's way in).
 void expect_error(const TempDir& td, const std::string& bytes, std::vector<std::string> parts) {
   std::string path = td.file("bad.gguf");
   write_all(path, bytes);
+  std::string msg;
   try {
     GgufFile::open(path);
     FAIL("opened a malformed file; expected an error containing '" << parts[0] << "'");
   } catch (const Error& e) {
-    std::string msg = e.what();
+    msg = e.what();
     INFO("message: " << msg);
     for (auto& p : parts) CHECK(msg.find(p) != std::string::npos);
     CHECK(msg.find(path) != std::string::npos);
+  }
+  const std::vector<uint8_t> copy(bytes.begin(), bytes.end());  // exactly sized: ASan sees any read past it
+  try {
+    GgufFile::from_memory(copy.data(), copy.size(), path);
+    FAIL("parsed a malformed file from memory; expected an error containing '" << parts[0] << "'");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) == msg);
   }
 }
 
@@ -357,6 +367,32 @@ TEST_CASE("malformed GGUF files give an Error that names the problem") {
                  {"'a'", "'b'", "overlap"});
     expect_error(td, Raw().header(2, 0).tensor("a", {8}, 0, 0).tensor("b", {8}, 0, 0).pad().zeros(64).b,
                  {"overlap"});
+  }
+}
+
+TEST_CASE("a GGUF parsed from memory is the file parsed from its mapping") {
+  TempDir td;
+  std::string path = td.file("ok.gguf");
+  write_small_model(path);
+  const std::string bytes = read_all(path);
+  auto f = GgufFile::open(path);
+  auto m = GgufFile::from_memory(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "in memory");
+  CHECK(m->path() == "in memory");
+  CHECK(m->file_size() == f->file_size());
+  CHECK(m->data_offset() == f->data_offset());
+  CHECK(m->content_hash() == f->content_hash());
+  REQUIRE(m->metadata().size() == f->metadata().size());
+  for (size_t i = 0; i < f->metadata().size(); ++i) {
+    CHECK(m->metadata()[i].key == f->metadata()[i].key);
+    CHECK(m->metadata()[i].value_string(1000) == f->metadata()[i].value_string(1000));
+  }
+  REQUIRE(m->tensors().size() == f->tensors().size());
+  for (size_t i = 0; i < f->tensors().size(); ++i) {
+    const GgufTensor &a = m->tensors()[i], &b = f->tensors()[i];
+    CHECK(a.name == b.name);
+    CHECK(a.shape_string() == b.shape_string());
+    CHECK(a.data == reinterpret_cast<const uint8_t*>(bytes.data()) + m->data_offset() + a.offset);  // not copied
+    CHECK(std::equal(a.data, a.data + a.nbytes, b.data));
   }
 }
 

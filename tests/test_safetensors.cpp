@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -47,14 +48,25 @@ void put(std::vector<uint8_t>& v, T x) {
   v.insert(v.end(), b, b + sizeof(T));
 }
 
-// Expects an Error whose message contains `needle`.
+// Expects an Error whose message contains `needle`; for a regular file, the
+// same message from its bytes in memory (the reader over memory: the fuzzers').
 void expect_error(const fs::path& p, const std::string& needle) {
+  std::string msg;
   try {
     SafetensorsReader r(p.string());
     FAIL("no error reading " << p << " (expected '" << needle << "')");
   } catch (const Error& e) {
-    INFO(e.what());
-    CHECK(std::string(e.what()).find(needle) != std::string::npos);
+    msg = e.what();
+    INFO(msg);
+    CHECK(msg.find(needle) != std::string::npos);
+  }
+  if (!fs::is_regular_file(p)) return;
+  const std::vector<uint8_t> bytes = slurp(p);  // exactly sized: ASan sees any read past it
+  try {
+    SafetensorsReader r(bytes.data(), bytes.size(), p.string());
+    FAIL("no error reading " << p << " from memory (expected '" << needle << "')");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) == msg);
   }
 }
 
@@ -89,6 +101,29 @@ TEST_CASE("safetensors: write -> read round trip for every dtype, shapes, metada
     CHECK((bytes[0] | bytes[1] << 8) % 8 == 0);  // header padded to 8 bytes
 
     SafetensorsReader r(path.string());
+    const SafetensorsReader m(bytes.data(), bytes.size(), "in memory");  // the same parser over the bytes
+    CHECK(r.file_bytes() == bytes.size());
+    CHECK(m.file_bytes() == bytes.size());
+    CHECK(m.metadata() == r.metadata());
+    REQUIRE(m.tensors().size() == r.tensors().size());
+    for (size_t s = 0; s < r.tensors().size(); ++s) {
+      const TensorInfo &a = m.tensors()[s], &b = r.tensors()[s];
+      CHECK(a.name == b.name);
+      CHECK(a.dtype == b.dtype);
+      CHECK(a.shape == b.shape);
+      CHECK(a.begin == b.begin);
+      CHECK(a.end == b.end);
+      CHECK(m.data(a) >= bytes.data());  // in place, not copied
+      CHECK(m.data(a) + a.nbytes() <= bytes.data() + bytes.size());
+      CHECK(std::memcmp(m.data(a), r.data(b), a.nbytes()) == 0);
+      if (a.nbytes() < 2) continue;
+      // Copy-on-write from memory is a private copy, with the room asked for zeroed.
+      auto v = m.map_copy_on_write(a, 1, a.nbytes() + 16);
+      CHECK(std::memcmp(v.data, m.data(a) + 1, a.nbytes() - 1) == 0);
+      CHECK(std::all_of(v.data + a.nbytes() - 1, v.data + a.nbytes() + 15, [](uint8_t x) { return x == 0; }));
+      v.data[0] ^= 0xff;
+      CHECK(m.data(a)[1] != v.data[0]);  // the bytes read from are untouched
+    }
     CHECK(r.metadata().at("model") == "tiny");
     CHECK(r.metadata_or("note", "") == "ünïcödé ok");
     CHECK(r.metadata_or("absent", "dflt") == "dflt");

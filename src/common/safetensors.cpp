@@ -108,78 +108,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path, std::string_view w
   }
   region_ = MappedRegion(path, stat_, map_, map_bytes_);
   try {
-    const auto* bytes = static_cast<const uint8_t*>(map_);
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
-    TOPKV_CHECK(n <= kMaxHeaderBytes, "safetensors file '{}': header length {} is over the 100 MB limit (corrupt "
-                "or not a safetensors file)", path, n);
-    TOPKV_CHECK(n <= map_bytes_ - 8, "safetensors file '{}': header of {} bytes but only {} bytes follow the "
-                "length (truncated?)", path, n, map_bytes_ - 8);
-    TOPKV_CHECK(n >= 2 && bytes[8] == '{', "safetensors file '{}': the header is not a JSON object", path);
-    const uint64_t data_bytes = map_bytes_ - 8 - n;
-    data_ = bytes + 8 + n;
-
-    nlohmann::json h;
-    try {
-      h = nlohmann::json::parse(bytes + 8, bytes + 8 + n);
-    } catch (const nlohmann::json::exception& e) {
-      fail("safetensors file '{}': header is not valid JSON ({})", path, e.what());
-    }
-    TOPKV_CHECK(h.is_object(), "safetensors file '{}': the header is not a JSON object", path);
-    for (auto& [name, v] : h.items()) {
-      if (name == "__metadata__") {
-        TOPKV_CHECK(v.is_object(), "safetensors file '{}': __metadata__ must be an object of strings", path);
-        for (auto& [k, s] : v.items()) {
-          TOPKV_CHECK(s.is_string(), "safetensors file '{}': metadata '{}' is not a string", path, k);
-          metadata_[k] = s.get<std::string>();
-        }
-        continue;
-      }
-      auto bad = [&path, tensor = std::string(name)](const std::string& what) {
-        fail("safetensors file '{}': tensor '{}': {}", path, tensor, what);
-      };
-      if (!v.is_object()) bad("entry is not an object");
-      TensorInfo t;
-      t.name = name;
-      auto dt = v.find("dtype");
-      if (dt == v.end() || !dt->is_string()) bad("missing dtype");
-      t.dtype = parse_st_dtype(dt->get<std::string>());
-      auto sh = v.find("shape");
-      if (sh == v.end() || !sh->is_array()) bad("missing shape");
-      uint64_t numel = 1;
-      for (auto& x : *sh) {
-        if (!x.is_number_integer() || x.get<int64_t>() < 0) bad("shape " + sh->dump() + " has a bad dimension");
-        t.shape.push_back(x.get<int64_t>());
-        if (!mul_ok(numel, (uint64_t)t.shape.back(), numel)) bad("shape " + sh->dump() + " overflows");
-      }
-      auto off = v.find("data_offsets");
-      if (off == v.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
-          !(*off)[1].is_number_unsigned())
-        bad("data_offsets must be two non-negative integers");
-      t.begin = (*off)[0].get<uint64_t>();
-      t.end = (*off)[1].get<uint64_t>();
-      if (t.begin > t.end || t.end > data_bytes)
-        bad(fmt::format("data_offsets [{}, {}] outside the {} data bytes the file holds (truncated?)", t.begin,
-                        t.end, data_bytes));
-      uint64_t want;
-      if (!mul_ok(numel, st_dtype_size(t.dtype), want) || want != t.nbytes())
-        bad(fmt::format("{} {} needs {} bytes but data_offsets span {}", st_dtype_name(t.dtype), t.shape_str(),
-                        numel * st_dtype_size(t.dtype), t.nbytes()));
-      tensors_.push_back(std::move(t));
-    }
-    // The spec: offsets cover the buffer exactly, no holes, no overlaps.
-    std::sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
-      return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-    });
-    uint64_t at = 0;
-    for (auto& t : tensors_) {
-      TOPKV_CHECK(t.begin == at, "safetensors file '{}': tensor '{}' starts at byte {} of the data but the "
-                  "previous one ends at {} (overlap or hole: corrupt file)", path, t.name, t.begin, at);
-      at = t.end;
-    }
-    TOPKV_CHECK(at == data_bytes, "safetensors file '{}': tensors cover {} bytes but {} follow the header "
-                "(trailing garbage or a corrupt header)", path, at, data_bytes);
-    for (size_t i = 0; i < tensors_.size(); ++i) by_name_[tensors_[i].name] = i;
+    parse();
   } catch (...) {
     region_.reset();
     ::munmap(map_, map_bytes_);
@@ -189,9 +118,93 @@ SafetensorsReader::SafetensorsReader(const std::string& path, std::string_view w
   }
 }
 
+SafetensorsReader::SafetensorsReader(const uint8_t* data, size_t size, const std::string& name) : path_(name) {
+  map_ = const_cast<uint8_t*>(data);  // never written: map_copy_on_write copies from it
+  map_bytes_ = size;
+  if (map_bytes_ < 8)
+    fail("safetensors file '{}' is {} bytes: too short for the 8-byte header length (truncated?)", name, map_bytes_);
+  parse();
+}
+
+void SafetensorsReader::parse() {
+  const std::string& path = path_;
+  const auto* bytes = static_cast<const uint8_t*>(map_);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
+  TOPKV_CHECK(n <= kMaxHeaderBytes, "safetensors file '{}': header length {} is over the 100 MB limit (corrupt "
+              "or not a safetensors file)", path, n);
+  TOPKV_CHECK(n <= map_bytes_ - 8, "safetensors file '{}': header of {} bytes but only {} bytes follow the "
+              "length (truncated?)", path, n, map_bytes_ - 8);
+  TOPKV_CHECK(n >= 2 && bytes[8] == '{', "safetensors file '{}': the header is not a JSON object", path);
+  const uint64_t data_bytes = map_bytes_ - 8 - n;
+  data_ = bytes + 8 + n;
+
+  nlohmann::json h;
+  try {
+    h = nlohmann::json::parse(bytes + 8, bytes + 8 + n);
+  } catch (const nlohmann::json::exception& e) {
+    fail("safetensors file '{}': header is not valid JSON ({})", path, e.what());
+  }
+  TOPKV_CHECK(h.is_object(), "safetensors file '{}': the header is not a JSON object", path);
+  for (auto& [name, v] : h.items()) {
+    if (name == "__metadata__") {
+      TOPKV_CHECK(v.is_object(), "safetensors file '{}': __metadata__ must be an object of strings", path);
+      for (auto& [k, s] : v.items()) {
+        TOPKV_CHECK(s.is_string(), "safetensors file '{}': metadata '{}' is not a string", path, k);
+        metadata_[k] = s.get<std::string>();
+      }
+      continue;
+    }
+    auto bad = [&path, tensor = std::string(name)](const std::string& what) {
+      fail("safetensors file '{}': tensor '{}': {}", path, tensor, what);
+    };
+    if (!v.is_object()) bad("entry is not an object");
+    TensorInfo t;
+    t.name = name;
+    auto dt = v.find("dtype");
+    if (dt == v.end() || !dt->is_string()) bad("missing dtype");
+    t.dtype = parse_st_dtype(dt->get<std::string>());
+    auto sh = v.find("shape");
+    if (sh == v.end() || !sh->is_array()) bad("missing shape");
+    uint64_t numel = 1;
+    for (auto& x : *sh) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0) bad("shape " + sh->dump() + " has a bad dimension");
+      t.shape.push_back(x.get<int64_t>());
+      if (!mul_ok(numel, (uint64_t)t.shape.back(), numel)) bad("shape " + sh->dump() + " overflows");
+    }
+    auto off = v.find("data_offsets");
+    if (off == v.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+        !(*off)[1].is_number_unsigned())
+      bad("data_offsets must be two non-negative integers");
+    t.begin = (*off)[0].get<uint64_t>();
+    t.end = (*off)[1].get<uint64_t>();
+    if (t.begin > t.end || t.end > data_bytes)
+      bad(fmt::format("data_offsets [{}, {}] outside the {} data bytes the file holds (truncated?)", t.begin,
+                      t.end, data_bytes));
+    uint64_t want;
+    if (!mul_ok(numel, st_dtype_size(t.dtype), want) || want != t.nbytes())
+      bad(fmt::format("{} {} needs {} bytes but data_offsets span {}", st_dtype_name(t.dtype), t.shape_str(),
+                      numel * st_dtype_size(t.dtype), t.nbytes()));
+    tensors_.push_back(std::move(t));
+  }
+  // The spec: offsets cover the buffer exactly, no holes, no overlaps.
+  std::sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t at = 0;
+  for (auto& t : tensors_) {
+    TOPKV_CHECK(t.begin == at, "safetensors file '{}': tensor '{}' starts at byte {} of the data but the "
+                "previous one ends at {} (overlap or hole: corrupt file)", path, t.name, t.begin, at);
+    at = t.end;
+  }
+  TOPKV_CHECK(at == data_bytes, "safetensors file '{}': tensors cover {} bytes but {} follow the header "
+              "(trailing garbage or a corrupt header)", path, at, data_bytes);
+  for (size_t i = 0; i < tensors_.size(); ++i) by_name_[tensors_[i].name] = i;
+}
+
 SafetensorsReader::~SafetensorsReader() {
   region_.reset();
-  if (map_) ::munmap(map_, map_bytes_);
+  if (map_ && fd_ >= 0) ::munmap(map_, map_bytes_);
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -204,6 +217,11 @@ SafetensorsReader::CowView SafetensorsReader::map_copy_on_write(const TensorInfo
   TOPKV_CHECK(from <= t.nbytes() && capacity >= t.nbytes() - from, "internal: mapping {} bytes of tensor '{}' from "
               "byte {} of {}", capacity, t.name, from, t.nbytes());
   if (capacity == 0) return {};
+  if (fd_ < 0) {  // a reader over memory: a private copy, zeroed past the tensor
+    auto copy = std::make_shared<uint8_t[]>((size_t)capacity);
+    std::memcpy(copy.get(), data(t) + from, (size_t)(t.nbytes() - from));
+    return {copy.get(), std::move(copy)};
+  }
   const uint64_t at = (uint64_t)(data_ - static_cast<const uint8_t*>(map_)) + t.begin + from;
   const uint64_t page = (uint64_t)::sysconf(_SC_PAGESIZE), first = at / page * page, lead = at - first;
   const auto round_up = [page](uint64_t x) { return (x + page - 1) / page * page; };

@@ -55,11 +55,17 @@ class SafetensorsReader {
  public:
   // Maps and validates; throws Error (`what` names the file's kind in messages).
   explicit SafetensorsReader(const std::string& path, std::string_view what = "safetensors file");
+  // The same parser and checks over `size` bytes in memory (not copied: they
+  // must outlive the reader); `name` stands for the path in messages. The
+  // constructor above is this over the file's mapping. Used by the fuzzers
+  // (tests/fuzz), where a read past the input is a heap overflow ASan reports.
+  SafetensorsReader(const uint8_t* data, size_t size, const std::string& name);
   ~SafetensorsReader();
   SafetensorsReader(const SafetensorsReader&) = delete;
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
 
   const std::string& path() const { return path_; }
+  uint64_t file_bytes() const { return map_bytes_; }  // as opened
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // The metadata value of `key`, or `def` when absent.
   std::string metadata_or(const std::string& key, const std::string& def) const;
@@ -77,6 +83,7 @@ class SafetensorsReader {
   // its own copy of that page (copy-on-write) and never reaches the file.
   // Each call maps anew, so what one owner wrote is not seen by the next.
   // The mapping lives as long as `owner`. An empty tensor maps nothing.
+  // (A reader over memory gives a private heap copy instead.)
   struct CowView {
     uint8_t* data = nullptr;
     std::shared_ptr<void> owner;
@@ -90,10 +97,12 @@ class SafetensorsReader {
   CowView map_copy_on_write(const TensorInfo& t, uint64_t from, uint64_t capacity) const;
 
  private:
+  void parse();  // the header at map_ (map_bytes_ >= 8)
+
   std::string path_;
-  int fd_ = -1;  // kept open for map_copy_on_write
+  int fd_ = -1;  // kept open for map_copy_on_write; -1 for a reader over memory
   struct stat stat_ {};  // as opened (src/common/mapped_file.h)
-  void* map_ = nullptr;
+  void* map_ = nullptr;  // our mapping of the file, or the caller's bytes (fd_ < 0)
   size_t map_bytes_ = 0;
   MappedRegion region_;  // the SIGBUS guard of map_
   const uint8_t* data_ = nullptr;  // start of the byte buffer

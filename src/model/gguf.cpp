@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "src/common/binary_io.h"
 #include "src/common/error.h"
@@ -114,38 +115,52 @@ std::string GgufTensor::shape_string() const {
 
 namespace {
 
-// Bounds-checked reads from the mapping; `what` says which part of the file is
-// being read so a truncation error can point at it.
+// What a read is for, in the message when it fails: a string, or a callable
+// that makes one. A callable runs only when the read fails, so a vocabulary of
+// 262,144 strings is read without formatting 262,144 descriptions.
+template <typename W>
+std::string describe(const W& what) {
+  if constexpr (std::is_invocable_v<const W&>)
+    return what();
+  else
+    return std::string(what);
+}
+
+// Bounds-checked reads from the file's bytes; `what` says which part of the
+// file is being read so a truncation error can point at it.
 class Cursor {
  public:
   Cursor(const std::string& path, const uint8_t* base, size_t size) : path_(path), base_(base), size_(size) {}
   size_t pos() const { return pos_; }
   size_t remaining() const { return size_ - pos_; }
 
-  void need(uint64_t n, const std::string& what) const {
+  template <typename W>
+  void need(uint64_t n, const W& what) const {
     if (n > remaining())
       fail("'{}' is truncated or corrupt: {} needs {} bytes at offset {} but only {} remain "
            "(file size {}); re-download or re-convert the model",
-           path_, what, n, pos_, remaining(), size_);
+           path_, describe(what), n, pos_, remaining(), size_);
   }
-  const uint8_t* take(uint64_t n, const std::string& what) {
+  template <typename W>
+  const uint8_t* take(uint64_t n, const W& what) {
     need(n, what);
     const uint8_t* p = base_ + pos_;
     pos_ += n;
     return p;
   }
-  template <typename T>
-  T pod(const std::string& what) {
+  template <typename T, typename W>
+  T pod(const W& what) {
     T v;
     std::memcpy(&v, take(sizeof(T), what), sizeof(T));
     return v;
   }
-  std::string_view str(const std::string& what) {
-    uint64_t n = pod<uint64_t>(what + " (string length)");
+  template <typename W>
+  std::string_view str(const W& what) {
+    uint64_t n = pod<uint64_t>([&] { return describe(what) + " (string length)"; });
     if (n > remaining())
       fail("'{}' is truncated or corrupt: {} has length {} at offset {}, beyond the end of the file ({} bytes "
            "remain)",
-           path_, what, n, pos_ - 8, remaining());
+           path_, describe(what), n, pos_ - 8, remaining());
     return {(const char*)take(n, what), (size_t)n};
   }
 
@@ -159,7 +174,11 @@ class Cursor {
 
 GgufFile::~GgufFile() {
   region_.reset();
-  if (base_) munmap((void*)base_, size_);
+  if (mapped_) munmap((void*)base_, size_);
+}
+
+static void check_not_empty(size_t size, const std::string& path) {
+  if (size == 0) fail("'{}' is empty, not a GGUF model", path);
 }
 
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
@@ -167,13 +186,24 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   f->path_ = path;
   struct stat st {};
   Fd fd = open_regular_file(path, "model", &st);  // never blocks on a FIFO; a folder is an Error
-  if (st.st_size == 0) fail("'{}' is empty, not a GGUF model", path);
+  check_not_empty((size_t)st.st_size, path);
   void* p = mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
   int err = errno;
   TOPKV_CHECK(p != MAP_FAILED, "cannot memory-map '{}': {}", path, std::strerror(err));
   f->base_ = static_cast<const uint8_t*>(p);
   f->size_ = (size_t)st.st_size;
+  f->mapped_ = true;
   f->region_ = MappedRegion(path, st, p, f->size_);
+  f->parse();
+  return f;
+}
+
+std::unique_ptr<GgufFile> GgufFile::from_memory(const uint8_t* data, size_t size, const std::string& name) {
+  std::unique_ptr<GgufFile> f(new GgufFile());
+  f->path_ = name;
+  check_not_empty(size, name);
+  f->base_ = data;
+  f->size_ = size;
   f->parse();
   return f;
 }
@@ -210,39 +240,40 @@ void GgufFile::parse() {
   // ---- metadata ----
   kvs_.reserve(std::min(n_kv, max_kv));
   for (uint64_t k = 0; k < n_kv; ++k) {
-    std::string where = fmt::format("metadata entry {} of {}", k, n_kv);
     GgufKV kv;
-    kv.key = std::string(c.str(where + " key"));
-    where += fmt::format(" ('{}')", kv.key);
-    uint32_t type = c.pod<uint32_t>(where + " type");
-    if (type > 12) fail("'{}' is corrupt: {} has unknown value type {}", path_, where, type);
+    const auto entry = [&] { return fmt::format("metadata entry {} of {}", k, n_kv); };
+    kv.key = std::string(c.str([&] { return entry() + " key"; }));
+    const auto where = [&] { return fmt::format("{} ('{}')", entry(), kv.key); };
+    uint32_t type = c.pod<uint32_t>([&] { return where() + " type"; });
+    if (type > 12) fail("'{}' is corrupt: {} has unknown value type {}", path_, where(), type);
     kv.type = (GgufType)type;
     if (kv.type == GgufType::STR) {
       kv.str = c.str(where);
     } else if (kv.type == GgufType::ARR) {
-      uint32_t et = c.pod<uint32_t>(where + " array element type");
-      if (et > 12) fail("'{}' is corrupt: {} is an array of unknown element type {}", path_, where, et);
+      uint32_t et = c.pod<uint32_t>([&] { return where() + " array element type"; });
+      if (et > 12) fail("'{}' is corrupt: {} is an array of unknown element type {}", path_, where(), et);
       if (et == (uint32_t)GgufType::ARR)
-        fail("'{}': {} is an array of arrays, which GGUF readers do not support", path_, where);
+        fail("'{}': {} is an array of arrays, which GGUF readers do not support", path_, where());
       kv.arr_type = (GgufType)et;
-      kv.arr_count = c.pod<uint64_t>(where + " array length");
+      kv.arr_count = c.pod<uint64_t>([&] { return where() + " array length"; });
       if (kv.arr_type == GgufType::STR) {
         if (kv.arr_count > c.remaining() / 8)
-          fail("'{}' is truncated or corrupt: {} claims {} strings but only {} bytes remain", path_, where, kv.arr_count,
+          fail("'{}' is truncated or corrupt: {} claims {} strings but only {} bytes remain", path_, where(), kv.arr_count,
                c.remaining());
         kv.arr_str.reserve(kv.arr_count);
-        for (uint64_t e = 0; e < kv.arr_count; ++e) kv.arr_str.push_back(c.str(fmt::format("{} element {}", where, e)));
+        for (uint64_t e = 0; e < kv.arr_count; ++e)
+          kv.arr_str.push_back(c.str([&] { return fmt::format("{} element {}", where(), e); }));
       } else {
         size_t es = gguf_type_size(kv.arr_type);
         if (kv.arr_count > c.remaining() / es)
-          fail("'{}' is truncated or corrupt: {} claims {} elements of {} bytes but only {} bytes remain", path_, where,
+          fail("'{}' is truncated or corrupt: {} claims {} elements of {} bytes but only {} bytes remain", path_, where(),
                kv.arr_count, es, c.remaining());
         kv.arr_data = c.take(kv.arr_count * es, where);
       }
     } else {
-      load_scalar(kv.type, c.take(gguf_type_size(kv.type), where + " value"), kv.i, kv.u, kv.f);
+      load_scalar(kv.type, c.take(gguf_type_size(kv.type), [&] { return where() + " value"; }), kv.i, kv.u, kv.f);
       if (kv.type == GgufType::BOOL && kv.i > 1)
-        fail("'{}' is corrupt: {} is a bool with byte value {}", path_, where, kv.i);
+        fail("'{}' is corrupt: {} is a bool with byte value {}", path_, where(), kv.i);
     }
     if (!kv_index_.emplace(kv.key, kvs_.size()).second)
       fail("'{}' is corrupt: metadata key '{}' appears twice", path_, kv.key);
@@ -259,43 +290,43 @@ void GgufFile::parse() {
   // ---- tensor infos ----
   tensors_.reserve(std::min(n_tensors, max_tensors));
   for (uint64_t k = 0; k < n_tensors; ++k) {
-    std::string where = fmt::format("tensor info {} of {}", k, n_tensors);
     GgufTensor t;
-    t.name = std::string(c.str(where + " name"));
-    if (t.name.empty()) fail("'{}' is corrupt: {} has an empty name", path_, where);
-    where += fmt::format(" ('{}')", t.name);
-    uint32_t n_dims = c.pod<uint32_t>(where + " n_dims");
+    const auto entry = [&] { return fmt::format("tensor info {} of {}", k, n_tensors); };
+    t.name = std::string(c.str([&] { return entry() + " name"; }));
+    if (t.name.empty()) fail("'{}' is corrupt: {} has an empty name", path_, entry());
+    const auto where = [&] { return fmt::format("{} ('{}')", entry(), t.name); };
+    uint32_t n_dims = c.pod<uint32_t>([&] { return where() + " n_dims"; });
     if (n_dims < 1 || n_dims > 4)
-      fail("'{}' is corrupt: {} has {} dimensions (1 to 4 are allowed)", path_, where, n_dims);
+      fail("'{}' is corrupt: {} has {} dimensions (1 to 4 are allowed)", path_, where(), n_dims);
     t.n_dims = (int)n_dims;
     int64_t nel = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
-      uint64_t ne = c.pod<uint64_t>(where + " shape");
+      uint64_t ne = c.pod<uint64_t>([&] { return where() + " shape"; });
       if (ne == 0 || ne > (uint64_t)std::numeric_limits<int64_t>::max() / (uint64_t)nel)
-        fail("'{}' is corrupt: {} has dimension {} of size {} ({})", path_, where, d, ne,
+        fail("'{}' is corrupt: {} has dimension {} of size {} ({})", path_, where(), d, ne,
              ne == 0 ? "empty tensors are not allowed" : "the element count overflows");
       t.ne[d] = (int64_t)ne;
       nel *= (int64_t)ne;
     }
-    uint32_t type = c.pod<uint32_t>(where + " type");
+    uint32_t type = c.pod<uint32_t>([&] { return where() + " type"; });
     if (!ggml_type_supported(type))
       fail("'{}': {} has tensor type {} (code {}), which topkv does not support (supported: F32, F16, "
            "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); re-quantise the model to one of those",
-           path_, where, ggml_type_name(type), type);
+           path_, where(), ggml_type_name(type), type);
     t.type = (GgmlType)type;
     GgmlTypeInfo ti = ggml_type_info(t.type);
     if (t.ne[0] % ti.block_elems != 0)
-      fail("'{}' is corrupt: {} has a row of {} elements, not a multiple of the {} block size {}", path_, where,
+      fail("'{}' is corrupt: {} has a row of {} elements, not a multiple of the {} block size {}", path_, where(),
            t.ne[0], ti.name, ti.block_elems);
     t.row_bytes = ggml_row_bytes(t.type, t.ne[0]);
     // nel fits in int64, and block_bytes/block_elems <= 2 here... except for
     // F32 (4 bytes/element): check the multiplication anyway.
     if ((uint64_t)t.nrows() > std::numeric_limits<uint64_t>::max() / t.row_bytes)
-      fail("'{}' is corrupt: {} byte size overflows", path_, where);
+      fail("'{}' is corrupt: {} byte size overflows", path_, where());
     t.nbytes = t.row_bytes * (size_t)t.nrows();
-    t.offset = c.pod<uint64_t>(where + " offset");
+    t.offset = c.pod<uint64_t>([&] { return where() + " offset"; });
     if (t.offset % alignment_ != 0)
-      fail("'{}' is corrupt: {} has offset {}, not a multiple of the alignment {}", path_, where, t.offset,
+      fail("'{}' is corrupt: {} has offset {}, not a multiple of the alignment {}", path_, where(), t.offset,
            alignment_);
     if (!tensor_index_.emplace(t.name, tensors_.size()).second)
       fail("'{}' is corrupt: tensor name '{}' appears twice", path_, t.name);

@@ -71,6 +71,11 @@ class GgufFile {
   // Maps and validates the file; throws topkv::Error naming the file and the
   // problem (bad magic, truncated metadata, tensor beyond the file, ...).
   static std::unique_ptr<GgufFile> open(const std::string& path);
+  // The same parser and checks over `size` bytes in memory (not copied: they
+  // must outlive the GgufFile); `name` stands for the path in messages. open()
+  // is this over the file's mapping. Used by the fuzzer (tests/fuzz/fuzz_gguf),
+  // where every read past the input is a heap overflow that ASan reports.
+  static std::unique_ptr<GgufFile> from_memory(const uint8_t* data, size_t size, const std::string& name);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -125,11 +130,12 @@ class GgufFile {
 
  private:
   GgufFile() = default;
-  void parse();
+  void parse();  // base_, size_ (not empty), path_ set
 
   std::string path_;
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
+  bool mapped_ = false;  // base_ is our mapping (open), not the caller's bytes (from_memory)
   MappedRegion region_;  // the SIGBUS guard of the mapping (src/common/mapped_file.h)
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;

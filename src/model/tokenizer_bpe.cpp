@@ -215,6 +215,7 @@ void bpe_encode_fragment(const TokenizerImpl& t, std::string_view fragment, bool
     }
     auto& syms = scratch.syms;
     syms.clear();
+    syms.reserve(word.size());
     for (uint32_t k = 0; k < word.size(); ++k) syms.push_back({k, 1, 0, 0, t.byte_token[(uint8_t)word[k]]});
     link_symbols(syms);
     if (reference)

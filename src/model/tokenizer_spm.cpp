@@ -83,6 +83,7 @@ void spm_encode_fragment(const TokenizerImpl& t, std::string_view fragment, bool
 
   auto& syms = scratch.syms;
   syms.clear();
+  syms.reserve(s.size());  // at most one symbol per byte: one allocation, not a doubling per power of two
   for (size_t i = 0; i < s.size();) {
     const uint32_t len = utf8_decode(s, i).len;
     const int32_t id = t.lookup(std::string_view(s).substr(i, len));
