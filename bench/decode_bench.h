@@ -76,7 +76,7 @@ struct DecodeRow {
   // CUDA only: device memory the backend holds, by kind (after the steps).
   std::optional<size_t> gpu_weights, gpu_kv_cache, gpu_activations, gpu_scratch;
   // CUDA top-k with the device search: the store cache (--store-cache; part
-  // of gpu_kv_cache) and the share of the indexed rows' keys and values it serves.
+  // of gpu_kv_cache) and the share it serves of the rows the device search may read.
   size_t store_cache_bytes = 0;
   double store_cached_share = 0;
   double load_s = 0, fill_s = 0, build_s = 0;  // build_s: the override's take_context (reading + index build)

@@ -156,8 +156,7 @@ DecodeRow DecodeRunner::run(int64_t context, DecodeMode mode, const std::string&
     row.launches_per_step = (double)launches / cfg_.steps;
   }
   row.store_cache_bytes = (size_t)stats().device_store_bytes;
-  if (stats().keys_indexed > 0)
-    row.store_cached_share = std::min(1.0, (double)stats().device_store_rows / (2.0 * (double)stats().keys_indexed));
+  row.store_cached_share = stats().device_store_share;
   return row;
 }
 

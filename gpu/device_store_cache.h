@@ -54,7 +54,6 @@ class DeviceStoreCache {
 
   int64_t bytes() const { return bytes_; }          // device memory the copies hold
   int64_t rows_cached() const { return rows_; }     // store rows readable from a copy
-  bool full() const { return full_; }               // a chunk was refused for room
 
  private:
   struct Copy {

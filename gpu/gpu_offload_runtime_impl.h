@@ -58,14 +58,14 @@ class GpuOffloadRuntime final : public OffloadRuntime {
  public:
   GpuOffloadRuntime(cuda::CudaBackend& be, const ModelConfig& cfg, const OffloadPolicy& policy, bool progress)
       : OffloadRuntime(cfg, policy, progress), be_(be), device_search_(wants_device_search(policy)) {
-    // --store-cache: with the search on the device and rows read in place
-    // (stage_rows copies rows on the host, which cannot read a GPU copy).
-    if (device_search_ && !policy.stage_rows && policy.store_cache != 0)
-      store_cache_ = std::make_unique<DeviceStoreCache>(be, policy.store_cache > 0 ? policy.store_cache : -1);
     TOPKV_CHECK(cfg.head_dim == 64 || cfg.head_dim == 128 || cfg.head_dim == 256, "the CUDA offload runtime supports head_dim 64, 128 and 256, not {}", cfg.head_dim);
     TOPKV_CHECK(cfg.n_head_kv <= cuda::kMaxRingHeads, "the CUDA offload runtime supports at most {} KV heads, "
                 "not {}", cuda::kMaxRingHeads, cfg.n_head_kv);
     for (auto& e : ev_) TOPKV_CUDA_CHECK(cudaEventCreate(&e));
+    // --store-cache: with the search on the device and rows read in place
+    // (stage_rows copies rows on the host, which cannot read a GPU copy).
+    if (device_search_ && !policy.stage_rows && policy.store_cache != 0)
+      store_cache_ = std::make_unique<DeviceStoreCache>(be, policy.store_cache > 0 ? policy.store_cache : -1);
   }
   ~GpuOffloadRuntime() override {
     for (auto& f : folds_)
@@ -158,6 +158,7 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   // allocated by then), so that it takes what is left, not what they need.
   static constexpr int kStoreCacheAfterSteps = 2;
   void start_store_cache();
+  void count_store_cache();  // stats_.device_store_*: after the cache took rows
   DeviceStoreCache* store_cache() const { return store_cache_started_ ? store_cache_.get() : nullptr; }
   // Device search, before the step's kernels: uploads tables a fold has
   // staged, starts a fold on a host thread when a head has device_fold rows

@@ -21,7 +21,7 @@ template <class E> __device__ __forceinline__ float2 pair_to_float2(uint32_t w) 
 
 template <class E, int N> __device__ __forceinline__ void load_lane(const E* p, float* out) {
   constexpr int bytes = N * (int)sizeof(E);
-  constexpr bool pairs = sizeof(E) == 2 && !std::is_same_v<E, float>;
+  constexpr bool pairs = sizeof(E) == 2;  // __half or __nv_bfloat16
   if constexpr (bytes % 16 == 0) {
 #pragma unroll
     for (int i = 0; i < bytes / 16; ++i) Vec16<E>::load(p + i * Vec16<E>::n, out + i * Vec16<E>::n);

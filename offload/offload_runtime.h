@@ -34,9 +34,11 @@ struct OffloadStats {
   // The GPU runtime's split of attend_s (0 on the CPU runtime): kernels on
   // the device, host<->device copies, and time the host waited for the device.
   double gpu_s = 0, transfer_s = 0, wait_s = 0;
-  // The GPU runtime's store cache (--store-cache): device memory it holds and
-  // the host-store rows it serves (of keys_indexed x 2 for keys and values).
+  // The GPU runtime's store cache (--store-cache): device memory it holds, the
+  // host-store rows (keys and values) it serves, and their share of the rows
+  // the device search may read (those its tables cover).
   int64_t device_store_bytes = 0, device_store_rows = 0;
+  double device_store_share = 0;
 };
 
 class OffloadRuntime : public AttentionOverride {

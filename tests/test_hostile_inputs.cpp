@@ -107,6 +107,10 @@ TEST_CASE("hostile: policy values are refused wherever they come from") {
   expect_error(run_topkv(f.gen("-c 0")), "--ctx");
   expect_error(run_topkv(f.gen("--threads -1")), "--threads must be in [0, 4096]");
   expect_error(run_topkv(f.gen("--threads 1000000")), "--threads must be in [0, 4096]");
+  expect_error(run_topkv(f.gen("--attn topk --store-cache banana")), "--store-cache 'banana' is not auto, off or a size");
+  expect_error(run_topkv(f.gen("--attn topk --store-cache -5G")), "--store-cache '-5G'");
+  expect_error(run_topkv(f.gen("--attn topk --store-type f32")), "--store-type");
+  expect_error(run_topkv(f.gen("--attn topk --store-type e5m2")), "--store-type");
 
   // --config: integers exact, enums named, every value validated.
   const std::pair<const char*, const char*> configs[] = {
@@ -118,6 +122,9 @@ TEST_CASE("hostile: policy values are refused wherever they come from") {
       {R"({"k": -5})", "--k must be at least 1"},
       {R"({"stage_rows": 1})", "must be true or false"},
       {R"({"k": 1e999})", "policy.json"},
+      {R"({"store_cache": -2})", "store_cache must be -1 (auto), 0 (off) or a size in bytes"},
+      {R"({"store_cache": "lots"})", "--store-cache 'lots' is not auto, off or a size"},
+      {R"({"store_type": "f32"})", "unknown KV store type 'f32'"},
   };
   for (auto& [json, message] : configs) {
     write_file(f.dir.file("policy.json"), json);

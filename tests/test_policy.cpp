@@ -57,6 +57,20 @@ TEST_CASE("policy config files: fields, unknown keys, bad values") {
   OffloadPolicy q;
   q.apply_json(p.to_json(), "roundtrip");
   CHECK(q.to_json() == p.to_json());
+  // The f8 store and the store cache (a size, "auto", "off") survive the round trip too.
+  OffloadPolicy f;
+  f.apply_json(R"({"store_type":"f8","store_cache":"16G"})", "c.json");
+  CHECK(f.store_dtype == DType::F8E4M3);
+  CHECK(f.store_cache == int64_t(16) << 30);
+  OffloadPolicy g;
+  g.apply_json(f.to_json(), "roundtrip");
+  CHECK(g.to_json() == f.to_json());
+  CHECK(g.store_dtype == DType::F8E4M3);
+  g.apply_json(R"({"store_cache":"off"})", "c.json");
+  CHECK(g.store_cache == 0);
+  g.apply_json(R"({"store_cache":"auto"})", "c.json");
+  CHECK(g.store_cache == -1);
+  CHECK_THROWS_WITH(g.apply_json(R"({"store_cache":-2})", "c.json"), Catch::Contains("store_cache must be -1"));
   CHECK_THROWS_WITH(p.apply_json(R"({"kk":1})", "c.json"), Catch::Contains("unknown key 'kk'"));
   CHECK_THROWS_WITH(p.apply_json(R"({"k":"many"})", "c.json"), Catch::Contains("wrong type"));
   CHECK_THROWS_WITH(p.apply_json(R"({"window":0})", "c.json"), Catch::Contains("window"));

@@ -53,14 +53,15 @@ uint8_t f32_to_f8e4m3(float f) {
   const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
   if (std::isnan(f)) return (uint8_t)(sign | 0x7f);
   const float a = std::fabs(f);
-  if (a >= 464.f) return (uint8_t)(sign | 0x7e);  // past the midpoint of 448 and 480 (infinity too)
+  // 464 is the midpoint of 448 and 480 (the NaN code): from there up (infinity
+  // too) the value saturates; below it the rounding below stays <= 448.
+  if (a >= 464.f) return (uint8_t)(sign | 0x7e);
   if (a < 0.015625f) return (uint8_t)(sign | (int)std::nearbyint(a * 512.f));  // subnormals (8 = 2^-6, normal)
   int e2 = 0;
   (void)std::frexp(a, &e2);  // a = m * 2^e2, m in [0.5, 1)
   int e = e2 - 1;            // a = 1.f * 2^e, e >= -6
   int q = (int)std::nearbyint((std::ldexp(a, -e) - 1.f) * 8.f);
-  if (q == 8) q = 0, ++e;
-  if (e > 8 || (e == 8 && q == 7)) return (uint8_t)(sign | 0x7e);  // saturate at 448
+  if (q == 8) q = 0, ++e;  // a < 464: e stays <= 8, and q <= 6 at e = 8
   return (uint8_t)(sign | ((e + 7) << 3) | q);
 }
 

@@ -328,6 +328,10 @@ TEST_CASE("The store cache serves the same attention as reading the host store",
     CHECK(all.device_store_bytes > 0);
     // Every indexed row's key and value (folds included) is on the device.
     CHECK(all.device_store_rows >= 2 * all.keys_indexed);
+    CHECK(all.device_store_share == Approx(1.0));
+    CHECK(part.device_store_share > 0.0);
+    CHECK(part.device_store_share < 1.0);
+    CHECK(off.device_store_share == 0.0);
     CHECK(part.device_store_bytes > 0);
     CHECK(part.device_store_bytes <= part_bytes);
     CHECK(part.device_store_rows < all.device_store_rows);
