@@ -78,11 +78,17 @@ void GpuOffloadRuntime::manage_folds(int slot) {
     return;
   }
   if (fold.valid()) {
-    const bool ring_full = uncovered >= 2 * (int64_t)policy_.device_fold - 1;
-    if (!ring_full && fold.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+    // A fold lands at a fixed step, device_fold / 4 rows after it started
+    // (waiting for it if it has not finished), never "as soon as it is
+    // ready": which rows the search can pick, and which the ring attends
+    // exactly, must not depend on the host thread's timing, or a greedy run
+    // would not repeat itself (the GPU soak of real Gemma caught two runs
+    // drifting apart). The ring holds twice device_fold, so this fits.
+    const int64_t due = (int64_t)policy_.device_fold + policy_.device_fold / 4;
+    if (uncovered < due) return;
     Timer t;
     const DeviceSearchTables::Staged staged = fold.get();  // rethrows what the fold threw
-    stats_.wait_s += t.seconds();                          // ~0 unless the ring was full
+    stats_.wait_s += t.seconds();                          // ~0 unless the fold took longer than due
     upload(staged);
     return;
   }
@@ -91,8 +97,11 @@ void GpuOffloadRuntime::manage_folds(int slot) {
     return;
   }
   const DType type = policy_.device_table_type;
-  fold = std::async(std::launch::async, [&L, type] {
-    L.fold_pending();
+  // The rows stored now, not those stored by the time the thread runs.
+  std::vector<int64_t> upto((size_t)cfg_.n_head_kv);
+  for (int h = 0; h < cfg_.n_head_kv; ++h) upto[(size_t)h] = L.stored_rows(h);
+  fold = std::async(std::launch::async, [&L, type, upto = std::move(upto)] {
+    L.fold_pending(&upto);
     return DeviceSearchTables::stage(L, type);
   });
 }

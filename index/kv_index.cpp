@@ -71,10 +71,10 @@ void KvIndex::end_build() {
   indexed_ = n;
 }
 
-int64_t KvIndex::add_new_rows() {
+int64_t KvIndex::add_new_rows(int64_t upto) {
   TOPKV_CHECK(keys_, "add_new_rows on an index that was never built");
   std::unique_lock lk(mu_);
-  int64_t n = keys_->size();
+  int64_t n = upto >= 0 ? std::min(keys_->size(), upto) : keys_->size();
   if (needs_values())
     TOPKV_CHECK(values_->size() >= n, "value store has {} rows but the key store has {}: append both",
                 values_->size(), n);

@@ -162,8 +162,11 @@ class KvIndex {
   void begin_build(std::shared_ptr<const RowStore> keys, std::shared_ptr<const RowStore> values, int64_t n_total);
   void rows_ready(int64_t n);
   void end_build();
-  // Folds rows appended to the store since into the structure. Returns how many.
-  int64_t add_new_rows();
+  // Folds rows appended to the store since into the structure, all of them
+  // or those below `upto` (rows appended meanwhile wait for the next fold:
+  // a fold on another thread then covers the same rows however it is timed).
+  // Returns how many.
+  int64_t add_new_rows(int64_t upto = -1);
   int64_t indexed_rows() const { return indexed_; }
   bool attached() const { return keys_ != nullptr; }  // built or loaded over a store
   int64_t size() const { return keys_ ? keys_->size() : 0; }

@@ -261,9 +261,11 @@ OffloadedLayer::Placement OffloadedLayer::begin_append() {
   return {pos, to_sink ? n_sinks_ - 1 : -1};
 }
 
-void OffloadedLayer::fold_pending() {
-  for (Head& hd : heads_)
-    if (!hd.streaming && hd.index && hd.index->attached()) hd.index->add_new_rows();
+void OffloadedLayer::fold_pending(const std::vector<int64_t>* upto) {
+  for (size_t h = 0; h < heads_.size(); ++h) {
+    Head& hd = heads_[h];
+    if (!hd.streaming && hd.index && hd.index->attached()) hd.index->add_new_rows(upto ? (*upto)[h] : -1);
+  }
 }
 
 void OffloadedLayer::fill_appended(const Placement& at, const float* key, const float* value) {

@@ -106,8 +106,10 @@ class OffloadedLayer {
   // (KvIndex::add_new_rows). A device runtime calls it on a host thread while
   // the decode thread goes on with begin_append / fill_appended: with
   // Config::fold_every out of reach those never touch a built index, and the
-  // stores take appends while their earlier rows are read.
-  void fold_pending();
+  // stores take appends while their earlier rows are read. With `upto`
+  // (per KV head, e.g. stored_rows at the fold's start) only the rows below
+  // it, so that what a fold covers does not depend on when its thread runs.
+  void fold_pending(const std::vector<int64_t>* upto = nullptr);
   void fill_appended(const Placement& at, const float* key, const float* value);
   // Attention output of each query head over sinks + window + retrieved (+ far).
   void attend(const float* queries, float scale, float* out, AttendStats* stats = nullptr) const;
