@@ -162,3 +162,27 @@ TEST_CASE("tokenize: ids of a text, a missing model is an error") {
   auto bad = run_topkv("tokenize -m /nonexistent.gguf -p hello");
   CHECK(bad.rc != 0);
 }
+
+// --ignore-eos (the soaks generate 100K tokens from a real model): the real
+// instruct Qwen answers "Yes" and ends its turn after one token; with the flag
+// it goes on to -n. Skipped without the model (scripts/fetch-model.sh
+// qwen2.5-coder-0.5b).
+TEST_CASE("generate --ignore-eos: goes on past end-of-generation to -n") {
+  const char* env = std::getenv("TOPKV_QWEN05_MODEL");
+  const std::string qwen =
+      env ? env : std::string(TOPKV_SOURCE_DIR) + "/.models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+  if (!std::filesystem::exists(qwen)) {
+    WARN("skipped: no model at " << qwen << " (scripts/fetch-model.sh qwen2.5-coder-0.5b)");
+    return;
+  }
+  const std::string args = "generate -m " + qwen + " --chat -p 'Reply with the single word: yes' -n 12 --temp 0";
+  auto stop = run_topkv(args);
+  REQUIRE(stop.rc == 0);
+  CHECK(stop.err.find("stop: eog") != std::string::npos);
+  CHECK(stop.err.find("generated 12 tokens") == std::string::npos);
+  auto go_on = run_topkv(args + " --ignore-eos");
+  REQUIRE(go_on.rc == 0);
+  CHECK(go_on.err.find("generated 12 tokens") != std::string::npos);
+  CHECK(go_on.err.find("stop: length") != std::string::npos);
+  CHECK(go_on.out.rfind(stop.out.substr(0, stop.out.find_last_not_of("\n") + 1), 0) == 0);  // the same start
+}

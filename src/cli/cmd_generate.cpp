@@ -39,6 +39,7 @@ struct GenerateArgs {
   int n_predict = 128, chunk = 256, top_k = 0;
   int64_t n_ctx = 0;
   float temp = 0.f, top_p = 1.f;
+  bool ignore_eos = false;
   uint64_t seed = 0;
   bool seed_given = false, chat = false, quiet = false, measure_error = false;
 };
@@ -158,7 +159,7 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
 
   std::vector<Run> runs;
   DecodeParams dp;
-  dp.sampling = sp, dp.n_predict = a.n_predict, dp.n_ctx = n_ctx;
+  dp.sampling = sp, dp.n_predict = a.n_predict, dp.n_ctx = n_ctx, dp.ignore_eog = a.ignore_eos;
   for (size_t qi = 0; qi < prompts.size(); ++qi) {
     const std::vector<int32_t>& prompt = prompts[qi];
     Run r;
@@ -321,6 +322,9 @@ void register_generate(CLI::App& app) {
                   "With --pack: a file of questions, one per line; each starts again from the pack's context and "
                   "its answer is printed after a '=== question i/n' line, with its time to first token on stderr")
       ->check(CLI::ExistingFile);
+  cmd->add_flag("--ignore-eos", a->ignore_eos,
+                "Go on past end-of-generation tokens (printed like any other) until -n or the context is full: "
+                "for long runs and benchmarks");
   cmd->add_flag("--chat", a->chat, "Wrap the prompt in the model's chat template as one user turn");
   cmd->add_option("--temp", a->temp, "Sampling temperature; 0 = greedy (argmax)")->capture_default_str();
   cmd->add_option("--top-k", a->top_k, "Sample among the k most likely tokens; 0 = all")->capture_default_str();

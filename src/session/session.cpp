@@ -107,7 +107,7 @@ DecodeResult Session::decode(std::vector<float> logits, const DecodeParams& p, c
     }
     const int32_t id = device_logits ? gpu_sampler->sample(device_logits, n_vocab) : sampler.sample(logits);
     if (r.n_gen == 0) r.first_token_s = since.seconds();
-    if (tok_.is_eog(id)) {
+    if (!p.ignore_eog && tok_.is_eog(id)) {
       r.stop = "eog";
       break;
     }

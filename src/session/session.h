@@ -51,6 +51,7 @@ struct DecodeParams {
   SamplerParams sampling;
   int n_predict = 128;  // tokens to generate at most
   int64_t n_ctx = 0;    // the model's context size: decoding stops when it is full
+  bool ignore_eog = false;  // an end-of-generation token is generated like any other (soaks, benchmarks)
 };
 struct DecodeResult {
   std::vector<int32_t> ids;  // generated, end-of-generation token excluded
