@@ -13,7 +13,8 @@
 #                                              # written to $TMPDIR first; minutes)
 #   GPU_CHECK_SANITIZE=1 scripts/gpu-check.sh  # first every gpu_test_* binary under compute-sanitizer
 #                                              # (memcheck, racecheck, synccheck; slow)
-#   GPU_CHECK_SANITIZE_TOOLS="memcheck" GPU_CHECK_SANITIZE_TIMEOUT=120   # which tools; seconds per binary
+#   GPU_CHECK_SANITIZE_TOOLS="memcheck" GPU_CHECK_SANITIZE_TIMEOUT=120   # which tools; seconds per run
+#   GPU_CHECK_SANITIZE_SPLIT=case GPU_CHECK_SANITIZE_JOBS=16   # one run per test case, 16 at a time
 #   GPU_CHECK_TESTS=0                          # skip the plain test run (sanitizer or bench only)
 # Exit status: 0 when every test binary passed, 1 when one failed, 77 when
 # they skipped themselves (no device).
@@ -39,29 +40,55 @@ fi
 
 status=0
 : > "$OUT/results.txt"
+# One compute-sanitizer run: tool, binary, Catch2 test spec ("" = every case),
+# log name. The log keeps its first 300 lines (the first reports: later ones
+# are often their consequences) and its last 100; one line goes to results.
+sanitize_one() {
+  local tool=$1 exe=$2 spec=$3 name=$4 start rc verdict
+  start=$(date +%s)
+  timeout "${GPU_CHECK_SANITIZE_TIMEOUT:-600}" compute-sanitizer --tool "$tool" --error-exitcode 3 "$exe" \
+    ${spec:+"$spec"} > "$OUT/$name.full" 2>&1
+  rc=$?
+  { head -n 300 "$OUT/$name.full"; echo "[...]"; tail -n 100 "$OUT/$name.full"; } > "$OUT/$name.log"
+  rm -f "$OUT/$name.full"
+  case $rc in
+    0) verdict=clean ;;
+    124) verdict="not finished in ${GPU_CHECK_SANITIZE_TIMEOUT:-600} s" ;;
+    *) verdict="FAILED (exit $rc)" ;;
+  esac
+  printf '%-60s %-28s %4ds\n' "${name#sanitize-}" "$verdict" $(($(date +%s) - start)) >> "$OUT/sanitize-results.txt"
+}
 if [ "${GPU_CHECK_SANITIZE:-0}" != 0 ]; then
+  # With GPU_CHECK_SANITIZE_SPLIT=case every test case runs in its own process
+  # (its log names the binary and the case's number), GPU_CHECK_SANITIZE_JOBS
+  # at a time: racecheck and synccheck are tens of times slower than the
+  # tests, and one slow case no longer hides the verdict on the others.
+  : > "$OUT/sanitize-results.txt"
+  jobs_max=${GPU_CHECK_SANITIZE_JOBS:-1}
   for tool in ${GPU_CHECK_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
     for exe in "$BUNDLE"/bin/gpu_test_*; do
       [ -x "$exe" ] || continue
-      name="sanitize-$tool-$(basename "$exe")"
-      echo "==== $name"
-      start=$(date +%s)
-      # The log keeps its first 300 lines (the first reports: later ones are
-      # often their consequences) and its last 100.
-      timeout "${GPU_CHECK_SANITIZE_TIMEOUT:-600}" compute-sanitizer --tool "$tool" --error-exitcode 3 "$exe" \
-        > "$OUT/$name.full" 2>&1
-      rc=$?
-      { head -n 300 "$OUT/$name.full"; echo "[...]"; tail -n 100 "$OUT/$name.full"; } > "$OUT/$name.log"
-      rm -f "$OUT/$name.full"
-      tail -n 5 "$OUT/$name.log"
-      case $rc in
-        0) verdict=clean ;;
-        124) verdict="not finished in ${GPU_CHECK_SANITIZE_TIMEOUT:-600} s" ;;
-        *) verdict="FAILED (exit $rc)"; status=1 ;;
-      esac
-      printf '%-52s %-28s %4ds\n' "$name" "$verdict" $(($(date +%s) - start)) >> "$OUT/results.txt"
+      base="sanitize-$tool-$(basename "$exe")"
+      if [ "${GPU_CHECK_SANITIZE_SPLIT:-binary}" = case ]; then
+        i=0
+        while IFS= read -r tc; do
+          [ -n "$tc" ] || continue
+          i=$((i + 1))
+          # Catch2 reads ',' '[' ']' and '\' in a test spec: escape them.
+          spec=$(printf '%s' "$tc" | sed -e 's/[][\\,]/\\&/g')
+          echo "$(printf '%02d' $i) $tc" >> "$OUT/$base.cases"
+          while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+          sanitize_one "$tool" "$exe" "$spec" "$base-$(printf '%02d' $i)" &
+        done < <("$exe" --list-test-names-only 2>/dev/null)
+      else
+        while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+        sanitize_one "$tool" "$exe" "" "$base" &
+      fi
     done
   done
+  wait
+  sort "$OUT/sanitize-results.txt" >> "$OUT/results.txt"
+  grep -q FAILED "$OUT/sanitize-results.txt" && status=1
 fi
 shopt -s nullglob
 tests=("$BUNDLE"/bin/gpu_test_*)
