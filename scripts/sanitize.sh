@@ -30,6 +30,16 @@ SUPP="$PWD/scripts/sanitizer.supp"
 export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_leaks=1:handle_sigbus=0:allow_user_segv_handler=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export LSAN_OPTIONS="suppressions=$SUPP${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-export TSAN_OPTIONS="halt_on_error=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+export TSAN_OPTIONS="halt_on_error=1:suppressions=$PWD/scripts/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+if [ "$SAN" = tsan ]; then
+  # libgomp and OpenBLAS are not instrumented: TSan cannot see their barriers
+  # and hand-offs and reports races on every buffer their threads share. One
+  # thread each keeps them out; what TSan checks is then our own threads (the
+  # overlapped index build's TBB tasks, the GPU runtime's fold thread, the
+  # server's worker and connection threads) and hnswlib's parallel inserts.
+  export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+fi
+# The serve tests' `openai` package (scripts/test.sh installs it into build/pydeps).
+[ -e "$BUILD_DIR/pydeps" ] || [ ! -d build/pydeps ] || ln -s "$PWD/build/pydeps" "$BUILD_DIR/pydeps"
 cd "$BUILD_DIR"
 ctest --output-on-failure -j "$JOBS" -L cpu ${CTEST_ARGS:-}
