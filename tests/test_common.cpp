@@ -135,3 +135,21 @@ TEST_CASE("binary files: round trip, truncation, corruption, foreign file, newer
   CHECK_THROWS_WITH(BinaryReader((dir / "missing").string(), "TESTFILE", 2), Catch::Contains("cannot open"));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("dtype names: compute types and store types each take their own, with every spelling") {
+  for (auto [name, t] : std::vector<std::pair<std::string, DType>>{
+           {"f32", DType::F32}, {"fp32", DType::F32}, {"float32", DType::F32}, {"f16", DType::F16},
+           {"fp16", DType::F16}, {"float16", DType::F16}, {"bf16", DType::BF16}, {"bfloat16", DType::BF16}}) {
+    INFO(name);
+    CHECK(parse_dtype(name) == t);
+    if (t != DType::F32) CHECK(parse_store_dtype(name) == t);
+  }
+  for (const char* name : {"f8", "fp8", "f8e4m3", "e4m3"}) {
+    INFO(name);
+    CHECK(parse_store_dtype(name) == DType::F8E4M3);
+    CHECK_THROWS_WITH(parse_dtype(name), Catch::Contains("use f32, f16 or bf16"));
+  }
+  CHECK_THROWS_WITH(parse_store_dtype("f32"), Catch::Contains("use f16, bf16 or f8"));
+  CHECK_THROWS_WITH(parse_store_dtype("F16"), Catch::Contains("unknown KV store type 'F16'"));
+  CHECK_THROWS_WITH(parse_dtype(""), Catch::Contains("unknown element type ''"));
+}

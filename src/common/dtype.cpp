@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "src/common/error.h"
 
@@ -19,18 +20,36 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
+namespace {
+// Every name an element type is given on the command line and in configs.
+struct DTypeName {
+  std::string_view name;
+  DType type;
+};
+constexpr DTypeName kDTypeNames[] = {
+    {"f32", DType::F32},   {"fp32", DType::F32},      {"float32", DType::F32}, {"f16", DType::F16},
+    {"fp16", DType::F16},  {"float16", DType::F16},   {"bf16", DType::BF16},   {"bfloat16", DType::BF16},
+    {"f8", DType::F8E4M3}, {"fp8", DType::F8E4M3},    {"f8e4m3", DType::F8E4M3}, {"e4m3", DType::F8E4M3}};
+
+std::optional<DType> dtype_named(std::string_view s) {
+  for (const DTypeName& n : kDTypeNames)
+    if (n.name == s) return n.type;
+  return std::nullopt;
+}
+}  // namespace
+
+// Compute and cache types: 8-bit is a storage format only.
 DType parse_dtype(std::string_view s) {
-  if (s == "f32" || s == "fp32" || s == "float32") return DType::F32;
-  if (s == "f16" || s == "fp16" || s == "float16") return DType::F16;
-  if (s == "bf16" || s == "bfloat16") return DType::BF16;
-  fail("unknown element type '{}': use f32, f16 or bf16", s);
+  const std::optional<DType> t = dtype_named(s);
+  if (!t || *t == DType::F8E4M3) fail("unknown element type '{}': use f32, f16 or bf16", s);
+  return *t;
 }
 
+// The host store holds 16- or 8-bit rows (f32 would double it for nothing).
 DType parse_store_dtype(std::string_view s) {
-  if (s == "f8" || s == "fp8" || s == "f8e4m3" || s == "e4m3") return DType::F8E4M3;
-  if (s == "f16" || s == "fp16" || s == "float16") return DType::F16;
-  if (s == "bf16" || s == "bfloat16") return DType::BF16;
-  fail("unknown KV store type '{}': use f16, bf16 or f8 (8-bit E4M3)", s);
+  const std::optional<DType> t = dtype_named(s);
+  if (!t || *t == DType::F32) fail("unknown KV store type '{}': use f16, bf16 or f8 (8-bit E4M3)", s);
+  return *t;
 }
 
 namespace {
