@@ -44,7 +44,8 @@ struct OffloadPolicy {
   DType device_table_type = DType::F16;  // element type of the device summary tables
   int device_fold = 1024;  // Gpu search: rows evicted from the window are attended exactly from the
                            // device until this many are pending, then folded into the index (and its
-                           // tables uploaded again)
+                           // tables uploaded again device_fold/4 steps later: a fixed step, whatever
+                           // the host's timing)
   bool sync_folds = false;  // Gpu search: fold on the decode path (the step waits, as the CPU runtime's
                             // does) instead of on a host thread while the device keeps attending the
                             // rows exactly

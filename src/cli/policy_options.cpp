@@ -52,7 +52,8 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
                   "device summary tables (f16 default, bf16, f32)")
       ->group(g)->check(CLI::IsMember({"f16", "bf16", "f32"}));
   cmd->add_option("--device-fold", p.device_fold, "CUDA, --search-on gpu: evicted rows attended exactly on the "
-                  "device before they are folded into the index and its tables are uploaded again")
+                  "device before they are folded into the index on a host thread; the new tables are used from a fixed "
+                  "step, a quarter of this later (so a greedy run repeats itself)")
       ->group(g)->capture_default_str();
   cmd->add_flag("--sync-folds", p.sync_folds, "CUDA, --search-on gpu: fold evicted rows into the index on the "
                 "decode path (the step waits for it, as on the CPU runtime) instead of on a host thread while "
