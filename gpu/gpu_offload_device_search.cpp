@@ -101,7 +101,7 @@ void GpuOffloadRuntime::manage_folds(int slot) {
   std::vector<int64_t> upto((size_t)cfg_.n_head_kv);
   for (int h = 0; h < cfg_.n_head_kv; ++h) upto[(size_t)h] = L.stored_rows(h);
   fold = std::async(std::launch::async, [&L, type, upto = std::move(upto)] {
-    L.fold_pending(&upto);
+    L.fold_pending(upto);
     return DeviceSearchTables::stage(L, type);
   });
 }

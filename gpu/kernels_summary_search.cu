@@ -172,8 +172,9 @@ __global__ void __launch_bounds__(kSelectThreads) threshold_kernel(const Summary
       // Bins from the top: the first whose weight, with all above it, covers
       // need. The first warp finds it in parallel: lane i holds bins
       // 255 - 8i down to 248 - 8i, a shuffle scan gives the weight above each
-      // lane's bins, and the one lane where need is crossed walks its eight.
-      // (Thread 0 walking all 256 bins took ~4 us per pass at 32,768 groups.)
+      // lane's bins, and the one lane where need is crossed walks its eight
+      // (thread 0 walked all 256, one dependent shared load after another;
+      // the two have not been timed against each other yet).
       const int lane = threadIdx.x, top = 255 - 8 * lane;
       const uint32_t need = s_need;
       uint32_t c[8];

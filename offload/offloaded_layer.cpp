@@ -261,10 +261,12 @@ OffloadedLayer::Placement OffloadedLayer::begin_append() {
   return {pos, to_sink ? n_sinks_ - 1 : -1};
 }
 
-void OffloadedLayer::fold_pending(const std::vector<int64_t>* upto) {
+void OffloadedLayer::fold_pending(std::span<const int64_t> upto) {
+  TOPKV_CHECK(upto.empty() || upto.size() == heads_.size(), "internal: fold_pending up to {} rows for {} heads",
+              upto.size(), heads_.size());
   for (size_t h = 0; h < heads_.size(); ++h) {
     Head& hd = heads_[h];
-    if (!hd.streaming && hd.index && hd.index->attached()) hd.index->add_new_rows(upto ? (*upto)[h] : -1);
+    if (!hd.streaming && hd.index && hd.index->attached()) hd.index->add_new_rows(upto.empty() ? -1 : upto[h]);
   }
 }
 

@@ -18,6 +18,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "offload/partial_attention.h"
@@ -107,9 +108,10 @@ class OffloadedLayer {
   // the decode thread goes on with begin_append / fill_appended: with
   // Config::fold_every out of reach those never touch a built index, and the
   // stores take appends while their earlier rows are read. With `upto`
-  // (per KV head, e.g. stored_rows at the fold's start) only the rows below
-  // it, so that what a fold covers does not depend on when its thread runs.
-  void fold_pending(const std::vector<int64_t>* upto = nullptr);
+  // (one per KV head, e.g. stored_rows at the fold's start) only the rows
+  // below it, so that what a fold covers does not depend on when its thread
+  // runs; empty: every row stored.
+  void fold_pending(std::span<const int64_t> upto = {});
   void fill_appended(const Placement& at, const float* key, const float* value);
   // Attention output of each query head over sinks + window + retrieved (+ far).
   void attend(const float* queries, float scale, float* out, AttendStats* stats = nullptr) const;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu/device.h"
+#include "tests/real_models.h"
 #include "tests/test_util.h"
 
 using namespace topkv;
@@ -168,13 +169,8 @@ TEST_CASE("tokenize: ids of a text, a missing model is an error") {
 // it goes on to -n. Skipped without the model (scripts/fetch-model.sh
 // qwen2.5-coder-0.5b).
 TEST_CASE("generate --ignore-eos: goes on past end-of-generation to -n") {
-  const char* env = std::getenv("TOPKV_QWEN05_MODEL");
-  const std::string qwen =
-      env ? env : std::string(TOPKV_SOURCE_DIR) + "/.models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
-  if (!std::filesystem::exists(qwen)) {
-    WARN("skipped: no model at " << qwen << " (scripts/fetch-model.sh qwen2.5-coder-0.5b)");
-    return;
-  }
+  const std::string qwen = test::real_model_path(test::kQwen05);
+  if (qwen.empty()) return;
   const std::string args = "generate -m " + qwen + " --chat -p 'Reply with the single word: yes' -n 12 --temp 0";
   auto stop = run_topkv(args);
   REQUIRE(stop.rc == 0);

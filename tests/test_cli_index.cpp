@@ -14,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/real_models.h"
 #include "tests/test_util.h"
 
 using namespace topkv;
@@ -215,12 +216,8 @@ TEST_CASE("index build, index info and generate --pack: bad input is a clear err
 }
 
 TEST_CASE("gemma3 270M: generate --pack prints what generate prints after prefilling the document") {
-  const char* env = std::getenv("TOPKV_MODEL");
-  const std::string model = env ? env : std::string(TOPKV_SOURCE_DIR) + "/.models/gemma-3-270m-q4_k_m.gguf";
-  if (!std::filesystem::exists(model)) {
-    WARN("skipped: no model at " << model << " (run scripts/fetch-model.sh or set TOPKV_MODEL)");
-    return;
-  }
+  const std::string model = test::real_model_path(test::kGemma270m);
+  if (model.empty()) return;
   test::TempDir dir("topkv_cli_index_real");
   std::string doc;
   for (int i = 0; i < 6; ++i) doc += kDoc + " ";

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "gpu/device.h"
+#include "tests/real_models.h"
 #include "tests/test_util.h"
 
 using namespace topkv;
@@ -147,13 +148,8 @@ TEST_CASE("eval ruler: bad input is a clear error and a non-zero exit") {
 // dense does; the default backend at k = 2% (+ sinks and window) keeps the
 // needle. The full suite is run by hand (bench/results/ruler_qwen2*).
 TEST_CASE("eval ruler: a slice on the real Qwen2.5-Coder-0.5B") {
-  const char* env = std::getenv("TOPKV_QWEN05_MODEL");
-  const std::string qwen =
-      env ? env : std::string(TOPKV_SOURCE_DIR) + "/.models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
-  if (!std::filesystem::exists(qwen)) {
-    WARN("skipped: no model at " << qwen << " (scripts/fetch-model.sh qwen2.5-coder-0.5b)");
-    return;
-  }
+  const std::string qwen = test::real_model_path(test::kQwen05);
+  if (qwen.empty()) return;
   test::TempDir tmp("topkv_cli_ruler_qwen");
   const std::string js = tmp.file("ruler.json");
   auto r = run_topkv("eval ruler -m " + qwen + " --chat --tasks niah_single_1,vt --lengths 1K --samples 1 "

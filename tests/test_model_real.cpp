@@ -18,6 +18,7 @@
 #include "src/model/reference.h"
 #include "src/model/sampler.h"
 #include "tests/model_test_util.h"
+#include "tests/real_models.h"
 
 using namespace topkv;
 namespace fs = std::filesystem;
@@ -25,26 +26,16 @@ namespace fs = std::filesystem;
 namespace {
 
 struct RealModel {
-  const char* fetch_name;  // scripts/fetch-model.sh NAME
-  const char* file;        // under .models/
-  const char* env;         // overrides the path
-  const char* golden;      // under tests/data/
+  test::RealModel model;
+  const char* golden;  // under tests/data/
 };
-const RealModel kGemma{"gemma3-270m", "gemma-3-270m-q4_k_m.gguf", "TOPKV_MODEL", "gemma3_golden_logits.json"};
-const RealModel kQwen05{"qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "TOPKV_QWEN05_MODEL",
-                        "qwen2.5-coder-0.5b_golden_logits.json"};
-const RealModel kQwen15{"qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "TOPKV_QWEN15_MODEL",
-                        "qwen2.5-coder-1.5b_golden_logits.json"};
+const RealModel kGemma{test::kGemma270m, "gemma3_golden_logits.json"};
+const RealModel kQwen05{test::kQwen05, "qwen2.5-coder-0.5b_golden_logits.json"};
+const RealModel kQwen15{test::kQwen15, "qwen2.5-coder-1.5b_golden_logits.json"};
 
 std::shared_ptr<const GgufFile> open_real_model(const RealModel& m = kGemma) {
-  const char* env = std::getenv(m.env);
-  const std::string path = env ? env : std::string(TOPKV_SOURCE_DIR) + "/.models/" + m.file;
-  if (!fs::exists(path)) {
-    WARN("skipped: no model at " << path << " (run scripts/fetch-model.sh " << m.fetch_name << " or set " << m.env
-                                 << ")");
-    return nullptr;
-  }
-  return GgufFile::open(path);
+  const std::string path = test::real_model_path(m.model);
+  return path.empty() ? nullptr : GgufFile::open(path);
 }
 
 // The cached, chunked forward against the plain reference on a few token ids
@@ -103,7 +94,7 @@ void check_golden(const RealModel& rm) {
     // measured on Gemma; 1e-2 leaves room for another BLAS or thread count.
     CHECK(diff < 1e-2);
   }
-  WARN(rm.fetch_name << " golden: " << ids.size() << " positions, max |logit diff| over the top-20 " << worst
+  WARN(rm.model.fetch_name << " golden: " << ids.size() << " positions, max |logit diff| over the top-20 " << worst
                      << ", argmax agrees at " << argmax_agree << "/" << ids.size());
   REQUIRE(argmax_agree == (int)ids.size());
 
@@ -146,7 +137,7 @@ TEST_CASE("qwen2.5-coder: the chunked, cached forward equals the reference") {
   for (const RealModel* rm : {&kQwen05, &kQwen15}) {
     auto file = open_real_model(*rm);
     if (!file) continue;
-    CAPTURE(rm->fetch_name);
+    CAPTURE(rm->model.fetch_name);
     const ModelConfig cfg = read_model_config(*file);
     REQUIRE(cfg.arch == Arch::Qwen2);
     REQUIRE(cfg.qkv_bias);

@@ -10,8 +10,8 @@
 // Writes the memory curve to soak_memory.csv in the working directory
 // (seconds, run, host RSS bytes, GPU bytes).
 //   soak_generate [--tokens N]                     CPU, tiny synthetic gemma3 (the CTest)
-//   soak_generate --tokens 100000 --model gemma.gguf --pack d.tkv --gpu --together \
-//       --bytes-per-token 8192 -- --k 1024         GPU host, a real model from a pack
+//   soak_generate --tokens 100000 --model gemma.gguf --pack d.tkv --gpu --together
+//       --bytes-per-token 9612 -- --k 1024         GPU host, a real model from a pack
 // With --together both runs go side by side (one GPU serves two processes);
 // without it the interrupted run follows the plain one.
 #include <signal.h>
@@ -24,10 +24,13 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "tests/test_util.h"
+
+using namespace topkv;
 
 namespace {
 
@@ -54,13 +57,6 @@ std::map<pid_t, size_t> gpu_bytes_by_pid() {
   }
   ::pclose(p);
   return out;
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 std::string quote(const std::string& s) {
@@ -195,7 +191,8 @@ int main(int argc, char** argv) {
   for (const std::string& e : extra) gen += " " + quote(e);
   std::printf("soak: %s\n", gen.c_str());
 
-  Run a{"plain"}, b{"interrupted", true};
+  Run a, b;
+  a.name = "plain", b.name = "interrupted", b.interrupt = true;
   const std::string cmd_a = gen + " > " + quote(out + "/a.txt") + " 2> " + quote(out + "/a.err");
   const std::string cmd_b = gen + " > " + quote(out + "/b.txt") + " 2> " + quote(out + "/b.err");
   if (together) {
@@ -212,9 +209,14 @@ int main(int argc, char** argv) {
   }
   for (const Run* r : {&a, &b}) {
     if (r->pid < 0) continue;
-    if (!ok(*r) || r->samples.size() < 10) {
-      std::fprintf(stderr, "soak: the %s run failed (status %d, %zu samples):\n%s\n", r->name.c_str(), r->status,
-                   r->samples.size(), slurp(out + (r == &a ? "/a.err" : "/b.err")).c_str());
+    if (!ok(*r)) {
+      std::fprintf(stderr, "soak: the %s run failed (status %d):\n%s\n", r->name.c_str(), r->status,
+                   test::slurp(out + (r == &a ? "/a.err" : "/b.err")).c_str());
+      return 1;
+    }
+    if (r->samples.size() < 10) {
+      std::fprintf(stderr, "soak: the %s run ended after %zu memory samples (100 ms apart), too few to judge: "
+                   "give more --tokens\n", r->name.c_str(), r->samples.size());
       return 1;
     }
   }
@@ -223,7 +225,7 @@ int main(int argc, char** argv) {
   bool held = bounded(a, gpu, per_token, tokens);
   held = bounded(b, gpu, per_token, tokens) && held;
   if (!held) return 1;
-  const std::string ta = slurp(out + "/a.txt"), tb = slurp(out + "/b.txt");
+  const std::string ta = test::slurp(out + "/a.txt"), tb = test::slurp(out + "/b.txt");
   if (ta.empty() || ta != tb) {
     std::fprintf(stderr, "soak: the interrupted run printed different text (%zu vs %zu bytes)\n", ta.size(),
                  tb.size());
