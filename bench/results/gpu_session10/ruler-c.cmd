@@ -1,0 +1,1 @@
+topkv eval ruler -m q15.gguf --backend cuda --chat --lengths 8K --samples 1 --answer-tokens 48 --agreement-tokens 64 --error-steps 4 --chunk 4096 --kv-type f16 --tasks niah_single_1,niah_single_3,niah_multikey_2,niah_multivalue,vt,fwe --methods-index quest,centroid,hnswlib,faiss-ivf --methods-k 2%

@@ -1,0 +1,1 @@
+topkv eval ruler -m q15.gguf --backend cuda --chat --lengths 8K --samples 3 --answer-tokens 48 --agreement-tokens 64 --error-steps 4 --chunk 4096 --kv-type f16 --tasks fwe --methods-index multipole,flat --methods-k 2%,10%
