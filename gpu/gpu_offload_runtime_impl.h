@@ -4,6 +4,7 @@
 // public surface is gpu/gpu_offload_runtime.h. CUDA builds only.
 #pragma once
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <future>
@@ -78,13 +79,22 @@ class GpuOffloadRuntime final : public OffloadRuntime {
 
   bool on_device() const override { return true; }
   // The mirrors (sinks + ring), ~64 MiB of row lists, partials and staging,
-  // and with the device search the tables as the host index estimates them
-  // (fp32; the device's are f16 by default, so this bounds them).
-  int64_t device_bytes_estimate(int64_t n) const override {
+  // and with the device search its tables at the table type. The store cache
+  // is not planned: it takes what the budget leaves once the step is recorded.
+  std::vector<MemoryPlan::Line> device_plan(int64_t n) const override {
     const double heads = (double)retrieval_layers_.size() * cfg_.n_head_kv;
-    double b = heads * (policy_.sinks + ring_capacity()) * 2.0 * cfg_.head_dim * sizeof(float) + double(64 << 20);
-    if (device_search_) b += heads * (double)n * KvIndex::create(policy_.index)->bytes_per_key_estimate(cfg_.head_dim);
-    return (int64_t)b;
+    std::vector<MemoryPlan::Line> lines{
+        {fmt::format("GPU mirrors of sinks + window ({} + {} rows, fp32)", policy_.sinks, ring_capacity()), 0,
+         heads * (policy_.sinks + ring_capacity()) * 2.0 * cfg_.head_dim * sizeof(float)},
+        {"GPU row lists, partials, staging", 0, double(64 << 20)}};
+    if (device_search_) {
+      const double per_key = KvIndex::create(policy_.index)->summary_bytes_per_key(
+          cfg_.head_dim, dtype_size(policy_.device_table_type));
+      lines.push_back({fmt::format("device search tables ({}, {})", policy_.index,
+                                   dtype_name(policy_.device_table_type)),
+                       0, heads * (double)n * per_key});
+    }
+    return lines;
   }
   void decode_attention(int layer, const float*, const float*, const float*, int64_t, float, float*) override {
     fail("internal: the CUDA offload runtime of layer {} takes device pointers (decode_attention_device)", layer);

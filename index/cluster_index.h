@@ -92,6 +92,12 @@ class ClusterIndex : public KvIndex {
     double per_centroid = dim * 4.0 + 8.0 + (needs_values() ? dim * 4.0 : 0.0);
     return 4.0 + per_centroid / (double)ratio_ * (levels_ == 2 ? 1.0 + 1.0 / (double)coarse_ratio_ : 1.0);
   }
+  // The fine level as exported: a member id per key; per cluster its centroid,
+  // count and offset, and the mean value with a far field (multipole).
+  double summary_bytes_per_key(int dim, size_t elem) const override {
+    if (!summary_kind()) return 0.0;
+    return 4.0 + (dim * (double)elem + 8.0 + (needs_values() ? dim * (double)elem : 0.0)) / (double)ratio_;
+  }
   MemoryReport memory_impl() const override;
   bool export_impl(SummaryTables& out) const override;
   void save_impl(BinaryWriter& w, IndexArrayWriter& arrays) const override;

@@ -148,6 +148,14 @@ class KvIndex {
   // (structure + any private key copy, not the shared store), from the
   // backend's parameters: what a memory plan needs before any key exists.
   virtual double bytes_per_key_estimate(int dim) const = 0;
+  // Bytes per indexed key of the SummaryTables this backend exports, as a
+  // device search holds them with table elements of `elem` bytes (group rows,
+  // value means; counts, offsets and member ids as int32): what a GPU memory
+  // plan counts. 0 for a backend without summary_kind().
+  virtual double summary_bytes_per_key(int dim, size_t elem) const {
+    (void)dim, (void)elem;
+    return 0.0;
+  }
 
   // Builds over every row currently in `keys`. `values` is required when
   // needs_values(), ignored otherwise.

@@ -127,6 +127,9 @@ class QuestIndex final : public KvIndex {
   }
 
   double bytes_per_key_estimate(int dim) const override { return 2.0 * dim * sizeof(float) / (double)page_; }
+  double summary_bytes_per_key(int dim, size_t elem) const override {  // [max | min] and a count per page
+    return (2.0 * dim * (double)elem + 4.0) / (double)page_;
+  }
   MemoryReport memory_impl() const override {
     MemoryReport m{base_.owned_bytes() + grown_.capacity() * sizeof(float), 0, 0,
                    "per page of keys: element-wise min and max (fp32); keys read in place from the store"};

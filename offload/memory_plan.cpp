@@ -75,6 +75,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     plan.lines.push_back({fmt::format("sinks + window ({} + {} tokens)", p.sinks, p.window),
                           heads * ((double)p.sinks + (double)p.window) * 2.0 * row * sizeof(float), 0});
   }
+  plan.lines.insert(plan.lines.end(), in.device_lines.begin(), in.device_lines.end());
   return plan;
 }
 

@@ -34,12 +34,15 @@ struct MemoryPlanInput {
   DType store_dtype = DType::F16;
   bool from_pack = false;     // context restored from a pack: top-k layers never fill the model's cache
   std::vector<std::string> extra_indexes;  // index build: more indexes per head beside policy->index
+  std::vector<MemoryPlan::Line> device_lines;  // the offload runtime's GPU memory (OffloadRuntime::device_plan)
 };
 
 // Host: weights, the model's KV caches (full-context layers hold the whole
 // context during prefill even under --attn topk: prefill is dense), the
 // offloaded stores (K and V), the indexes (KvIndex::bytes_per_key_estimate)
-// and the sinks + window.
+// and the sinks + window. GPU: the offload runtime's lines as it gives them
+// (device_lines); the model's own weights and caches on the GPU are counted
+// by the backend when it loads them (--gpu-mem-budget), not here.
 MemoryPlan plan_memory(const MemoryPlanInput& in);
 
 // host_memory_available(): src/common/host_memory.h (MemAvailable, RLIMIT_AS, cgroup).

@@ -301,6 +301,12 @@ size_t OffloadRuntime::in_place_bytes() const {
   return b;
 }
 
+int64_t OffloadRuntime::device_bytes_estimate(int64_t n) const {
+  double b = 0;
+  for (const MemoryPlan::Line& l : device_plan(n)) b += l.gpu;
+  return (int64_t)b;
+}
+
 std::string OffloadRuntime::describe() const {
   std::string ks;
   for (size_t i = 0; i < retrieval_layers_.size(); ++i)

@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "offload/memory_plan.h"
 #include "offload/offloaded_layer.h"
 #include "offload/policy.h"
 #include "src/model/attention_override.h"
@@ -93,10 +94,14 @@ class OffloadRuntime : public AttentionOverride {
   const OffloadedLayer* layer(int il) const;
   size_t host_bytes() const;
   size_t in_place_bytes() const;  // of host_bytes(): used in place from a context pack
-  // Device memory this runtime will allocate for a context of n tokens, an
-  // upper bound (ModelOptions::device_reserve: what a prefill must leave
-  // free); 0 for the CPU runtime.
-  virtual int64_t device_bytes_estimate(int64_t n) const { (void)n; return 0; }
+  // Device memory this runtime will allocate for a context of n tokens, line
+  // by line (the memory plan's GPU column; none for the CPU runtime), and its
+  // sum: what a prefill must leave free (ModelOptions::device_reserve).
+  virtual std::vector<MemoryPlan::Line> device_plan(int64_t n) const {
+    (void)n;
+    return {};
+  }
+  int64_t device_bytes_estimate(int64_t n) const;
   std::string describe() const;  // one paragraph: layers, heads, k, index
 
  protected:

@@ -417,3 +417,38 @@ TEST_CASE("every backend's bytes-per-key estimate is within 2x of what it holds 
     CHECK(got < 2.0 * est);
   }
 }
+
+TEST_CASE("every backend with summary tables: summary_bytes_per_key matches the tables it exports") {
+  // What the GPU memory plan counts for the device search's tables against
+  // what export_summaries hands the device: odd sizes, head dims 64/128/256,
+  // 16-bit and 32-bit table elements. Backends without summaries say 0.
+  for (const int d : {64, 128, 256})
+    for (const int64_t n : {int64_t(1), int64_t(4099), int64_t(20011)}) {
+      const Data x = make_data(n, d, DType::F16, 1000 + (uint64_t)d + (uint64_t)n);
+      for (const std::string& spec : specs_under_test()) {
+        BuildOptions opt;
+        opt.n_threads = 2;
+        auto idx = KvIndex::create(spec, opt);
+        INFO(spec << ", d " << d << ", n " << n);
+        if (!idx->summary_kind()) {  // graphs, IVF, flat: nothing to hold on the device
+          CHECK(idx->summary_bytes_per_key(d, 2) == 0.0);
+          continue;
+        }
+        idx->build(x.keys, x.values);
+        SummaryTables t;
+        REQUIRE(idx->export_summaries(t));
+        for (const size_t elem : {size_t(2), size_t(4)}) {
+          const double est = idx->summary_bytes_per_key(d, elem);
+          const double got = ((double)(t.rows.size() + t.value_means.size()) * (double)elem +
+                              4.0 * (double)(t.counts.size() + t.offsets.size() + t.members.size())) /
+                             (double)n;
+          INFO("elem " << elem << ": estimate " << est << " B/key, exported " << got << " B/key");
+          // Groups are whole (a last partial page, clusters of a block of
+          // keys), so the estimate is exact in the limit and close at these n;
+          // one token is a group of its own.
+          if (n == 1) CHECK(got <= 2.0 * (double)d * (double)elem + 16.0);
+          else CHECK(std::abs(est - got) <= 0.1 * got);
+        }
+      }
+    }
+}

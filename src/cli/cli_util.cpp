@@ -122,8 +122,9 @@ std::string read_input_text(const std::string& text, const std::vector<std::stri
 
 void check_memory_plan(const GgufFile& file, const ModelConfig& cfg, const OffloadPolicy& policy,
                        const ModelOptions& mo, bool from_pack, bool quiet,
-                       const std::vector<std::string>& extra_indexes) {
+                       const std::vector<std::string>& extra_indexes, const OffloadRuntime* runtime) {
   MemoryPlanInput mi;
+  if (runtime) mi.device_lines = runtime->device_plan(mo.n_ctx);
   mi.cfg = &cfg, mi.policy = &policy, mi.context = mo.n_ctx, mi.max_chunk = mo.max_chunk;
   mi.kv_dtype = mo.kv_dtype, mi.store_dtype = policy.store_dtype, mi.from_pack = from_pack;
   mi.extra_indexes = extra_indexes;

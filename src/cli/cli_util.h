@@ -57,10 +57,11 @@ std::string read_input_text(const std::string& text, const std::vector<std::stri
 
 // Prints the memory plan of a run (unless quiet) and refuses one that cannot
 // fit, with the numbers, before any work. `from_pack`, `extra_indexes`: see
-// MemoryPlanInput.
+// MemoryPlanInput; `runtime`: the offload runtime that will decode, whose
+// device memory (OffloadRuntime::device_plan) fills the plan's GPU column.
 void check_memory_plan(const GgufFile& file, const ModelConfig& cfg, const OffloadPolicy& policy,
                        const ModelOptions& mo, bool from_pack, bool quiet,
-                       const std::vector<std::string>& extra_indexes = {});
+                       const std::vector<std::string>& extra_indexes = {}, const OffloadRuntime* runtime = nullptr);
 
 size_t peak_rss_bytes();
 std::string mib(size_t bytes);  // "12.3 MiB"

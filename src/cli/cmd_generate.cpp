@@ -144,7 +144,7 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
   // From a pack the top-k layers never attend densely: they get no cache at all.
   if (pack && planned) mo.override_layers = planned->retrieval_layers();
   place_prefill_kv(a.where, cuda, pack ? nullptr : planned, mo);
-  check_memory_plan(*file, cfg, policy, mo, /*from_pack=*/pack != nullptr, a.quiet);
+  check_memory_plan(*file, cfg, policy, mo, /*from_pack=*/pack != nullptr, a.quiet, {}, planned);
   Timer load_timer;
   Model& model = session.load(mo);
   const double load_s = load_timer.seconds();
