@@ -17,7 +17,9 @@ case "$SAN" in
 esac
 BUILD_DIR=${BUILD_DIR:-build-$SAN}
 JOBS=${JOBS:-$(nproc)}
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOPKV_CUDA=OFF "$OPT" >/dev/null
+# BUILD_TYPE / CXX_FLAGS: scripts/test.sh (CI) builds with None and -O1 -g1.
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" ${CXX_FLAGS:+-DCMAKE_CXX_FLAGS="$CXX_FLAGS"} \
+      -DTOPKV_CUDA=OFF "$OPT" >/dev/null
 if [ -n "${TARGETS:-}" ]; then
   # One target at a time: several --target in one Makefile build race on the core library.
   for t in $TARGETS; do cmake --build "$BUILD_DIR" -j "$JOBS" --target "$t"; done

@@ -5,6 +5,7 @@
 #   scripts/test.sh            # Release build in build/
 #   BUILD_DIR=build-dbg BUILD_TYPE=Debug scripts/test.sh
 #   FUZZ=0 scripts/test.sh     # without the short fuzzer runs (label fuzz)
+#   ASAN=0 scripts/test.sh     # without the CPU suite under ASan + UBSan
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -39,4 +40,12 @@ if [ "${FUZZ:-1}" != 0 ]; then
         -DTOPKV_FUZZ=ON -DTOPKV_CUDA=OFF -DTOPKV_TESTS=OFF >/dev/null
   cmake --build "$FUZZ_DIR" -j "$JOBS" --target topkv_fuzzers
   (cd "$FUZZ_DIR" && ctest --output-on-failure -L fuzz)
+fi
+# The CPU test suite again under AddressSanitizer + UndefinedBehaviorSanitizer
+# (scripts/sanitize.sh: no CUDA, its own folder; any report fails its test).
+# -O1 -g1 here: about twice as fast to build on CI's two cores as
+# RelWithDebInfo, with the line tables the reports need (ASAN=0 skips it).
+if [ "${ASAN:-1}" != 0 ]; then
+  JOBS=$JOBS BUILD_DIR=${ASAN_DIR:-build-asan} BUILD_TYPE=None CXX_FLAGS="-O1 -g1" CTEST_ARGS="-LE long" \
+    scripts/sanitize.sh
 fi
