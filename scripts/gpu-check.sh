@@ -15,6 +15,8 @@
 #                                              # (memcheck, racecheck, synccheck; slow)
 #   GPU_CHECK_SANITIZE_TOOLS="memcheck" GPU_CHECK_SANITIZE_TIMEOUT=120   # which tools; seconds per run
 #   GPU_CHECK_SANITIZE_SPLIT=case GPU_CHECK_SANITIZE_JOBS=16   # one run per test case, 16 at a time
+#   GPU_CHECK_SANITIZE_CASES=FILE              # only these runs: "tool<TAB>binary<TAB>test case" per line
+#                                              # (e.g. those an earlier pass left unfinished)
 #   GPU_CHECK_TESTS=0                          # skip the plain test run (sanitizer or bench only)
 # Exit status: 0 when every test binary passed, 1 when one failed, 77 when
 # they skipped themselves (no device).
@@ -58,6 +60,8 @@ sanitize_one() {
   esac
   printf '%-60s %-28s %4ds\n' "${name#sanitize-}" "$verdict" $(($(date +%s) - start)) >> "$OUT/sanitize-results.txt"
 }
+# A test case's name as a Catch2 test spec: ',' '[' ']' and '\' escaped.
+catch_spec() { printf '%s' "$1" | sed -e 's/[][\\,]/\\&/g'; }
 if [ "${GPU_CHECK_SANITIZE:-0}" != 0 ]; then
   # With GPU_CHECK_SANITIZE_SPLIT=case every test case runs in its own process
   # (its log names the binary and the case's number), GPU_CHECK_SANITIZE_JOBS
@@ -65,7 +69,20 @@ if [ "${GPU_CHECK_SANITIZE:-0}" != 0 ]; then
   # tests, and one slow case no longer hides the verdict on the others.
   : > "$OUT/sanitize-results.txt"
   jobs_max=${GPU_CHECK_SANITIZE_JOBS:-1}
+  if [ -n "${GPU_CHECK_SANITIZE_CASES:-}" ]; then
+    i=0
+    while IFS=$'\t' read -r tool bin tc; do
+      [ -n "$tc" ] || continue
+      i=$((i + 1))
+      [ -x "$BUNDLE/bin/$bin" ] || { echo "gpu-check: $GPU_CHECK_SANITIZE_CASES line $i: no $bin in $BUNDLE/bin" >&2; exit 2; }
+      name="sanitize-$tool-$bin-listed$(printf '%02d' $i)"
+      echo "$tc" > "$OUT/$name.case"
+      while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+      sanitize_one "$tool" "$BUNDLE/bin/$bin" "$(catch_spec "$tc")" "$name" &
+    done < "$GPU_CHECK_SANITIZE_CASES"
+  fi
   for tool in ${GPU_CHECK_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+    [ -z "${GPU_CHECK_SANITIZE_CASES:-}" ] || break
     for exe in "$BUNDLE"/bin/gpu_test_*; do
       [ -x "$exe" ] || continue
       base="sanitize-$tool-$(basename "$exe")"
@@ -74,8 +91,7 @@ if [ "${GPU_CHECK_SANITIZE:-0}" != 0 ]; then
         while IFS= read -r tc; do
           [ -n "$tc" ] || continue
           i=$((i + 1))
-          # Catch2 reads ',' '[' ']' and '\' in a test spec: escape them.
-          spec=$(printf '%s' "$tc" | sed -e 's/[][\\,]/\\&/g')
+          spec=$(catch_spec "$tc")
           echo "$(printf '%02d' $i) $tc" >> "$OUT/$base.cases"
           while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
           sanitize_one "$tool" "$exe" "$spec" "$base-$(printf '%02d' $i)" &
