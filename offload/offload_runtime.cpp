@@ -281,6 +281,16 @@ void OffloadRuntime::record_error(int i, const float* q, float scale, const floa
     err_sq_[(size_t)i] += ((double)out[j] - exact[j]) * ((double)out[j] - exact[j]);
     ref_sq_[(size_t)i] += (double)exact[j] * exact[j];
   }
+  mass_sum_.resize(layers_.size(), 0.0);
+  mass_steps_.resize(layers_.size(), 0);
+  mass_sum_[(size_t)i] += layers_[(size_t)i]->oracle_topk_mass(q, scale, k_.empty() ? policy_.search.k : k_[(size_t)i]);
+  ++mass_steps_[(size_t)i];
+}
+
+std::vector<double> OffloadRuntime::oracle_topk_mass() const {
+  std::vector<double> m(retrieval_layers_.size(), 0.0);
+  for (size_t i = 0; i < mass_sum_.size(); ++i) m[i] = mass_steps_[i] ? mass_sum_[i] / (double)mass_steps_[i] : 0.0;
+  return m;
 }
 
 std::vector<double> OffloadRuntime::attention_rel_error() const {

@@ -91,6 +91,9 @@ class OffloadRuntime : public AttentionOverride {
   void set_measure_error(bool on) { measure_error_ = on; }
   // Per retrieval layer: sqrt(sum |out - exact|^2 / sum |exact|^2) over the steps so far.
   std::vector<double> attention_rel_error() const;
+  // Per retrieval layer, over the same steps: the oracle top-k mass at the
+  // layer's k (OffloadedLayer::oracle_topk_mass), mean over steps and heads.
+  std::vector<double> oracle_topk_mass() const;
   const OffloadedLayer* layer(int il) const;
   size_t host_bytes() const;
   size_t in_place_bytes() const;  // of host_bytes(): used in place from a context pack
@@ -137,6 +140,8 @@ class OffloadRuntime : public AttentionOverride {
   int64_t absorbed_ = -1;  // positions a begin_context ... end_context has taken (-1: none running)
   bool measure_error_ = false;
   std::vector<double> err_sq_, ref_sq_;  // per retrieval layer
+  std::vector<double> mass_sum_;         // per retrieval layer: oracle top-k mass summed over the steps
+  std::vector<int64_t> mass_steps_;
 };
 
 }  // namespace topkv

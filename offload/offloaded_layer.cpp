@@ -405,6 +405,36 @@ void OffloadedLayer::attend_exact(const float* queries, float scale, float* out)
   }
 }
 
+double OffloadedLayer::oracle_topk_mass(const float* queries, float scale, int64_t k) const {
+  const int G = cfg_.n_heads / cfg_.kv_heads;
+  const size_t d = (size_t)cfg_.head_dim;
+  double sum = 0;
+  std::vector<float> x;
+  for (int h = 0; h < cfg_.kv_heads; ++h) {
+    const Head& hd = heads_[(size_t)h];
+    const int64_t n = hd.keys ? hd.keys->size() : 0;
+    for (int g = 0; g < G; ++g) {
+      const float* q = queries + ((size_t)h * G + g) * d;
+      AttnPartial p((int)d);
+      add_exact_parts(hd, q, scale, p);  // sinks + window: l * exp(m) of their mass
+      x.resize((size_t)n);
+      float top = p.m;
+      for (int64_t i = 0; i < n; ++i) top = std::max(top, x[(size_t)i] = scale * hd.keys->dot(i, q));
+      if (!std::isfinite(top)) {  // nothing held
+        sum += 1.0;
+        continue;
+      }
+      double exact_part = p.l > 0 ? (double)p.l * std::exp((double)p.m - top) : 0.0, all = 0, kept = 0;
+      for (float v : x) all += std::exp((double)v - top);
+      const int64_t kk = std::clamp<int64_t>(k, 0, n);
+      std::nth_element(x.begin(), x.begin() + kk, x.end(), std::greater<float>());
+      for (int64_t i = 0; i < kk; ++i) kept += std::exp((double)x[(size_t)i] - top);
+      sum += (exact_part + kept) / (exact_part + all);
+    }
+  }
+  return sum / (double)(cfg_.kv_heads * G);
+}
+
 size_t OffloadedLayer::host_bytes() const {
   size_t b = 0;
   for (auto& h : heads_) {

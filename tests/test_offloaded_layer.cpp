@@ -260,3 +260,53 @@ TEST_CASE("begin_append now, fill_appended a step later, equals append (the GPU 
     }
   }
 }
+
+// The oracle top-k mass (what eval ruler reports beside the attention error):
+// against a brute-force softmax over every token, sinks and window always
+// kept, the k best of the stored middle by score. Odd sizes, GQA groups,
+// head dims 64/128/256, k from 0 to past the store.
+TEST_CASE("oracle_topk_mass is the share of exact attention held by sinks, window and the k best stored keys") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  struct Case { int n_heads, kv_heads, d, sinks, window; int64_t n; };
+  for (Case c : {Case{4, 1, 64, 4, 16, 300}, Case{8, 2, 128, 0, 8, 57}, Case{6, 2, 256, 3, 5, 41},
+                 Case{4, 4, 64, 4, 16, 1}, Case{8, 1, 64, 16, 4, 20}}) {
+    Kv kv = random_kv(c.n, c.n_heads, c.kv_heads, c.d, rng);
+    OffloadedLayer layer(config(c.n_heads, c.kv_heads, c.d, c.sinks, c.window, 64));
+    layer.prefill(kv.k.data(), kv.v.data(), c.n);
+    const float scale = 1.f / std::sqrt((float)c.d);
+    std::vector<float> q((size_t)c.n_heads * c.d);
+    for (auto& x : q) x = 2.f * nd(rng);
+    const int G = c.n_heads / c.kv_heads;
+    const int64_t sinks = std::min<int64_t>(c.sinks, c.n);
+    const int64_t window = std::min<int64_t>(c.window, c.n - sinks), stored = c.n - sinks - window;
+    for (int64_t k : {int64_t(0), int64_t(1), int64_t(7), stored, stored + 5}) {
+      double want = 0;
+      for (int h = 0; h < c.n_heads; ++h) {
+        const int kh = h / G;
+        std::vector<double> x((size_t)c.n);
+        for (int64_t t = 0; t < c.n; ++t) {
+          double s = 0;
+          for (int i = 0; i < c.d; ++i)
+            s += (double)q[(size_t)h * c.d + i] * kv.k[((size_t)t * c.kv_heads + kh) * c.d + i];
+          x[(size_t)t] = scale * s;
+        }
+        const double top = *std::max_element(x.begin(), x.end());
+        double all = 0, kept = 0;
+        std::vector<double> middle;
+        for (int64_t t = 0; t < c.n; ++t) {
+          all += std::exp(x[(size_t)t] - top);
+          if (t < sinks || t >= c.n - window) kept += std::exp(x[(size_t)t] - top);
+          else middle.push_back(x[(size_t)t]);
+        }
+        std::sort(middle.begin(), middle.end(), std::greater<double>());
+        for (int64_t i = 0; i < std::min<int64_t>(k, (int64_t)middle.size()); ++i) kept += std::exp(middle[(size_t)i] - top);
+        want += kept / all / c.n_heads;
+      }
+      INFO("heads " << c.n_heads << "/" << c.kv_heads << " d " << c.d << " n " << c.n << " k " << k);
+      const double got = layer.oracle_topk_mass(q.data(), scale, k);
+      CHECK(got == Approx(want).margin(1e-5));
+      if (k >= stored) CHECK(got == Approx(1.0).margin(1e-6));
+    }
+  }
+}

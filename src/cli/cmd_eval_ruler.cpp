@@ -131,7 +131,7 @@ RulerRow run_method(Session& ss, SharedContext& ctx, const EvalMethod& m, const 
     time.forced_s += t.seconds();
     ctx.detach();
     row.agreement = forced.agreement, row.kl_mean = forced.kl_mean, row.kl_max = forced.kl_max;
-    if (error_steps > 0) row.attn_err = rt->attention_rel_error();
+    if (error_steps > 0) row.attn_err = rt->attention_rel_error(), row.topk_mass = rt->oracle_topk_mass();
   }
   row.restore_s = (restore_s + restore2_s) / 2;
   time.restore_s += restore_s + restore2_s;
@@ -316,7 +316,8 @@ void register_eval_ruler(CLI::App& eval) {
                   "agreement, next-token KL and attention error")->capture_default_str();
   cmd->add_option("--error-steps", a->error_steps, "Teacher-forced decode steps whose attention error is measured "
                   "(exact attention over every held key per retrieval layer on the host: the slow part at long "
-                  "contexts); default: all of them, 0: none")->check(CLI::Range(0, 1 << 20));
+                  "contexts), with the oracle top-k mass (the share of that attention sinks, window and the k "
+                  "best keys hold; JSON only); default: all of them, 0: none")->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--chat", a->chat, "Put each prompt in the model's chat template as one user turn (instruct models "
                 "answer better so); the answer prefix starts the reply");
   add_method_options(cmd, a->methods);

@@ -25,12 +25,16 @@ json ratio(double x, double ref) { return ref > 0 ? json(x / ref) : json(nullptr
 struct Acc {
   double score = 0, agreement = 0, kl = 0, kl_max = 0, decode_s = 0;
   int64_t n = 0, steps = 0;
-  std::vector<double> err;
+  std::vector<double> err, mass;
+  static void add_to(std::vector<double>& sum, const std::vector<double>& x) {
+    sum.resize(std::max(sum.size(), x.size()), 0.0);
+    for (size_t i = 0; i < x.size(); ++i) sum[i] += x[i];
+  }
   void add(const RulerRow& r) {
     score += r.score, agreement += r.agreement, kl += r.kl_mean, kl_max = std::max(kl_max, r.kl_max), ++n;
     steps += r.decode_steps, decode_s += r.decode_s;
-    err.resize(std::max(err.size(), r.attn_err.size()), 0.0);
-    for (size_t i = 0; i < r.attn_err.size(); ++i) err[i] += r.attn_err[i];
+    add_to(err, r.attn_err);
+    add_to(mass, r.topk_mass);
   }
   double mean_score() const { return n ? score / n : 0.0; }
 };
@@ -74,13 +78,14 @@ json ruler_summary(const RulerReport& r) {
       for (int64_t L : r.lengths) scores.push_back(cell[{m, t, L}].mean_score());
       per_task.push_back({{"task", t}, {"score_per_length", scores}});
     }
-    std::vector<double> err = a.err;
+    std::vector<double> err = a.err, mass = a.mass;
     for (double& e : err) e /= std::max<int64_t>(1, a.n);
+    for (double& e : mass) e /= std::max<int64_t>(1, a.n);
     methods.push_back({{"method", m}, {"rows", a.n}, {"score", a.mean_score()},
                        {"ratio_to_dense", ratio(a.mean_score(), dense.mean_score())}, {"per_length", per_length},
                        {"per_task", per_task}, {"agreement", a.n ? a.agreement / a.n : 0.0},
                        {"kl_mean", a.n ? a.kl / a.n : 0.0}, {"kl_max", a.kl_max},
-                       {"attention_rel_error_per_layer", err},
+                       {"attention_rel_error_per_layer", err}, {"oracle_topk_mass_per_layer", mass},
                        {"decode_tok_per_s", a.decode_s > 0 ? a.steps / a.decode_s : 0.0}});
   }
   return methods;
@@ -151,7 +156,8 @@ void write_ruler_json(const RulerReport& r, const json& summary, const std::stri
                     {"k_per_layer", row.k_per_layer}, {"k_tokens", row.k_mean()}, {"score", row.score},
                     {"answers", row.answers}, {"generated", row.generated}, {"depths", row.depths},
                     {"agreement", row.agreement}, {"kl_mean", row.kl_mean}, {"kl_max", row.kl_max},
-                    {"attention_rel_error_per_layer", row.attn_err}, {"decode_steps", row.decode_steps},
+                    {"attention_rel_error_per_layer", row.attn_err}, {"oracle_topk_mass_per_layer", row.topk_mass},
+                    {"decode_steps", row.decode_steps},
                     {"decode_s", row.decode_s}, {"decode_tok_per_s", row.tok_per_s()}, {"index_build_s", row.build_s},
                     {"pack_write_s", row.write_s}, {"restore_s", row.restore_s}});
   const RulerTiming& t = r.timing;

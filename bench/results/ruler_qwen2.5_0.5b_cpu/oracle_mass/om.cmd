@@ -1,0 +1,1 @@
+topkv eval ruler -m .models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf --backend cpu --chat --lengths 2K,4K --samples 1 --answer-tokens 48 --agreement-tokens 32 --tasks niah_single_1,niah_multikey_2,vt,fwe --methods-index multipole --methods-k 2% --json om.json --csv om.csv -q   # 3 min 25 s on 2 cores
