@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -65,6 +67,35 @@ TEST_CASE("fp8 E4M3 conversions: every code decodes exactly, encoding rounds to 
     if (x > 448.f) best = 0x7e;
     REQUIRE(got == best);
     REQUIRE((int)f32_to_f8e4m3(-x) == (best | 0x80));
+  }
+  // Exact ties: the midpoint of two neighbouring codes goes to the even one,
+  // and a hair either side goes to the nearer.
+  for (size_t i = 0; i + 1 < finite.size(); ++i) {
+    const auto [lo, clo] = finite[i];
+    const auto [hi, chi] = finite[i + 1];
+    const float mid = (float)(((double)lo + hi) / 2);  // exact: a few bits below fp32's
+    INFO("between " << lo << " and " << hi);
+    REQUIRE((int)f32_to_f8e4m3(mid) == ((clo & 1) == 0 ? clo : chi));
+    REQUIRE((int)f32_to_f8e4m3(std::nextafter(mid, 0.f)) == clo);
+    REQUIRE((int)f32_to_f8e4m3(std::nextafter(mid, 1e9f)) == chi);
+  }
+  // Every 4,099th fp32 bit pattern from 0 to infinity: the nearest code.
+  for (uint64_t b = 0; b <= 0x7f800000u; b += 4099) {
+    float x;
+    const uint32_t u = (uint32_t)b;
+    std::memcpy(&x, &u, 4);
+    auto it = std::lower_bound(finite.begin(), finite.end(), x, [](auto& p, float v) { return p.first < v; });
+    int best;
+    if (x >= 464.f) best = 0x7e;
+    else if (it == finite.end()) best = finite.back().second;
+    else if (it == finite.begin() || it->first == x) best = it->second;
+    else {
+      const auto& below = *(it - 1);
+      const double dl = (double)x - below.first, dh = (double)it->first - x;
+      best = dl < dh ? below.second : dh < dl ? it->second : ((below.second & 1) == 0 ? below.second : it->second);
+    }
+    INFO("bits " << u);
+    REQUIRE((int)f32_to_f8e4m3(x) == best);
   }
 }
 

@@ -69,19 +69,25 @@ const std::array<float, 256> kF8E4M3 = make_f8e4m3_table();
 float f8e4m3_to_f32(uint8_t v) { return kF8E4M3[v]; }
 
 uint8_t f32_to_f8e4m3(float f) {
-  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
-  if (std::isnan(f)) return (uint8_t)(sign | 0x7f);
-  const float a = std::fabs(f);
-  // 464 is the midpoint of 448 and 480 (the NaN code): from there up (infinity
-  // too) the value saturates; below it the rounding below stays <= 448.
-  if (a >= 464.f) return (uint8_t)(sign | 0x7e);
-  if (a < 0.015625f) return (uint8_t)(sign | (int)std::nearbyint(a * 512.f));  // subnormals (8 = 2^-6, normal)
-  int e2 = 0;
-  (void)std::frexp(a, &e2);  // a = m * 2^e2, m in [0.5, 1)
-  int e = e2 - 1;            // a = 1.f * 2^e, e >= -6
-  int q = (int)std::nearbyint((std::ldexp(a, -e) - 1.f) * 8.f);
-  if (q == 8) q = 0, ++e;  // a < 464: e stays <= 8, and q <= 6 at e = 8
-  return (uint8_t)(sign | ((e + 7) << 3) | q);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint8_t sign = (uint8_t)(u >> 24 & 0x80);
+  const uint32_t a = u & 0x7fffffffu;  // |f|'s bits: ordered as the values
+  if (a > 0x7f800000u) return (uint8_t)(sign | 0x7f);  // NaN
+  // 464 (0x43e80000) is the midpoint of 448 and 480 (the NaN code): from there
+  // up (infinity too) the value saturates; below it the rounding stays <= 448.
+  if (a >= 0x43e80000u) return (uint8_t)(sign | 0x7e);
+  if (a < 0x3c800000u) {  // below 2^-6: E4M3's subnormals, m * 2^-9
+    float x;
+    std::memcpy(&x, &a, 4);
+    return (uint8_t)(sign | (int)std::nearbyint(x * 512.f));  // 8 is 2^-6, the first normal code
+  }
+  // A normal: keep fp32's exponent and top 3 mantissa bits, rounding the 20
+  // dropped bits to nearest, ties to the even code. A carry out of the
+  // mantissa moves into the exponent, as it should; then the bias goes from
+  // fp32's 127 to E4M3's 7.
+  const uint32_t r = (a + 0x7ffffu + (a >> 20 & 1u)) >> 20;
+  return (uint8_t)(sign | (r - ((127u - 7u) << 3)));
 }
 
 namespace {
