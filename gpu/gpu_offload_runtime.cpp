@@ -40,12 +40,14 @@ RowStore::ChunkAllocator pinned_chunk_allocator() {
 
 bool wants_device_search(const OffloadPolicy& p) {
   if (p.search_on == SearchOn::Host) return false;
-  const bool able = p.search.threshold == 0.0 && p.search.gqa == GqaMode::Union &&
+  // The device search does not rank rows (rerank: the host searches).
+  const bool able = p.search.threshold == 0.0 && p.search.gqa == GqaMode::Union && p.search.rerank <= 1.0 &&
                     DeviceSearchTables::backend_supported(p.index);
   TOPKV_CHECK(able || p.search_on == SearchOn::Auto,
               "--search-on gpu runs the budget-mode search of multipole, centroid and quest indexes with GQA "
-              "union; this run has index '{}'{}{}: use --search-on host", p.index,
-              p.search.threshold != 0.0 ? ", --threshold" : "", p.search.gqa != GqaMode::Union ? ", --gqa mean" : "");
+              "union; this run has index '{}'{}{}{}: use --search-on host", p.index,
+              p.search.threshold != 0.0 ? ", --threshold" : "", p.search.gqa != GqaMode::Union ? ", --gqa mean" : "",
+              p.search.rerank > 1.0 ? ", --rerank" : "");
   return able;
 }
 

@@ -501,9 +501,12 @@ void ClusterIndex::search_impl(const float* q, int nq, const SearchParams& p, Ca
 
   std::vector<std::vector<int32_t>> kept((size_t)nq), expanded((size_t)nq);
   std::vector<int64_t> scored((size_t)nq, 0);
-  const bool rerank = rerank_ > 1.0 && p.threshold == 0.0;
+  const double R = p.rerank > 0.0 ? p.rerank : rerank_;
+  const bool rerank = R > 1.0 && p.threshold == 0.0;
+  TOPKV_CHECK(!rerank || levels_ == 1, "{}: rerank applies to the one-level lookup (levels=1), not levels={}", name_,
+              levels_);
   SearchParams ps = p;
-  if (rerank) ps.k = (int)std::min(rerank_ * (double)p.k, 2.0e9);
+  if (rerank) ps.k = (int)std::min(R * (double)p.k, 2.0e9);
   const int threads = std::max(1, std::min(p.n_threads, nq));
   ParallelErrors errors;  // src/common/parallel_errors.h
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)

@@ -47,6 +47,9 @@ struct SearchParams {
   int nprobe = 0;          // IVF lists probed; 0 = backend default
   double threshold = 0.0;  // centroid/multipole: keep clusters whose estimated share >= threshold
                            // (0 = budget mode: keep best clusters until k tokens)
+  double rerank = 0.0;     // centroid/multipole, budget mode: R > 1 selects clusters until R*k tokens,
+                           // then each head's k best of their rows by exact q.k; 1 = off; 0 = the
+                           // index's own (its spec's rerank=), so one built index serves both
   GqaMode gqa = GqaMode::Union;
   int n_threads = 1;       // threads this one call may use
   double scale = 0.0;      // attention score scale for softmax-share estimates (centroid threshold

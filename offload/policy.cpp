@@ -114,6 +114,8 @@ void OffloadPolicy::validate() const {
               "default; got {})", kMaxEf, search.nprobe);
   // A cluster's estimated share of the attention is a probability.
   check_unit(search.threshold, "--threshold");
+  TOPKV_CHECK(std::isfinite(search.rerank) && (search.rerank == 0.0 || (search.rerank >= 1.0 && search.rerank <= 1024.0)),
+              "--rerank must be 0 (the index's own), 1 (off) or a factor up to 1024 (got {})", search.rerank);
   TOPKV_CHECK(search.gqa == GqaMode::Union || search.gqa == GqaMode::Mean, "internal: bad gqa mode");
   TOPKV_CHECK(dense_layers >= 0 && dense_layers <= kMaxLayers, "--dense-layers must be in [0, {}] (got {})",
               kMaxLayers, dense_layers);
@@ -190,6 +192,7 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
       else if (key == "ef") search.ef = json_int<int>(v, key);
       else if (key == "nprobe") search.nprobe = json_int<int>(v, key);
       else if (key == "threshold") search.threshold = json_real(v, key);
+      else if (key == "rerank") search.rerank = json_real(v, key);
       else if (key == "gqa") search.gqa = parse_gqa(json_str(v, key));
       else if (key == "dense_layers") dense_layers = json_int<int>(v, key);
       else if (key == "sinks") sinks = json_int<int>(v, key);
@@ -233,6 +236,7 @@ std::string OffloadPolicy::to_json() const {
                       {"ef", search.ef},
                       {"nprobe", search.nprobe},
                       {"threshold", search.threshold},
+                      {"rerank", search.rerank},
                       {"gqa", search.gqa == GqaMode::Mean ? "mean" : "union"},
                       {"dense_layers", dense_layers},
                       {"sinks", sinks},

@@ -84,6 +84,8 @@ TEST_CASE("eval ruler: rows for dense and each method, flat at k = 100% decodes 
       CHECK(row["agreement"].get<double>() == 1.0);
       CHECK(row["kl_mean"].get<double>() < 1e-3);
       for (const auto& e : row["attention_rel_error_per_layer"]) CHECK(e.get<double>() < 1e-5);
+      REQUIRE(row["oracle_topk_mass_per_layer"].size() == 2);  // every key kept: all of the attention
+      for (const auto& m : row["oracle_topk_mass_per_layer"]) CHECK(m.get<double>() == Approx(1.0).margin(1e-6));
       CHECK(row["generated"] == dense[row["task"]]["generated"]);
       CHECK(row["score"] == dense[row["task"]]["score"]);
     } else {
@@ -91,6 +93,11 @@ TEST_CASE("eval ruler: rows for dense and each method, flat at k = 100% decodes 
       double err = 0;  // 4 keys of ~1000: attention leaves most out
       for (const auto& e : row["attention_rel_error_per_layer"]) err += e.get<double>();
       CHECK(err > 1e-4);
+      REQUIRE(row["oracle_topk_mass_per_layer"].size() == 2);
+      for (const auto& m : row["oracle_topk_mass_per_layer"]) {
+        CHECK(m.get<double>() > 0.0);
+        CHECK(m.get<double>() < 1.0);
+      }
     }
   }
   const auto& summary = j["summary"];
@@ -107,6 +114,21 @@ TEST_CASE("eval ruler: rows for dense and each method, flat at k = 100% decodes 
   }
   CHECK(j["timing"]["index_builds"] == 2);  // one flat build per prompt, shared by both k
   CHECK(j["builds"].size() == 2);
+}
+
+TEST_CASE("eval ruler: a spec's rerank= is a search parameter, so the methods share one build") {
+  test::TempDir tmp("topkv_cli_ruler_rerank");
+  const std::string js = tmp.file("ruler.json");
+  auto r = run_topkv("eval ruler -m " + model() + " --tasks niah_single_1 --lengths 1024 --samples 1 "
+                     "--methods-index multipole,multipole:rerank=4 --methods-k 16 --agreement-tokens 4 --window 8 "
+                     "--sinks 2 --chunk 256 --backend cpu -q --json " + js);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(test::slurp(js));
+  CHECK(j["timing"]["index_builds"] == 1);  // "multipole" built once, searched both ways
+  REQUIRE(j["rows"].size() == 3);
+  CHECK(j["rows"][2]["method"] == "topk:multipole:rerank=4@16");
+  CHECK(j["rows"][2]["index"] == "multipole:rerank=4");
 }
 
 TEST_CASE("eval ruler: bad input is a clear error and a non-zero exit") {

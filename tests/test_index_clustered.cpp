@@ -491,5 +491,23 @@ TEST_CASE("rerank: each head keeps the k best rows of its R*k-token clusters, fl
     report(std::string(family) + ":rerank=4 k=24", qr);
     CHECK(qr.tokens <= K);
     CHECK(qr.recall > qp.recall);
+
+    // Rerank as a search parameter: the index built without it, searched with
+    // SearchParams::rerank = 4, returns what the index built with rerank=4
+    // does (the same build), bit for bit; rerank = 1 turns a built-in one off.
+    SearchParams p4 = p, p1 = p;
+    p4.rerank = 4.0, p1.rerank = 1.0;
+    for (int g = 0; g + 1 < c.nq; g += 2) {
+      const float* q = c.queries.data() + (size_t)g * c.d;
+      const SearchResult a = plain->search(q, 2, p4), b = ranked->search(q, 2, p);
+      CHECK(a.ids == b.ids);
+      CHECK(a.scores == b.scores);
+      const SearchResult off = ranked->search(q, 2, p1), base = plain->search(q, 2, p);
+      CHECK(off.ids == base.ids);
+      CHECK(off.far_clusters == base.far_clusters);
+    }
+    auto two_level = KvIndex::create(std::string(family) + ":levels=2", opts(2));
+    two_level->build(c.keys, two_level->needs_values() ? c.values : nullptr);
+    CHECK_THROWS_WITH(two_level->search(c.queries.data(), 1, p4), Catch::Contains("levels=1"));
   }
 }

@@ -76,6 +76,16 @@ TEST_CASE("policy config files: fields, unknown keys, bad values") {
   CHECK_THROWS_WITH(p.apply_json(R"({"window":0})", "c.json"), Catch::Contains("window"));
   CHECK_THROWS_WITH(p.apply_json(R"({"attn":"sparse"})", "c.json"), Catch::Contains("dense or topk"));
   CHECK_THROWS_WITH(p.apply_json("{", "c.json"), Catch::Contains("not valid JSON"));
+  // rerank: a search parameter (0: the index spec's own, 1: off, R up to 1024).
+  OffloadPolicy r;
+  r.apply_json(R"({"index":"multipole","rerank":4})", "c.json");
+  CHECK(r.search.rerank == 4.0);
+  OffloadPolicy r2;
+  r2.apply_json(r.to_json(), "roundtrip");
+  CHECK(r2.search.rerank == 4.0);
+  for (const char* bad : {R"({"rerank":0.5})", R"({"rerank":-1})", R"({"rerank":2000})", R"({"rerank":"x"})"})
+    CHECK_THROWS(OffloadPolicy().apply_json(bad, "c.json"));
+  CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"rerank":0.5})", "c.json"), Catch::Contains("--rerank"));
 }
 
 TEST_CASE("policy: where the search runs, the device tables' type and fold") {

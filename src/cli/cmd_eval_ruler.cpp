@@ -108,7 +108,7 @@ RulerRow run_method(Session& ss, SharedContext& ctx, const EvalMethod& m, const 
   RulerTiming& time = ss.rep.timing;
   const SharedContext::Build& b = ctx.prepare(m.policy);
   RulerRow row = proto;
-  row.method = m.name, row.index = m.policy.index, row.k = m.k, row.dense_layers = m.policy.dense_layers;
+  row.method = m.name, row.index = m.index, row.k = m.k, row.dense_layers = m.policy.dense_layers;
   row.k_schedule = m.policy.k_schedule == KSchedule::Linear ? "linear" : "uniform";
   row.build_s = b.build_s, row.write_s = b.write_s;
   double restore_s = 0, restore2_s = 0;

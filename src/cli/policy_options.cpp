@@ -29,6 +29,10 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
   cmd->add_option("--nprobe", p.search.nprobe, "IVF lists probed (0 = backend default)")->group(g);
   cmd->add_option("--threshold", p.search.threshold, "centroid/multipole: keep clusters whose estimated attention "
                   "share is at least this (0 = budget mode)")->group(g);
+  cmd->add_option("--rerank", p.search.rerank, "centroid/multipole, budget mode: select clusters until R*k tokens, "
+                  "then keep each head's k best of their rows by exact q.k (finds a key among look-alikes; the "
+                  "search then runs on the host). 1: off; default: the index spec's rerank= (1). A search-time "
+                  "choice: a pack built without it serves it")->group(g);
   cmd->add_option("--gqa", a->gqa, "union: each query head searches; mean: one search with the mean query")
       ->group(g)->check(CLI::IsMember({"union", "mean"}));
   cmd->add_option("--dense-layers", p.dense_layers, "The first N layers stay dense (as Quest does)")
@@ -108,6 +112,7 @@ OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd, const OffloadPolicy& base
   if (given("--ef")) out.search.ef = policy.search.ef;
   if (given("--nprobe")) out.search.nprobe = policy.search.nprobe;
   if (given("--threshold")) out.search.threshold = policy.search.threshold;
+  if (given("--rerank")) out.search.rerank = policy.search.rerank;
   if (given("--gqa")) out.search.gqa = gqa == "mean" ? GqaMode::Mean : GqaMode::Union;
   if (given("--dense-layers")) out.dense_layers = policy.dense_layers;
   if (given("--sinks")) out.sinks = policy.sinks;
