@@ -97,19 +97,23 @@ void print_ruler_summary(const RulerReport& r, const json& summary) {
   std::string head = fmt::format("{:<{}}", "method", w);
   for (int64_t L : r.lengths) head += fmt::format(" {:>7}", length_label(L));
   fmt::print("\nRULER score (string_match_all x 100; {} tasks, mean over tasks and samples)\n", r.tasks.size());
-  fmt::print("{} {:>7} {:>7} {:>7} {:>9} {:>9} {:>8} {:>9}\n", head, "avg", "/dense", "agree", "KL mean", "KL max",
-             "tok/s", "attn err");
+  fmt::print("{} {:>7} {:>7} {:>7} {:>9} {:>9} {:>8} {:>9} {:>9}\n", head, "avg", "/dense", "agree", "KL mean",
+             "KL max", "tok/s", "attn err", "top-k mass");
   for (const json& m : summary) {
     std::string line = fmt::format("{:<{}}", m["method"].get<std::string>(), w);
     for (const json& p : m["per_length"]) line += fmt::format(" {:>7.1f}", p["score"].get<double>());
     const json& q = m["ratio_to_dense"];
-    double err = 0;
-    for (const json& e : m["attention_rel_error_per_layer"]) err += e.get<double>();
-    const size_t ne = m["attention_rel_error_per_layer"].size();
-    fmt::print("{} {:>7.1f} {:>7} {:>7.3f} {:>9.4f} {:>9.4f} {:>8.1f} {:>9}\n", line, m["score"].get<double>(),
+    // Means over the layers: the attention error, and the oracle top-k mass
+    // (the share of exact attention sinks, window and the k best keys hold).
+    const auto layer_mean = [&](const char* key) {
+      double s = 0;
+      for (const json& e : m[key]) s += e.get<double>();
+      return m[key].empty() ? std::string("-") : fmt::format("{:.4f}", s / (double)m[key].size());
+    };
+    fmt::print("{} {:>7.1f} {:>7} {:>7.3f} {:>9.4f} {:>9.4f} {:>8.1f} {:>9} {:>10}\n", line, m["score"].get<double>(),
                q.is_null() ? std::string("-") : fmt::format("{:.3f}", q.get<double>()), m["agreement"].get<double>(),
                m["kl_mean"].get<double>(), m["kl_max"].get<double>(), m["decode_tok_per_s"].get<double>(),
-               ne ? fmt::format("{:.4f}", err / (double)ne) : std::string("-"));
+               layer_mean("attention_rel_error_per_layer"), layer_mean("oracle_topk_mass_per_layer"));
   }
   fmt::print("\nper task (score per length{})\n", r.lengths.size() > 1 ? ", " + std::to_string(r.lengths.size()) +
              " columns each" : "");
