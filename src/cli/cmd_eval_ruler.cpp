@@ -317,7 +317,8 @@ void register_eval_ruler(CLI::App& eval) {
   cmd->add_option("--error-steps", a->error_steps, "Teacher-forced decode steps whose attention error is measured "
                   "(exact attention over every held key per retrieval layer on the host: the slow part at long "
                   "contexts), with the oracle top-k mass (the share of that attention sinks, window and the k "
-                  "best keys hold; the table shows its mean, the JSON each layer); default: all of them, 0: none")->check(CLI::Range(0, 1 << 20));
+                  "best keys hold; the table shows its mean, the JSON each layer); default: all of them, 0: none")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--chat", a->chat, "Put each prompt in the model's chat template as one user turn (instruct models "
                 "answer better so); the answer prefix starts the reply");
   add_method_options(cmd, a->methods);
