@@ -64,6 +64,7 @@ class ClusterIndex : public KvIndex {
     return SummaryTables::Kind::Centroid;
   }
   bool is_topk() const override { return false; }
+  bool reranks() const override { return levels_ == 1; }
 
  protected:
   // default_ratio: keys per fine centroid when the spec does not say

@@ -147,6 +147,8 @@ class KvIndex {
   // The form export_summaries gives this backend's index (the capability a
   // search elsewhere, e.g. the GPU's, is chosen by), or none: graphs, IVF, flat.
   virtual std::optional<SummaryTables::Kind> summary_kind() const { return std::nullopt; }
+  // Whether SearchParams::rerank > 1 changes this backend's search.
+  virtual bool reranks() const { return false; }
   // Bytes the structure will hold per indexed key of dimension `dim`
   // (structure + any private key copy, not the shared store), from the
   // backend's parameters: what a memory plan needs before any key exists.

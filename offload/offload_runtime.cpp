@@ -40,7 +40,10 @@ OffloadRuntime::OffloadRuntime(const ModelConfig& cfg, const OffloadPolicy& poli
               "--attn topk has no layer to serve: every full-context layer is among the first --dense-layers {} "
               "(the model has {} layers); lower --dense-layers",
               policy_.dense_layers, cfg_.n_layer);
-  KvIndex::create(policy_.index);  // reject a bad index spec before any prefill work
+  // Reject a bad index spec, and a search parameter it would ignore, before any prefill work.
+  TOPKV_CHECK(KvIndex::create(policy_.index)->reranks() || policy_.search.rerank <= 1.0,
+              "--rerank {} applies to one-level centroid and multipole indexes; index '{}' would ignore it",
+              policy_.search.rerank, policy_.index);
 }
 
 bool OffloadRuntime::overrides(int layer) const {

@@ -69,7 +69,8 @@ if [ "${GPU_CHECK_SANITIZE:-0}" != 0 ]; then
   # tests, and one slow case no longer hides the verdict on the others.
   : > "$OUT/sanitize-results.txt"
   jobs_max=${GPU_CHECK_SANITIZE_JOBS:-1}
-  if [ -n "${GPU_CHECK_SANITIZE_CASES:-}" ]; then
+  throttle() { while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done; }
+  if [ -n "${GPU_CHECK_SANITIZE_CASES:-}" ]; then  # exactly the listed runs
     i=0
     while IFS=$'\t' read -r tool bin tc; do
       [ -n "$tc" ] || continue
@@ -77,31 +78,30 @@ if [ "${GPU_CHECK_SANITIZE:-0}" != 0 ]; then
       [ -x "$BUNDLE/bin/$bin" ] || { echo "gpu-check: $GPU_CHECK_SANITIZE_CASES line $i: no $bin in $BUNDLE/bin" >&2; exit 2; }
       name="sanitize-$tool-$bin-listed$(printf '%02d' $i)"
       echo "$tc" > "$OUT/$name.case"
-      while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+      throttle
       sanitize_one "$tool" "$BUNDLE/bin/$bin" "$(catch_spec "$tc")" "$name" &
     done < "$GPU_CHECK_SANITIZE_CASES"
-  fi
-  for tool in ${GPU_CHECK_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
-    [ -z "${GPU_CHECK_SANITIZE_CASES:-}" ] || break
-    for exe in "$BUNDLE"/bin/gpu_test_*; do
-      [ -x "$exe" ] || continue
-      base="sanitize-$tool-$(basename "$exe")"
-      if [ "${GPU_CHECK_SANITIZE_SPLIT:-binary}" = case ]; then
-        i=0
-        while IFS= read -r tc; do
-          [ -n "$tc" ] || continue
-          i=$((i + 1))
-          spec=$(catch_spec "$tc")
-          echo "$(printf '%02d' $i) $tc" >> "$OUT/$base.cases"
-          while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
-          sanitize_one "$tool" "$exe" "$spec" "$base-$(printf '%02d' $i)" &
-        done < <("$exe" --list-test-names-only 2>/dev/null)
-      else
-        while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
-        sanitize_one "$tool" "$exe" "" "$base" &
-      fi
+  else
+    for tool in ${GPU_CHECK_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+      for exe in "$BUNDLE"/bin/gpu_test_*; do
+        [ -x "$exe" ] || continue
+        base="sanitize-$tool-$(basename "$exe")"
+        if [ "${GPU_CHECK_SANITIZE_SPLIT:-binary}" = case ]; then
+          i=0
+          while IFS= read -r tc; do
+            [ -n "$tc" ] || continue
+            i=$((i + 1))
+            echo "$(printf '%02d' $i) $tc" >> "$OUT/$base.cases"
+            throttle
+            sanitize_one "$tool" "$exe" "$(catch_spec "$tc")" "$base-$(printf '%02d' $i)" &
+          done < <("$exe" --list-test-names-only 2>/dev/null)
+        else
+          throttle
+          sanitize_one "$tool" "$exe" "" "$base" &
+        fi
+      done
     done
-  done
+  fi
   wait
   sort "$OUT/sanitize-results.txt" >> "$OUT/results.txt"
   grep -q FAILED "$OUT/sanitize-results.txt" && status=1

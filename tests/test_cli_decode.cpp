@@ -94,6 +94,10 @@ TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
       {"-m " + model() + " -p hi --measure-error", "--measure-error compares top-k attention"},
       {"-m " + model() + " -p hi --backend cpu --weights f16", "--weights f16 is for the CUDA backend"},
       {"-m " + model() + " -p hi --weights f8", "f8"},
+      {"-m " + model() + " -p hi --attn topk --rerank 0.5", "--rerank must be 0"},
+      {"-m " + model() + " -p hi --attn topk --rerank nan", "--rerank"},
+      {"-m " + model() + " -p hi --attn topk --index quest --rerank 4", "index 'quest' would ignore it"},
+      {"-m " + model() + " -p hi --attn topk --index multipole:levels=2 --rerank 4", "would ignore it"},
   };
   if (cuda_device_count() == 0)  // without a device, asking for one is refused with the reason
     cases.push_back({"-m " + model() + " -p hi --backend cuda", "CUDA"});
