@@ -313,10 +313,19 @@ void row_list_attention(const RowListArgs& a, cudaStream_t stream);
 //      it; the selected groups' rows, in group order, become row pointers
 //      (k_rows/v_rows [n_kv][cap], counts [n_kv]) into the host store's
 //      pinned chunks. A group that no longer fits `cap` is left unselected;
+//   3b. rerank (rerank_k > 0; the step 3 rows are candidates, in the work
+//      space, cand_cap a head; k is their budget, R times the rows kept):
+//      each candidate row's exact score q.k per query head, from the store
+//      row itself, for the query heads whose cut took its group (others: not
+//      a candidate for that head); per query head a cut of rerank_k rows as
+//      in 2 (weight 1 each); the rows any query head keeps, in candidate
+//      order, become the lists (at most cap), and a group counts as selected
+//      when one of its rows is kept (the rest of its rows are dropped);
 //   4. far (value means set, Multipole): every unselected group j as one
 //      weighted row, logit scale.x + ln N_j, value V̄_j, into far_splits
 //      partials per query head (part0 .., as row_list_attention).
-// Twins: summary_scores_reference and summary_select_reference (gpu/summary_search_ref.h);
+// Twins: summary_scores_reference, summary_select_reference and
+// summary_rerank_reference (gpu/summary_search_ref.h);
 // the far rows: partial_add_gather over the unselected groups.
 constexpr int kStoreChunkShift = 16;  // RowStore::kChunkShift: row r is in chunk r >> 16 (checked where tables are built)
 struct SummaryHead {
@@ -345,18 +354,26 @@ struct SummarySearchArgs {
   const void** v_rows = nullptr;
   int32_t* counts = nullptr;
   int cap = 0;
+  // Rerank (3b): 0 off; else the rows each query head keeps of the
+  // candidates (k is then the candidates' budget), cand_cap rows a head.
+  int64_t rerank_k = 0;
+  int cand_cap = 0;
   int far_splits = 0, part0 = 0, parts = 1;
   float *part_m = nullptr, *part_l = nullptr, *part_o = nullptr;
   // Which steps run (benchmarks time them cumulatively): all by default.
   unsigned phases = kSearchScore | kSearchCut | kSearchGather | kSearchFar;
   static constexpr unsigned kSearchScore = 1, kSearchCut = 2, kSearchGather = 4, kSearchFar = 8;
 };
-size_t summary_search_workspace_bytes(int n_kv, int group, int max_n);
+size_t summary_search_workspace_bytes(int n_kv, int group, int max_n, int cand_cap = 0);
 void summary_search(const SummarySearchArgs& a, cudaStream_t stream);
 // The pieces, for tests: scores [n_kv][group][max_n] and selected [n_kv][max_n]
 // inside a workspace laid out by summary_search.
 const float* summary_scores(const SummarySearchArgs& a);
 const uint8_t* summary_selected(const SummarySearchArgs& a);
+// With rerank: row_scores [n_kv][group][cand_cap] (-inf: not a candidate of
+// that query head) and the candidates per KV head [n_kv].
+const float* summary_row_scores(const SummarySearchArgs& a);
+const int32_t* summary_candidate_counts(const SummarySearchArgs& a);
 
 // ---- sampling (kernels_sampling.cu) ------------------------------------------
 // Work space (bytes) the two samplers need for n logits.

@@ -144,9 +144,12 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   finish_pending(slot);
   pd.at = L.begin_append();
   manage_folds(slot);
-  const int cap = tab.row_cap(k_[(size_t)slot], G);
+  // Rerank: clusters until R·k tokens are candidates, k rows a query head kept.
+  const int64_t budget = k_[(size_t)slot];
+  const int64_t cand_k = rerank_ > 1.0 ? (int64_t)std::min(rerank_ * (double)budget, 2.0e9) : 0;
+  const int cap = tab.row_cap(budget, G), cand_cap = cand_k ? tab.row_cap(cand_k, G) : 0;
   ensure_capacity(cap);
-  const size_t ws = cuda::summary_search_workspace_bytes(nkv, G, tab.max_n());
+  const size_t ws = cuda::summary_search_workspace_bytes(nkv, G, tab.max_n(), cand_cap);
   if (search_ws_.bytes < ws) be_.synchronize(), search_ws_ = be_.alloc(ws);
 
   // The new token: into the device mirror now, to the host for the next step.
@@ -170,7 +173,8 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   cuda::SummarySearchArgs s;
   s.heads = tab.heads(), s.n_kv = nkv, s.group = G, s.head_dim = d, s.max_n = tab.max_n();
   s.page_bounds = tab.page_bounds(), s.table_type = policy_.device_table_type, s.store_type = policy_.store_dtype;
-  s.q = q, s.k = k_[(size_t)slot], s.scale = scale, s.workspace = search_ws_.mem.get();
+  s.q = q, s.k = cand_k ? cand_k : budget, s.scale = scale, s.workspace = search_ws_.mem.get();
+  s.rerank_k = cand_k ? budget : 0, s.cand_cap = cand_cap;
   s.k_rows = const_cast<const void**>(dl), s.v_rows = const_cast<const void**>(dl + n_ptr), s.counts = dcounts;
   s.cap = cap;
   s.far_splits = far_splits, s.part0 = n_exact + ids_splits, s.parts = parts;

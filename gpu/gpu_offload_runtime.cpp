@@ -38,16 +38,23 @@ RowStore::ChunkAllocator pinned_chunk_allocator() {
   };
 }
 
+double device_rerank(const OffloadPolicy& p) {
+  return p.search.rerank > 0.0 ? p.search.rerank : KvIndex::create(p.index)->own_rerank();
+}
+
 bool wants_device_search(const OffloadPolicy& p) {
   if (p.search_on == SearchOn::Host) return false;
-  // The device search does not rank rows (rerank: the host searches).
-  const bool able = p.search.threshold == 0.0 && p.search.gqa == GqaMode::Union && p.search.rerank <= 1.0 &&
-                    DeviceSearchTables::backend_supported(p.index);
+  // Rerank runs on the device too (cuda_kernels.h, summary_search step 3b),
+  // reading the candidates' keys in place: not with --stage-rows, where the
+  // device cannot read the store.
+  const bool rerank = DeviceSearchTables::backend_supported(p.index) && device_rerank(p) > 1.0;
+  const bool able = p.search.threshold == 0.0 && p.search.gqa == GqaMode::Union &&
+                    DeviceSearchTables::backend_supported(p.index) && !(rerank && p.stage_rows);
   TOPKV_CHECK(able || p.search_on == SearchOn::Auto,
               "--search-on gpu runs the budget-mode search of multipole, centroid and quest indexes with GQA "
-              "union; this run has index '{}'{}{}{}: use --search-on host", p.index,
+              "union (rerank: not with --stage-rows); this run has index '{}'{}{}{}: use --search-on host", p.index,
               p.search.threshold != 0.0 ? ", --threshold" : "", p.search.gqa != GqaMode::Union ? ", --gqa mean" : "",
-              p.search.rerank > 1.0 ? ", --rerank" : "");
+              rerank && p.stage_rows ? ", --rerank with --stage-rows" : "");
   return able;
 }
 

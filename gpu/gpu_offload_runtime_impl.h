@@ -54,11 +54,17 @@ inline int splits_for(int64_t rows, int per_split, int max_splits) {
 // index and options allow it). Decided before any layer exists: it sets
 // where evicted rows wait (the device window ring) and how often they fold.
 bool wants_device_search(const OffloadPolicy& p);
+// The rerank factor the device search applies (SearchParams::rerank, or the
+// index spec's own when that is 0); 1: off.
+double device_rerank(const OffloadPolicy& p);
 
 class GpuOffloadRuntime final : public OffloadRuntime {
  public:
   GpuOffloadRuntime(cuda::CudaBackend& be, const ModelConfig& cfg, const OffloadPolicy& policy, bool progress)
-      : OffloadRuntime(cfg, policy, progress), be_(be), device_search_(wants_device_search(policy)) {
+      : OffloadRuntime(cfg, policy, progress),
+        be_(be),
+        device_search_(wants_device_search(policy)),
+        rerank_(device_rerank(policy)) {
     TOPKV_CHECK(cfg.head_dim == 64 || cfg.head_dim == 128 || cfg.head_dim == 256, "the CUDA offload runtime supports head_dim 64, 128 and 256, not {}", cfg.head_dim);
     TOPKV_CHECK(cfg.n_head_kv <= cuda::kMaxRingHeads, "the CUDA offload runtime supports at most {} KV heads, "
                 "not {}", cuda::kMaxRingHeads, cfg.n_head_kv);
@@ -187,6 +193,7 @@ class GpuOffloadRuntime final : public OffloadRuntime {
 
   cuda::CudaBackend& be_;
   const bool device_search_;
+  const double rerank_;  // the device search's rerank factor (SearchParams::rerank, or the spec's own); 1: off
   std::vector<Mirror> mirrors_;               // per retrieval layer
   std::vector<DeviceSearchTables> tables_;    // per retrieval layer (device search)
   std::vector<Pending> pending_;              // per retrieval layer (device search)

@@ -5,10 +5,7 @@
 // only the chosen rows are read from host memory, and the host is not in the
 // loop at all.
 //
-// Work space: scores [n_kv][group][max_n] f32 | lo [rows] f32 | inv [rows] f32 |
-// cut [rows] u32 | minmax [2][rows] u32 | offset [n_kv][max_n] u32 |
-// selected [n_kv][max_n] u8
-// (rows = n_kv * group).
+// Work space and the shared pieces: gpu/summary_search_work.cuh.
 #include <cub/block/block_scan.cuh>
 
 #include <type_traits>
@@ -16,64 +13,15 @@
 #include "gpu/cuda_common.cuh"
 #include "gpu/cuda_kernels.h"
 #include "gpu/partial_block.cuh"
+#include "gpu/summary_search_work.cuh"
 
 namespace topkv::cuda {
 namespace {
 
-constexpr int kMaxGroup = 8;        // query heads a scoring / far block carries (more: grid.z chunks)
+using namespace summary_work;
+
 constexpr int kScoreWarps = 8, kScoreRows = 4, kScoreIters = 4;  // a scoring warp: kScoreIters x kScoreRows groups
-constexpr int kSelectThreads = 1024, kCutLoads = 8;
 constexpr int kFarWarps = 4, kFarUnroll = 4;
-constexpr uint32_t kKeyMax = (1u << 24) - 1;
-
-size_t align256(size_t b) { return (b + 255) & ~size_t(255); }
-
-struct Work {
-  float* scores;
-  float *lo, *inv;
-  uint32_t* cut;
-  uint32_t* minmax;  // [2][rows]: each query head's lowest and highest score (ordered keys)
-  uint32_t* offset;  // a selected group's first slot in the row lists
-  uint8_t* selected;
-};
-// The layout above over the work space at `ws` (null: offsets only);
-// `bytes` gets its size (summary_search_workspace_bytes).
-Work carve(void* ws, int n_kv, int group, int max_n, size_t* bytes = nullptr) {
-  const size_t rows = (size_t)n_kv * group;
-  size_t at = 0;
-  const auto take = [&](size_t n) {
-    const size_t o = at;
-    at += align256(n);
-    return ws ? static_cast<uint8_t*>(ws) + o : nullptr;
-  };
-  Work w;
-  w.scores = reinterpret_cast<float*>(take(rows * max_n * sizeof(float)));
-  w.lo = reinterpret_cast<float*>(take(rows * sizeof(float)));
-  w.inv = reinterpret_cast<float*>(take(rows * sizeof(float)));
-  w.cut = reinterpret_cast<uint32_t*>(take(rows * sizeof(uint32_t)));
-  w.minmax = reinterpret_cast<uint32_t*>(take(2 * rows * sizeof(uint32_t)));
-  w.offset = reinterpret_cast<uint32_t*>(take((size_t)n_kv * max_n * sizeof(uint32_t)));
-  w.selected = take((size_t)n_kv * max_n);
-  if (bytes) *bytes = at;
-  return w;
-}
-
-// The 24-bit key of score x (see summary_search). Written as in the CPU twin
-// (gpu/summary_search_ref.cpp): a subtraction, then a product, in fp32.
-__device__ __forceinline__ uint32_t score_key(float x, float lo, float inv) {
-  const float t = (x - lo) * inv;
-  return t >= (float)kKeyMax ? kKeyMax : (t > 0.f ? (uint32_t)t : 0u);
-}
-
-// Order-preserving map of a float to uint32 (larger float, larger key), for
-// atomicMin/Max on scores.
-__device__ __forceinline__ uint32_t ordered(float x) {
-  const uint32_t b = __float_as_uint(x);
-  return b & 0x80000000u ? ~b : b | 0x80000000u;
-}
-__device__ __forceinline__ float unordered(uint32_t u) {
-  return __uint_as_float(u & 0x80000000u ? u & 0x7fffffffu : ~u);
-}
 
 // 1. Scores, and each query head's lowest and highest score. Warp w of block
 // b takes kScoreIters rounds of kScoreRows groups (loads in flight
@@ -133,82 +81,16 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const SummarySe
 // 2. Per query head (one block each): the scores' range, then the cut key by
 // a radix select over the three bytes of the keys, weighted by group size.
 __global__ void __launch_bounds__(kSelectThreads) threshold_kernel(const SummarySearchArgs a, Work w) {
-  __shared__ uint32_t hist[256];
-  __shared__ uint32_t s_prefix, s_mask, s_need;
-  __shared__ bool s_all;
   const int row = blockIdx.x, h = row / a.group;
   const SummaryHead head = a.heads[h];
   const float* x = w.scores + (size_t)row * a.max_n;
-  float lo = unordered(w.minmax[row]);
+  const float lo = unordered(w.minmax[row]);
   const float hi = unordered(w.minmax[a.n_kv * a.group + row]);
   const float inv = head.n > 0 && hi > lo ? (float)kKeyMax / (hi - lo) : 0.f;
-  if (threadIdx.x == 0) {
-    s_prefix = 0, s_mask = 0, s_all = false;
-    s_need = a.k < 0xffffffffll ? (uint32_t)a.k : 0xffffffffu;
-  }
-  __syncthreads();
-  for (int shift = 16; shift >= 0; shift -= 8) {
-    for (int b = threadIdx.x; b < 256; b += kSelectThreads) hist[b] = 0;
-    __syncthreads();
-    const uint32_t prefix = s_prefix, mask = s_mask;
-    // kCutLoads scores (and weights) loaded together, then counted.
-    for (int j0 = threadIdx.x; j0 < head.n; j0 += kSelectThreads * kCutLoads) {
-      float xs[kCutLoads];
-      uint32_t cs[kCutLoads];
-#pragma unroll
-      for (int u = 0; u < kCutLoads; ++u) {
-        const int j = j0 + u * kSelectThreads;
-        xs[u] = j < head.n ? x[j] : lo;
-        cs[u] = j < head.n ? (uint32_t)head.counts[j] : 0u;
-      }
-#pragma unroll
-      for (int u = 0; u < kCutLoads; ++u) {
-        const uint32_t key = score_key(xs[u], lo, inv);
-        if (cs[u] && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], cs[u]);
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      // Bins from the top: the first whose weight, with all above it, covers
-      // need. The first warp finds it in parallel: lane i holds bins
-      // 255 - 8i down to 248 - 8i, a shuffle scan gives the weight above each
-      // lane's bins, and the one lane where need is crossed walks its eight
-      // (thread 0 walked all 256, one dependent shared load after another;
-      // the two have not been timed against each other yet).
-      const int lane = threadIdx.x, top = 255 - 8 * lane;
-      const uint32_t need = s_need;
-      uint32_t c[8];
-      uint64_t mine = 0;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) c[i] = hist[top - i], mine += c[i];
-      uint64_t incl = mine;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const uint64_t t = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += t;
-      }
-      const bool crossed = incl - mine < need && incl >= need;
-      if (__ballot_sync(0xffffffffu, crossed) == 0) {
-        if (lane == 0) s_all = true;  // only on the first pass: the head holds fewer than k tokens
-      } else if (crossed) {
-        uint64_t above = incl - mine;
-        int chosen = top;
-        for (int i = 0; i < 8; ++i, --chosen) {
-          if (above + c[i] >= need) break;
-          above += c[i];
-        }
-        s_need = need - (uint32_t)above;
-        s_prefix = prefix | ((uint32_t)chosen << shift);
-        s_mask = mask | (255u << shift);
-      }
-    }
-    __syncthreads();
-    if (s_all) break;
-  }
-  if (threadIdx.x == 0) {
-    w.lo[row] = lo, w.inv[row] = inv;
-    w.cut[row] = s_all ? 0u : s_prefix;
-  }
+  const uint32_t need = a.k < 0xffffffffll ? (uint32_t)a.k : 0xffffffffu;
+  const uint32_t cut = radix_cut(
+      head.n, [&](int j) { return x[j]; }, [&](int j) { return (uint32_t)head.counts[j]; }, need, lo, inv);
+  if (threadIdx.x == 0) w.lo[row] = lo, w.inv[row] = inv, w.cut[row] = cut;
 }
 
 // 3. Gather, in three grid-wide steps so that no single block walks the
@@ -261,8 +143,9 @@ __global__ void __launch_bounds__(kSelectThreads) scan_kernel(const SummarySearc
 }
 
 // A warp takes 32 groups; each selected one's rows are written by the
-// whole warp (lane t: rows t, t + 32, ...).
-__global__ void write_kernel(const SummarySearchArgs a, Work w, size_t row_bytes) {
+// whole warp (lane t: rows t, t + 32, ...), with the group's index into
+// `groups` when it is set (rerank's candidates: [n_kv][a.cap]).
+__global__ void write_kernel(const SummarySearchArgs a, Work w, size_t row_bytes, uint32_t* groups) {
   const int h = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x % 32;
   const SummaryHead head = a.heads[h];
   bool mine = j < head.n && w.selected[(size_t)h * a.max_n + j];
@@ -287,6 +170,7 @@ __global__ void write_kernel(const SummarySearchArgs a, Work w, size_t row_bytes
       const size_t at = (size_t)(r & ((int64_t(1) << kStoreChunkShift) - 1)) * row_bytes;
       kr[t] = head.k_chunks[r >> kStoreChunkShift] + at;
       vr[t] = head.v_chunks[r >> kStoreChunkShift] + at;
+      if (groups) groups[(size_t)h * a.cap + o + t] = (uint32_t)jj;
     }
   }
 }
@@ -341,27 +225,24 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
                        a.part_o);
 }
 
-template <class F> void with_head_dim(int hd, F&& f) {
-  switch (hd) {
-    case 64: f(std::integral_constant<int, 64>{}); return;
-    case 128: f(std::integral_constant<int, 128>{}); return;
-    case 256: f(std::integral_constant<int, 256>{}); return;
-  }
-  fail("the device search supports head_dim 64, 128 and 256, not {}", hd);
-}
-
 }  // namespace
 
-size_t summary_search_workspace_bytes(int n_kv, int group, int max_n) {
+size_t summary_search_workspace_bytes(int n_kv, int group, int max_n, int cand_cap) {
   size_t bytes = 0;
-  carve(nullptr, n_kv, group, max_n, &bytes);
+  carve(nullptr, n_kv, group, max_n, cand_cap, &bytes);
   return bytes;
 }
 
-const float* summary_scores(const SummarySearchArgs& a) { return carve(a.workspace, a.n_kv, a.group, a.max_n).scores; }
-const uint8_t* summary_selected(const SummarySearchArgs& a) {
-  return carve(a.workspace, a.n_kv, a.group, a.max_n).selected;
+namespace {
+Work carve_args(const SummarySearchArgs& a) {
+  return carve(a.workspace, a.n_kv, a.group, a.max_n, a.rerank_k > 0 ? a.cand_cap : 0);
 }
+}  // namespace
+
+const float* summary_scores(const SummarySearchArgs& a) { return carve_args(a).scores; }
+const uint8_t* summary_selected(const SummarySearchArgs& a) { return carve_args(a).selected; }
+const float* summary_row_scores(const SummarySearchArgs& a) { return carve_args(a).row_scores; }
+const int32_t* summary_candidate_counts(const SummarySearchArgs& a) { return carve_args(a).cand_count; }
 
 void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
   TOPKV_CHECK(a.n_kv >= 1 && a.group >= 1 && a.group <= 64 && a.max_n >= 0 && a.k >= 1 && a.cap >= 0,
@@ -369,7 +250,9 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
               a.group, a.max_n, a.k, a.cap);
   TOPKV_CHECK(a.far_splits == 0 || a.part0 + a.far_splits <= a.parts,
               "device search writes far partial slots {}..{} of {}", a.part0, a.part0 + a.far_splits - 1, a.parts);
-  const Work w = carve(a.workspace, a.n_kv, a.group, a.max_n);
+  TOPKV_CHECK(a.rerank_k == 0 || (a.rerank_k >= 1 && a.cand_cap >= 1),
+              "device search rerank: keep {} rows of {} candidates a head", a.rerank_k, a.cand_cap);
+  const Work w = carve_args(a);
   const unsigned gz = (unsigned)((a.group + kMaxGroup - 1) / kMaxGroup);
   using A = SummarySearchArgs;
   if (a.max_n > 0 && (a.phases & A::kSearchScore)) {
@@ -393,12 +276,18 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
   }
   if (a.max_n > 0 && (a.phases & A::kSearchGather)) {
     const dim3 grid((unsigned)((a.max_n + 255) / 256), (unsigned)a.n_kv);
-    mark_kernel<<<grid, 256, 0, stream>>>(a, w);
+    // With rerank the selected groups' rows are candidates (the work space's
+    // lists, cand_cap a head), and summary_rerank keeps the best into a's.
+    SummarySearchArgs into = a;
+    if (a.rerank_k > 0) into.k_rows = w.cand_k, into.v_rows = w.cand_v, into.counts = w.cand_count, into.cap = a.cand_cap;
+    mark_kernel<<<grid, 256, 0, stream>>>(into, w);
     TOPKV_CUDA_CHECK_LAUNCH();
-    scan_kernel<<<(unsigned)a.n_kv, kSelectThreads, 0, stream>>>(a, w);
+    scan_kernel<<<(unsigned)a.n_kv, kSelectThreads, 0, stream>>>(into, w);
     TOPKV_CUDA_CHECK_LAUNCH();
-    write_kernel<<<grid, 256, 0, stream>>>(a, w, (size_t)a.head_dim * dtype_size(a.store_type));
+    write_kernel<<<grid, 256, 0, stream>>>(into, w, (size_t)a.head_dim * dtype_size(a.store_type),
+                                           a.rerank_k > 0 ? w.cand_group : nullptr);
     TOPKV_CUDA_CHECK_LAUNCH();
+    if (a.rerank_k > 0) summary_rerank(a, w, stream);
   } else if (a.max_n == 0) {
     TOPKV_CUDA_CHECK(cudaMemsetAsync(a.counts, 0, (size_t)a.n_kv * sizeof(int32_t), stream));
   }

@@ -61,6 +61,7 @@ SummarySelection summary_select_reference(const SummaryTables& t, const std::vec
   std::vector<ScoreCut> cuts((size_t)group);
   for (int g = 0; g < group; ++g) cuts[(size_t)g] = summary_cut_reference(scores.data() + (size_t)g * n, t.counts, k);
   SummarySelection sel;
+  sel.cuts = cuts;
   sel.selected.assign((size_t)n, 0);
   int64_t used = 0;
   bool full = false;
@@ -72,10 +73,45 @@ SummarySelection summary_select_reference(const SummaryTables& t, const std::vec
     full |= used + cnt > cap;  // the gather's prefix layout: once a group does not fit, no later one does
     if (full) continue;
     sel.selected[(size_t)j] = 1;
-    for (int64_t r = 0; r < cnt; ++r)
+    for (int64_t r = 0; r < cnt; ++r) {
       sel.rows.push_back(t.kind == SummaryTables::Kind::PageBounds ? j * t.page + r
                                                                    : (int64_t)t.members[(size_t)t.offsets[(size_t)j] + r]);
+      sel.row_group.push_back(j);
+    }
     used += cnt;
+  }
+  return sel;
+}
+
+SummarySelection summary_rerank_reference(const SummaryTables& t, const SummarySelection& cand,
+                                          const std::vector<float>& scores, const std::vector<float>& row_scores,
+                                          int group, int64_t k, int64_t cap) {
+  const int64_t n = t.size(), nc = (int64_t)cand.rows.size();
+  // included[g][r]: query head g's cut took candidate r's group.
+  std::vector<char> included((size_t)group * nc);
+  std::vector<ScoreCut> row_cuts((size_t)group);
+  for (int g = 0; g < group; ++g) {
+    const ScoreCut& gc = cand.cuts[(size_t)g];
+    std::vector<float> x;
+    for (int64_t r = 0; r < nc; ++r) {
+      const bool in = gc.key(scores[(size_t)g * n + cand.row_group[(size_t)r]]) >= gc.cut;
+      included[(size_t)g * nc + r] = in;
+      if (in) x.push_back(row_scores[(size_t)g * nc + r]);
+    }
+    row_cuts[(size_t)g] = summary_cut_reference(x.data(), std::vector<int32_t>(x.size(), 1), k);
+  }
+  SummarySelection sel;
+  sel.cuts = row_cuts;
+  sel.selected.assign((size_t)n, 0);
+  for (int64_t r = 0; r < nc && (int64_t)sel.rows.size() < cap; ++r) {
+    bool keep = false;
+    for (int g = 0; g < group && !keep; ++g)
+      keep = included[(size_t)g * nc + r] &&
+             row_cuts[(size_t)g].key(row_scores[(size_t)g * nc + r]) >= row_cuts[(size_t)g].cut;
+    if (!keep) continue;
+    sel.rows.push_back(cand.rows[(size_t)r]);
+    sel.row_group.push_back(cand.row_group[(size_t)r]);
+    sel.selected[(size_t)cand.row_group[(size_t)r]] = 1;
   }
   return sel;
 }

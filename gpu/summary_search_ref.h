@@ -24,12 +24,25 @@ struct ScoreCut {
 ScoreCut summary_cut_reference(const float* scores, const std::vector<int32_t>& counts, int64_t k);
 
 // selected[j] for the union of the group's cuts, after the gather's capacity
-// (`cap` rows, groups in order), and the selected groups' rows in order.
+// (`cap` rows, groups in order), the selected groups' rows in order with the
+// group of each, and each query head's cut.
 struct SummarySelection {
   std::vector<char> selected;
   std::vector<int64_t> rows;
+  std::vector<int64_t> row_group;
+  std::vector<ScoreCut> cuts;
 };
 SummarySelection summary_select_reference(const SummaryTables& t, const std::vector<float>& scores, int group,
                                           int64_t k, int64_t cap);
+
+// Rerank (cuda_kernels.h, step 3b): `candidates` is the selection at the
+// candidates' budget, `row_scores` [group][candidates.rows.size()] the exact
+// q.k of each candidate row per query head (those whose cut did not take the
+// row's group are ignored). Each query head keeps the rows at or above its
+// cut of k (weight 1 each); the kept rows, in candidate order, at most `cap`,
+// and selected[j] for the groups with a kept row.
+SummarySelection summary_rerank_reference(const SummaryTables& t, const SummarySelection& candidates,
+                                          const std::vector<float>& scores, const std::vector<float>& row_scores,
+                                          int group, int64_t k, int64_t cap);
 
 }  // namespace topkv

@@ -57,14 +57,12 @@ class Progress;
 
 class ClusterIndex : public KvIndex {
  public:
-  // rerank > 1 ranks rows exactly after the lookup, which the device search
-  // (gpu/kernels_summary_search.cu) does not do: the host searches then.
-  std::optional<SummaryTables::Kind> summary_kind() const override {
-    if (rerank_ > 1.0) return std::nullopt;
-    return SummaryTables::Kind::Centroid;
-  }
+  // With rerank the device search ranks the candidates' rows too
+  // (gpu/kernels_summary_rerank.cu), so the tables serve it either way.
+  std::optional<SummaryTables::Kind> summary_kind() const override { return SummaryTables::Kind::Centroid; }
   bool is_topk() const override { return false; }
   bool reranks() const override { return levels_ == 1; }
+  double own_rerank() const override { return rerank_; }
 
  protected:
   // default_ratio: keys per fine centroid when the spec does not say

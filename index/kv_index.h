@@ -147,8 +147,10 @@ class KvIndex {
   // The form export_summaries gives this backend's index (the capability a
   // search elsewhere, e.g. the GPU's, is chosen by), or none: graphs, IVF, flat.
   virtual std::optional<SummaryTables::Kind> summary_kind() const { return std::nullopt; }
-  // Whether SearchParams::rerank > 1 changes this backend's search.
+  // Whether SearchParams::rerank > 1 changes this backend's search, and the
+  // factor its spec sets (what SearchParams::rerank 0 means; 1: none).
   virtual bool reranks() const { return false; }
+  virtual double own_rerank() const { return 1.0; }
   // Bytes the structure will hold per indexed key of dimension `dim`
   // (structure + any private key copy, not the shared store), from the
   // backend's parameters: what a memory plan needs before any key exists.

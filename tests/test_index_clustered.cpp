@@ -459,7 +459,9 @@ TEST_CASE("rerank: each head keeps the k best rows of its R*k-token clusters, fl
   for (const char* family : {"centroid", "multipole"}) {
     INFO(family);
     CHECK(KvIndex::create(std::string(family))->summary_kind().has_value());
-    CHECK_FALSE(KvIndex::create(std::string(family) + ":rerank=4")->summary_kind().has_value());  // host search
+    CHECK(KvIndex::create(std::string(family) + ":rerank=4")->summary_kind().has_value());  // the device reranks too
+    CHECK(KvIndex::create(std::string(family) + ":rerank=4")->own_rerank() == 4.0);
+    CHECK(KvIndex::create(std::string(family))->own_rerank() == 1.0);
     CHECK_THROWS_WITH(KvIndex::create(std::string(family) + ":rerank=0.5"), Catch::Contains("rerank"));
     CHECK_THROWS_WITH(KvIndex::create(std::string(family) + ":rerank=2,levels=2"), Catch::Contains("levels=1"));
 

@@ -46,19 +46,27 @@ template <class T> std::vector<T> fetch(Backend& be, const void* dev, size_t n) 
 TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far rows", "[search]") {
   auto& be = cuda_be();
   OpSummary scores_sum("device search scores", 1e-5), far_sum("device search far rows", 1e-5);
-  OpSummary scores16("device search scores, f16 tables", 1e-3);
+  OpSummary scores16("device search scores, f16 tables", 1e-3), row_sum("device rerank row scores", 1e-5);
   int selections = 0, mismatched = 0;
-  struct Case { std::string index; DType table; int hd, kv, group, n; int64_t k; bool streaming; };
+  // rerank R > 1: clusters until R*k tokens are candidates, each query head
+  // keeps its k best rows (step 3b), rows read from an f16 or f8 store.
+  struct Case { std::string index; DType table; int hd, kv, group, n; int64_t k; bool streaming; int rerank = 1;
+                DType store = DType::F16; };
   const std::vector<Case> cases = {
       {"multipole", DType::F32, 128, 1, 4, 4000, 256, false},  {"multipole", DType::F16, 256, 1, 4, 9000, 512, false},
       {"multipole", DType::F32, 64, 3, 12, 777, 40, true},     {"centroid:ratio=9", DType::F32, 64, 2, 1, 1301, 1, false},
       {"quest:page=4", DType::F32, 128, 2, 4, 1000, 100, false}, {"quest:page=16", DType::BF16, 256, 1, 8, 5003, 700, false},
       {"multipole", DType::F32, 128, 2, 4, 300, 100000, false},
+      {"multipole", DType::F32, 128, 1, 4, 4000, 64, false, 4},  {"multipole", DType::F16, 64, 3, 12, 777, 9, true, 8},
+      {"centroid:ratio=9", DType::F32, 256, 2, 1, 1301, 1, false, 3},
+      {"multipole", DType::F32, 128, 2, 6, 2501, 50, false, 4, DType::F8E4M3},
+      {"multipole", DType::F32, 64, 1, 2, 300, 1000, false, 4},  // fewer rows than R*k: every row a candidate
   };
   for (const Case& c : cases) {
-    CAPTURE(c.index, dtype_name(c.table), c.hd, c.kv, c.group, c.n, c.k);
+    CAPTURE(c.index, dtype_name(c.table), c.hd, c.kv, c.group, c.n, c.k, c.rerank, dtype_name(c.store));
     OffloadedLayer::Config cfg;
     cfg.n_heads = c.kv * c.group, cfg.kv_heads = c.kv, cfg.head_dim = c.hd, cfg.sinks = 0, cfg.window = 1;
+    cfg.store_dtype = c.store;
     cfg.k = c.k, cfg.index = c.index, cfg.store_alloc = pinned_alloc(), cfg.build.n_threads = 2;
     if (c.streaming) cfg.streaming.assign((size_t)c.kv, 0), cfg.streaming[1] = 1;
     OffloadedLayer L(cfg);
@@ -73,9 +81,11 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
     tab.upload(be, L, c.table);
     const int G = c.group, nkv = c.kv, d = c.hd, max_n = tab.max_n();
     const int cap = tab.row_cap(c.k, G);
+    const int64_t cand_k = c.rerank > 1 ? c.rerank * c.k : 0;
+    const int cand_cap = cand_k ? tab.row_cap(cand_k, G) : 0;
     const auto q = data.queries(nkv * G);
     Buffer dq = upload(be, q);
-    Buffer ws = be.alloc(cuda::summary_search_workspace_bytes(nkv, G, max_n));
+    Buffer ws = be.alloc(cuda::summary_search_workspace_bytes(nkv, G, max_n, cand_cap));
     Buffer lists = be.alloc(2 * (size_t)nkv * cap * sizeof(void*) + nkv * 4);
     const int far_splits = 5, parts = far_splits + 1;
     Buffer part = be.alloc((size_t)nkv * G * parts * (2 + d) * 4);
@@ -84,7 +94,8 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
     cuda::SummarySearchArgs a;
     a.heads = tab.heads(), a.n_kv = nkv, a.group = G, a.head_dim = d, a.max_n = max_n;
     a.page_bounds = tab.page_bounds(), a.table_type = c.table, a.store_type = cfg.store_dtype;
-    a.q = dq.f32(), a.k = c.k, a.scale = 0.09f, a.workspace = ws.mem.get();
+    a.q = dq.f32(), a.k = cand_k ? cand_k : c.k, a.scale = 0.09f, a.workspace = ws.mem.get();
+    a.rerank_k = cand_k ? c.k : 0, a.cand_cap = cand_cap;
     auto* dl = lists.as<const void*>();
     a.k_rows = const_cast<const void**>(dl), a.v_rows = const_cast<const void**>(dl + (size_t)nkv * cap);
     a.counts = reinterpret_cast<int32_t*>(const_cast<void**>(dl + 2 * (size_t)nkv * cap)), a.cap = cap;
@@ -96,6 +107,12 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
     const auto dk = fetch<const void*>(be, a.k_rows, (size_t)nkv * cap);
     const auto dv = fetch<const void*>(be, a.v_rows, (size_t)nkv * cap);
     const auto dcount = fetch<int32_t>(be, a.counts, (size_t)nkv);
+    std::vector<float> drows;
+    std::vector<int32_t> dcand;
+    if (cand_k) {
+      drows = fetch<float>(be, cuda::summary_row_scores(a), (size_t)nkv * G * cand_cap);
+      dcand = fetch<int32_t>(be, cuda::summary_candidate_counts(a), (size_t)nkv);
+    }
     const auto hm = fetch<float>(be, pm, (size_t)nkv * G * parts), hl = fetch<float>(be, pl, (size_t)nkv * G * parts);
     const auto ho = fetch<float>(be, po, (size_t)nkv * G * parts * d);
     for (int h = 0; h < nkv; ++h) {
@@ -117,7 +134,31 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
         std::copy_n(dscores.data() + ((size_t)h * G + g) * max_n, n, got.begin() + (ptrdiff_t)g * n);
       (c.table == DType::F32 ? scores_sum : scores16).check(rel_err(got, want));
       // Cut, union and gather: exactly the twin's on the device's scores.
-      const auto sel = summary_select_reference(t, got, G, c.k, cap);
+      SummarySelection sel = summary_select_reference(t, got, G, cand_k ? cand_k : c.k, cand_k ? cand_cap : cap);
+      if (cand_k) {
+        // Rerank: the candidates' exact scores against q.k of the store's
+        // rows (-inf where the query head's cut did not take the group),
+        // then the kept rows exactly the twin's on the device's scores.
+        const int64_t nc = (int64_t)sel.rows.size();
+        REQUIRE(dcand[(size_t)h] == (int32_t)nc);
+        std::vector<float> rows_got((size_t)G * nc), rows_want, rows_dev;
+        std::vector<float> key(d);
+        for (int g = 0; g < G; ++g)
+          for (int64_t r = 0; r < nc; ++r) {
+            const float x = drows[((size_t)h * G + g) * cand_cap + r];
+            rows_got[(size_t)g * nc + r] = x;
+            const ScoreCut& gc = sel.cuts[(size_t)g];
+            const bool in = gc.key(got[(size_t)g * n + sel.row_group[(size_t)r]]) >= gc.cut;
+            CHECK((x == -INFINITY) == !in);
+            if (!in) continue;
+            L.key_store(h)->row_f32(sel.rows[(size_t)r], key.data());
+            double dot = 0;
+            for (int i = 0; i < d; ++i) dot += (double)q[((size_t)h * G + g) * d + i] * key[(size_t)i];
+            rows_want.push_back((float)dot), rows_dev.push_back(x);
+          }
+        row_sum.check(rel_err(rows_dev, rows_want));
+        sel = summary_rerank_reference(t, sel, got, rows_got, G, c.k, cap);
+      }
       for (int64_t j = 0; j < n; ++j) mismatched += sel.selected[(size_t)j] != (char)dsel[(size_t)h * max_n + j];
       ++selections;
       REQUIRE(dcount[(size_t)h] == (int32_t)sel.rows.size());
@@ -181,21 +222,24 @@ TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtim
   // attends all of them exactly, the CPU only the k best (KvIndex::search).
   // stage: the store is not pinned; the searched rows go through the host's
   // staging buffer (GpuOffloadRuntime::stage_searched_rows).
-  struct Case { std::string index; int hd, heads, kv, n, window, sinks, k, fold; bool stage = false; };
+  // rerank: the device's step 3b against the host index's rerank_rows.
+  struct Case { std::string index; int hd, heads, kv, n, window, sinks, k, fold; bool stage = false; double rerank = 0; };
   const std::vector<Case> cases = {
       {"multipole", 128, 4, 1, 3000, 16, 4, 256, 1024}, {"multipole", 256, 8, 1, 2500, 8, 2, 300, 5},
       {"centroid", 64, 8, 2, 1200, 32, 4, 64, 40},      {"quest:page=4", 128, 8, 8, 700, 8, 0, 40, 7},
       {"multipole", 64, 4, 1, 10, 8, 4, 16, 3},  // the store starts empty: built at the first eviction
       {"multipole", 256, 8, 1, 2500, 8, 2, 300, 5, true}, {"quest:page=4", 128, 8, 8, 700, 8, 0, 40, 7, true},
       {"centroid", 64, 8, 2, 1200, 32, 4, 64, 40, true},
+      {"multipole", 128, 4, 1, 3000, 16, 4, 256, 1024, false, 4}, {"centroid", 64, 8, 2, 1200, 32, 4, 64, 40, false, 3},
+      {"multipole:rerank=2", 256, 8, 1, 2500, 8, 2, 100, 5},  // the spec's own factor
   };
   for (const Case& c : cases) {
-    CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, c.fold, c.stage);
+    CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, c.fold, c.stage, c.rerank);
     const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = c.k, pol.sinks = c.sinks, pol.window = c.window;
     pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32, pol.device_fold = c.fold;
-    pol.stage_rows = c.stage;
+    pol.stage_rows = c.stage, pol.search.rerank = c.rerank;
     pol.sync_folds = true;  // the CPU runtime folds on its step too: the same rows covered at every step
     FoldingRuntime ref(cfg, pol, c.fold);
     auto got = make_gpu_offload_runtime(be, cfg, pol, false);

@@ -1,0 +1,1 @@
+topkv eval ruler -m q15.gguf --backend cuda --chat --lengths 16K,32K --samples 2 --answer-tokens 48 --agreement-tokens 64 --error-steps 4 --chunk 4096 --kv-type f16 --tasks niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multikey_2,niah_multikey_3,niah_multivalue,niah_multiquery,vt,cwe,fwe --methods-index multipole,multipole:rerank=4 --methods-k 2%

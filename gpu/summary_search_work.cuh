@@ -1,0 +1,184 @@
+// What the device search's kernels share (kernels_summary_search.cu, and the
+// rerank step in kernels_summary_rerank.cu): the work space's layout, the
+// 24-bit score keys and the radix select that cuts a budget over them.
+//
+// Work space: scores [n_kv][group][max_n] f32 | lo [rows] f32 | inv [rows] f32 |
+// cut [rows] u32 | minmax [2][rows] u32 | offset [n_kv][max_n] u32 |
+// selected [n_kv][max_n] u8
+// (rows = n_kv * group); with rerank (cand_cap > 0) then
+// cand_k, cand_v [n_kv][cand_cap] pointers | cand_group [n_kv][cand_cap] u32 |
+// cand_count [n_kv] i32 | row_scores [n_kv][group][cand_cap] f32 |
+// row_lo, row_inv [rows] f32 | row_cut [rows] u32 | row_minmax [2][rows] u32.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "gpu/cuda_kernels.h"
+
+namespace topkv::cuda::summary_work {
+
+constexpr uint32_t kKeyMax = (1u << 24) - 1;
+constexpr int kSelectThreads = 1024, kCutLoads = 8;
+constexpr int kMaxGroup = 8;  // query heads a scoring / far block carries (more: grid.z chunks)
+
+inline size_t align256(size_t b) { return (b + 255) & ~size_t(255); }
+
+struct Work {
+  float* scores;
+  float *lo, *inv;
+  uint32_t* cut;
+  uint32_t* minmax;  // [2][rows]: each query head's lowest and highest score (ordered keys)
+  uint32_t* offset;  // a selected group's first slot in the row lists
+  uint8_t* selected;
+  // rerank only (null without): the candidates' row lists, their groups and
+  // counts, their exact scores per query head, and the cut over those.
+  const void** cand_k;
+  const void** cand_v;
+  uint32_t* cand_group;
+  int32_t* cand_count;
+  float* row_scores;
+  float *row_lo, *row_inv;
+  uint32_t* row_cut;
+  uint32_t* row_minmax;
+  int cand_cap;
+};
+
+// The layout above over the work space at `ws` (null: offsets only);
+// `bytes` gets its size (summary_search_workspace_bytes).
+inline Work carve(void* ws, int n_kv, int group, int max_n, int cand_cap, size_t* bytes = nullptr) {
+  const size_t rows = (size_t)n_kv * group;
+  size_t at = 0;
+  const auto take = [&](size_t n) {
+    const size_t o = at;
+    at += align256(n);
+    return ws ? static_cast<uint8_t*>(ws) + o : nullptr;
+  };
+  Work w{};
+  w.scores = reinterpret_cast<float*>(take(rows * max_n * sizeof(float)));
+  w.lo = reinterpret_cast<float*>(take(rows * sizeof(float)));
+  w.inv = reinterpret_cast<float*>(take(rows * sizeof(float)));
+  w.cut = reinterpret_cast<uint32_t*>(take(rows * sizeof(uint32_t)));
+  w.minmax = reinterpret_cast<uint32_t*>(take(2 * rows * sizeof(uint32_t)));
+  w.offset = reinterpret_cast<uint32_t*>(take((size_t)n_kv * max_n * sizeof(uint32_t)));
+  w.selected = take((size_t)n_kv * max_n);
+  w.cand_cap = cand_cap;
+  if (cand_cap > 0) {
+    const size_t nc = (size_t)n_kv * cand_cap;
+    w.cand_k = reinterpret_cast<const void**>(take(nc * sizeof(void*)));
+    w.cand_v = reinterpret_cast<const void**>(take(nc * sizeof(void*)));
+    w.cand_group = reinterpret_cast<uint32_t*>(take(nc * sizeof(uint32_t)));
+    w.cand_count = reinterpret_cast<int32_t*>(take((size_t)n_kv * sizeof(int32_t)));
+    w.row_scores = reinterpret_cast<float*>(take(rows * cand_cap * sizeof(float)));
+    w.row_lo = reinterpret_cast<float*>(take(rows * sizeof(float)));
+    w.row_inv = reinterpret_cast<float*>(take(rows * sizeof(float)));
+    w.row_cut = reinterpret_cast<uint32_t*>(take(rows * sizeof(uint32_t)));
+    w.row_minmax = reinterpret_cast<uint32_t*>(take(2 * rows * sizeof(uint32_t)));
+  }
+  if (bytes) *bytes = at;
+  return w;
+}
+
+// The 24-bit key of score x (see summary_search). Written as in the CPU twin
+// (gpu/summary_search_ref.cpp): a subtraction, then a product, in fp32.
+__device__ __forceinline__ uint32_t score_key(float x, float lo, float inv) {
+  const float t = (x - lo) * inv;
+  return t >= (float)kKeyMax ? kKeyMax : (t > 0.f ? (uint32_t)t : 0u);
+}
+
+// Order-preserving map of a float to uint32 (larger float, larger key), for
+// atomicMin/Max on scores.
+__device__ __forceinline__ uint32_t ordered(float x) {
+  const uint32_t b = __float_as_uint(x);
+  return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+__device__ __forceinline__ float unordered(uint32_t u) {
+  return __uint_as_float(u & 0x80000000u ? u & 0x7fffffffu : ~u);
+}
+
+// The cut key of one budget, run by a whole block of kSelectThreads: items
+// j < n with score x(j) and weight weight(j) (0: not a candidate), keys
+// score_key(x, lo, inv); returns the largest key K whose items at or above
+// it weigh >= need, or 0 when all of them together weigh less (take all).
+// A radix select over the keys' three bytes; per pass kCutLoads items are
+// loaded together, then counted into a shared histogram, and the first warp
+// finds the bin where need is crossed with a shuffle scan: lane i holds bins
+// 255 - 8i down to 248 - 8i, and the one lane where need is crossed walks its
+// eight (thread 0 walking all 256 was one dependent shared load after
+// another).
+template <class Score, class Weight>
+__device__ uint32_t radix_cut(int n, Score x, Weight weight, uint32_t need, float lo, float inv) {
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t s_prefix, s_mask, s_need;
+  __shared__ bool s_all;
+  if (threadIdx.x == 0) s_prefix = 0, s_mask = 0, s_all = false, s_need = need;
+  __syncthreads();
+  for (int shift = 16; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += kSelectThreads) hist[b] = 0;
+    __syncthreads();
+    const uint32_t prefix = s_prefix, mask = s_mask;
+    for (int j0 = threadIdx.x; j0 < n; j0 += kSelectThreads * kCutLoads) {
+      float xs[kCutLoads];
+      uint32_t cs[kCutLoads];
+#pragma unroll
+      for (int u = 0; u < kCutLoads; ++u) {
+        const int j = j0 + u * kSelectThreads;
+        xs[u] = j < n ? x(j) : lo;
+        cs[u] = j < n ? weight(j) : 0u;
+      }
+#pragma unroll
+      for (int u = 0; u < kCutLoads; ++u) {
+        const uint32_t key = score_key(xs[u], lo, inv);
+        if (cs[u] && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], cs[u]);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      const int lane = threadIdx.x, top = 255 - 8 * lane;
+      const uint32_t need_now = s_need;
+      uint32_t c[8];
+      uint64_t mine = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) c[i] = hist[top - i], mine += c[i];
+      uint64_t incl = mine;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint64_t t = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += t;
+      }
+      const bool crossed = incl - mine < need_now && incl >= need_now;
+      if (__ballot_sync(0xffffffffu, crossed) == 0) {
+        if (lane == 0) s_all = true;  // only on the first pass: the items weigh less than need
+      } else if (crossed) {
+        uint64_t above = incl - mine;
+        int chosen = top;
+        for (int i = 0; i < 8; ++i, --chosen) {
+          if (above + c[i] >= need_now) break;
+          above += c[i];
+        }
+        s_need = need_now - (uint32_t)above;
+        s_prefix = prefix | ((uint32_t)chosen << shift);
+        s_mask = mask | (255u << shift);
+      }
+    }
+    __syncthreads();
+    if (s_all) break;
+  }
+  return s_all ? 0u : s_prefix;
+}
+
+template <class F> void with_head_dim(int hd, F&& f) {
+  switch (hd) {
+    case 64: f(std::integral_constant<int, 64>{}); return;
+    case 128: f(std::integral_constant<int, 128>{}); return;
+    case 256: f(std::integral_constant<int, 256>{}); return;
+  }
+  fail("the device search supports head_dim 64, 128 and 256, not {}", hd);
+}
+
+// The rerank step (kernels_summary_rerank.cu), run by summary_search after
+// the candidates' gather into w.cand_*: exact scores, each query head's cut,
+// and the kept rows into a's lists.
+void summary_rerank(const SummarySearchArgs& a, const Work& w, cudaStream_t stream);
+
+}  // namespace topkv::cuda::summary_work
