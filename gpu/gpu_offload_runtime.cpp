@@ -54,7 +54,8 @@ bool wants_device_search(const OffloadPolicy& p) {
               "--search-on gpu runs the budget-mode search of multipole, centroid and quest indexes with GQA "
               "union (rerank: not with --stage-rows); this run has index '{}'{}{}{}: use --search-on host", p.index,
               p.search.threshold != 0.0 ? ", --threshold" : "", p.search.gqa != GqaMode::Union ? ", --gqa mean" : "",
-              rerank && p.stage_rows ? ", --rerank with --stage-rows" : "");
+              rerank && p.stage_rows ? ", rerank (the default of one-level centroid/multipole; --rerank 1 turns "
+                                       "it off) with --stage-rows" : "");
   return able;
 }
 

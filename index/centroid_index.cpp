@@ -106,7 +106,7 @@ ClusterIndex::ClusterIndex(std::string name, const Params& p, const BuildOptions
   levels_ = p.get_int("levels", 1);
   coarse_ratio_ = p.get_int("coarse_ratio", 5);
   expand_ = p.get_double("expand", 4.0);
-  rerank_ = p.get_double("rerank", 1.0);
+  rerank_ = p.get_double("rerank", levels_ == 1 ? kDefaultRerank : 1.0);
   TOPKV_CHECK(ratio_ >= 1, "{}: ratio={} must be at least 1 (keys per centroid)", name_, ratio_);
   TOPKV_CHECK(iters_ >= 1 && iters_ <= 1000, "{}: iters={} is out of range (1..1000 k-means iterations)", name_,
               iters_);

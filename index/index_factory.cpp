@@ -27,15 +27,15 @@ const std::vector<Entry>& registry() {
         "ratio=20 (keys per centroid), iters=10 (k-means iterations), block=8192 (keys per k-means block, "
         "0 = one k-means over all keys), max_train=65536 (keys sampled per k-means), levels=1|2 (2 = hierarchical), coarse_ratio=5 (fine centroids per coarse one; levels=2), "
         "expand=4 (levels=2: expand the best coarse clusters until they hold expand*k keys, or those with "
-        "share >= threshold/expand), rerank=1 (R > 1: clusters until R*k tokens, then each head's k best of "
-        "their rows by exact q.k; host search only)"},
+        "share >= threshold/expand), rerank=4 (levels=1; R > 1: clusters until R*k tokens, then each head's k "
+        "best of their rows by exact q.k; 1 = off, the only choice with levels=2)"},
        make_centroid_index},
       {{"multipole",
         "Multipole Attention: centroid clusters plus mean values; clusters not kept come back as far-field "
         "terms (N_j, q.C_j, mean value) for the attention merge, so no token is dropped",
         "ratio=16 (keys per centroid), iters=10, block=8192, max_train=65536, levels=1|2, coarse_ratio=5, expand=4, "
-        "rerank=1 (as centroid; with rerank the rows of selected clusters not kept are dropped); needs the value "
-        "store"},
+        "rerank=4 (as centroid; the rows of selected clusters not kept are dropped, clusters with none kept are "
+        "far); needs the value store"},
        make_multipole_index},
       {{"hnswlib",
         "hnswlib 0.6.2 HNSW graph over inner product (own fp32 key copy); ef per search call",

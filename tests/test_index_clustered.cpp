@@ -256,7 +256,8 @@ TEST_CASE("clustered keys: half the context folded in by appends is found as wel
 TEST_CASE("multipole: exact attention = retrieved part (+) far-cluster part, closer than the retrieved part alone") {
   const auto& c = data();
   const float scale = c.scale();
-  for (const char* spec : {"multipole", "multipole:levels=2"}) {
+  // The plain lookup (rerank=1): with rerank a kept cluster's other rows are dropped.
+  for (const char* spec : {"multipole:rerank=1", "multipole:levels=2"}) {
     const auto& idx = built(spec);
     SearchParams p;
     p.k = 164;  // 2% of the keys
@@ -370,7 +371,7 @@ TEST_CASE("quest picks the pages a plain min/max bound picks, also after appends
 TEST_CASE("centroid and multipole summaries are the means of their clusters' keys and values, also after appends") {
   std::mt19937_64 rng(22);
   std::normal_distribution<float> nd(0.f, 1.f);
-  for (const char* spec : {"centroid", "centroid:levels=2,coarse_ratio=3", "multipole:ratio=9",
+  for (const char* spec : {"centroid:rerank=1", "centroid:levels=2,coarse_ratio=3", "multipole:ratio=9,rerank=1",
                            "multipole:levels=2,ratio=7"}) {
     INFO(spec);
     const int d = 64, dv = 40;
@@ -461,7 +462,8 @@ TEST_CASE("rerank: each head keeps the k best rows of its R*k-token clusters, fl
     CHECK(KvIndex::create(std::string(family))->summary_kind().has_value());
     CHECK(KvIndex::create(std::string(family) + ":rerank=4")->summary_kind().has_value());  // the device reranks too
     CHECK(KvIndex::create(std::string(family) + ":rerank=4")->own_rerank() == 4.0);
-    CHECK(KvIndex::create(std::string(family))->own_rerank() == 1.0);
+    CHECK(KvIndex::create(std::string(family))->own_rerank() == 4.0);  // the default of the one-level lookup
+    CHECK(KvIndex::create(std::string(family) + ":levels=2")->own_rerank() == 1.0);
     CHECK_THROWS_WITH(KvIndex::create(std::string(family) + ":rerank=0.5"), Catch::Contains("rerank"));
     CHECK_THROWS_WITH(KvIndex::create(std::string(family) + ":rerank=2,levels=2"), Catch::Contains("levels=1"));
 
@@ -485,7 +487,8 @@ TEST_CASE("rerank: each head keeps the k best rows of its R*k-token clusters, fl
     CHECK(two.ids == both);
 
     // At R = 4 the exact ranking finds more of the true top-K than the clusters alone at the same budget.
-    auto plain = KvIndex::create(family, opts(2)), ranked = KvIndex::create(std::string(family) + ":rerank=4", opts(2));
+    auto plain = KvIndex::create(std::string(family) + ":rerank=1", opts(2));
+    auto ranked = KvIndex::create(std::string(family) + ":rerank=4", opts(2));
     plain->build(c.keys, plain->needs_values() ? c.values : nullptr);
     ranked->build(c.keys, ranked->needs_values() ? c.values : nullptr);
     const Quality qp = measure(*plain, c, t, p), qr = measure(*ranked, c, t, p);

@@ -1,7 +1,8 @@
 // SummaryTables (KvIndex::export_summaries) and the CPU twin of the device
 // search (gpu/summary_search_ref.h): the tables describe the index exactly,
 // and the twin's budget cut selects the rows the index's own budget-mode
-// search returns (GQA union; level-1 lookups, random scores: no ties).
+// search returns (GQA union; level-1 lookups, random scores: no ties), with
+// rerank (summary_rerank_reference) as without.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -17,12 +18,36 @@
 
 using namespace topkv;
 
+namespace {
+
+// The twin's selection for the index's own search: the cut at k, or with
+// rerank (the default of one-level centroid/multipole) the cut at R*k, the
+// candidates' exact scores (the store's own dot product, as the index
+// computes them) and the rerank cut at k.
+SummarySelection twin_select(const KvIndex& index, const SummaryTables& t, const RowStore& keys, const float* q,
+                             int group, int64_t k, int64_t cap) {
+  const auto scores = summary_scores_reference(t, q, group);
+  const double R = index.own_rerank();
+  if (R <= 1.0) return summary_select_reference(t, scores, group, k, cap);
+  const SummarySelection cand = summary_select_reference(t, scores, group, (int64_t)(R * (double)k), cap);
+  const size_t nc = cand.rows.size();
+  std::vector<float> row_scores((size_t)group * nc);
+  for (int g = 0; g < group; ++g)
+    for (size_t r = 0; r < nc; ++r) row_scores[(size_t)g * nc + r] = keys.dot(cand.rows[r], q + (size_t)g * t.dim);
+  return summary_rerank_reference(t, cand, scores, row_scores, group, k, cap);
+}
+
+}  // namespace
+
 TEST_CASE("summary tables partition the indexed rows, the twin's cut selects what the index's search returns") {
   struct Case { std::string spec; int d, group; int64_t n, k; };
   const std::vector<Case> cases = {
       {"multipole", 64, 4, 3001, 200},          {"centroid:ratio=7", 128, 1, 999, 64},
       {"quest:page=16", 128, 4, 2050, 300},     {"quest:page=5", 64, 2, 17, 4},
       {"multipole:ratio=16", 256, 8, 1500, 1},  {"centroid", 64, 3, 500, 100000},
+      // the plain lookup (rerank=1), and other factors than the default 4
+      {"multipole:rerank=1", 64, 4, 3001, 200}, {"centroid:ratio=7,rerank=1", 128, 1, 999, 64},
+      {"multipole:rerank=2.5", 128, 6, 2001, 33}, {"centroid:rerank=1", 64, 3, 500, 100000},
   };
   for (const Case& c : cases) {
     CAPTURE(c.spec, c.d, c.group, c.n, c.k);
@@ -62,7 +87,7 @@ TEST_CASE("summary tables partition the indexed rows, the twin's cut selects wha
     for (int trial = 0; trial < 5; ++trial) {
       const auto q = data.queries(c.group);
       const auto scores = summary_scores_reference(t, q.data(), c.group);
-      const auto sel = summary_select_reference(t, scores, c.group, c.k, c.n);
+      const auto sel = twin_select(*index, t, *keys, q.data(), c.group, c.k, c.n);
       // The cut: per query head, the groups at or above it hold >= k tokens
       // (or all), those strictly above hold fewer.
       for (int g = 0; g < c.group; ++g) {
@@ -120,8 +145,8 @@ void device_search_attend(const OffloadedLayer& L, int h, const float* q, int G,
   SummaryTables t;
   REQUIRE(L.index(h)->export_summaries(t));
   const auto scores = summary_scores_reference(t, q, G);
-  const auto sel = summary_select_reference(t, scores, G, k, t.covered);
   const RowStore &K = *L.key_store(h), &V = *L.value_store(h);
+  const auto sel = twin_select(*L.index(h), t, K, q, G, k, t.covered);
   for (int g = 0; g < G; ++g) {
     const float* qg = q + (size_t)g * d;
     AttnPartial p(d);
@@ -164,7 +189,8 @@ void device_search_attend(const OffloadedLayer& L, int h, const float* q, int G,
 TEST_CASE("the device search's attention, emulated on the CPU, equals the CPU layer's while the tail fits k") {
   struct Case { std::string index; int d, G, n, window, sinks, fold; int64_t k; };
   for (const Case& c : {Case{"multipole", 128, 4, 3000, 16, 4, 1024, 128}, Case{"quest:page=4", 64, 4, 700, 8, 0, 7, 40},
-                        Case{"centroid", 64, 2, 1200, 32, 4, 40, 64}}) {
+                        Case{"centroid", 64, 2, 1200, 32, 4, 40, 64}, Case{"multipole:rerank=1", 128, 4, 3000, 16, 4, 1024, 128},
+                        Case{"centroid:rerank=1", 64, 2, 1200, 32, 4, 40, 64}}) {
     CAPTURE(c.index, c.d, c.G, c.n, c.fold, c.k);
     OffloadedLayer::Config cfg;
     cfg.n_heads = c.G, cfg.kv_heads = 1, cfg.head_dim = c.d, cfg.sinks = c.sinks, cfg.window = c.window;

@@ -142,6 +142,7 @@ TEST_CASE("GpuOffloadRuntime serves the CPU OffloadRuntime's attention, step by 
     const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = c.k, pol.sinks = c.sinks, pol.window = c.window;
+    pol.search.rerank = 1;  // the plain lookup (rerank: test_gpu_search)
     pol.stage_rows = c.stage, pol.store_dtype = c.store;
     pol.search_on = SearchOn::Host;  // the host's search; tests/gpu/test_gpu_search.cpp checks the device's
     OffloadRuntime ref(cfg, pol, false);
@@ -204,6 +205,7 @@ TEST_CASE("GpuOffloadRuntime decodes like the CPU OffloadRuntime (synthetic llam
     // above checks selections with identical inputs); this one checks the
     // model <-> runtime path: device pointers, released caches, mirrors.
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = 1000, pol.sinks = 2, pol.window = 8;
+    pol.search.rerank = 1;  // the plain lookup (rerank: test_gpu_search)
     pol.stage_rows = c.stage;
     pol.device_fold = 8;  // the device ring holds window + fold rows: keep it below the full cache
     pol.store_cache = 0;  // no copies of the store on the device (checked below)
@@ -292,6 +294,7 @@ TEST_CASE("GpuOffloadRuntime measures its attention error with either search", "
     const ModelConfig cfg = runtime_test_config(2, 8, 2, 64);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = "quest:page=4", pol.search.k = 1 << 20, pol.sinks = 2, pol.window = 8;
+    pol.search.rerank = 1;  // the plain lookup (rerank: test_gpu_search)
     pol.search_on = where, pol.device_table_type = DType::F32;
     OffloadPolicy exact = pol;
     exact.index = "flat", exact.search_on = SearchOn::Host;

@@ -223,7 +223,7 @@ TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtim
   // stage: the store is not pinned; the searched rows go through the host's
   // staging buffer (GpuOffloadRuntime::stage_searched_rows).
   // rerank: the device's step 3b against the host index's rerank_rows.
-  struct Case { std::string index; int hd, heads, kv, n, window, sinks, k, fold; bool stage = false; double rerank = 0; };
+  struct Case { std::string index; int hd, heads, kv, n, window, sinks, k, fold; bool stage = false; double rerank = 1; };
   const std::vector<Case> cases = {
       {"multipole", 128, 4, 1, 3000, 16, 4, 256, 1024}, {"multipole", 256, 8, 1, 2500, 8, 2, 300, 5},
       {"centroid", 64, 8, 2, 1200, 32, 4, 64, 40},      {"quest:page=4", 128, 8, 8, 700, 8, 0, 40, 7},
@@ -231,7 +231,7 @@ TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtim
       {"multipole", 256, 8, 1, 2500, 8, 2, 300, 5, true}, {"quest:page=4", 128, 8, 8, 700, 8, 0, 40, 7, true},
       {"centroid", 64, 8, 2, 1200, 32, 4, 64, 40, true},
       {"multipole", 128, 4, 1, 3000, 16, 4, 256, 1024, false, 4}, {"centroid", 64, 8, 2, 1200, 32, 4, 64, 40, false, 3},
-      {"multipole:rerank=2", 256, 8, 1, 2500, 8, 2, 100, 5},  // the spec's own factor
+      {"multipole:rerank=2", 256, 8, 1, 2500, 8, 2, 100, 5, false, 0},  // the spec's own factor
   };
   for (const Case& c : cases) {
     CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, c.fold, c.stage, c.rerank);
@@ -267,6 +267,7 @@ TEST_CASE("GpuOffloadRuntime restored from a pack decodes like the CPU restored 
     const ModelConfig cfg = runtime_test_config(1, 4, 2, 64);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = index, pol.search.k = 512, pol.sinks = 4, pol.window = 64;
+    pol.search.rerank = 1;  // the plain lookup (rerank: the runtime case above)
     pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32, pol.device_fold = 1000;  // no fold in 20 steps
     pol.sync_folds = true;
     pol.stage_rows = stage;
@@ -315,6 +316,7 @@ TEST_CASE("GpuOffloadRuntime folds on a host thread and stays exact while the fo
     OffloadPolicy exact = pol;
     exact.index = "flat";
     pol.index = c.index, pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32;
+    pol.search.rerank = 1;  // the plain lookup (rerank: the runtime case above)
     pol.device_fold = c.fold;  // sync_folds stays off
     OffloadRuntime ref(cfg, exact, false);
     auto got = make_gpu_offload_runtime(be, cfg, pol, false);
@@ -335,6 +337,7 @@ TEST_CASE("Async folds land at a fixed step: the same outputs however fast the h
     const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = 16, pol.sinks = 4, pol.window = 16;
+    pol.search.rerank = 1;  // the plain lookup (rerank: the runtime case above)
     pol.search_on = SearchOn::Gpu, pol.device_fold = c.fold;  // sync_folds stays off
     const int64_t n = 3000;
     const int steps = 4 * c.fold + 10;  // three folds and more (one starts every device_fold steps)
@@ -386,6 +389,7 @@ TEST_CASE("The store cache serves the same attention as reading the host store",
     const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = 96, pol.sinks = 4, pol.window = c.window;
+    pol.search.rerank = 1;  // the plain lookup (rerank: the runtime case above)
     pol.search_on = SearchOn::Gpu, pol.device_fold = c.fold, pol.sync_folds = true, pol.store_dtype = c.store;
     const int64_t part_bytes = c.part * c.hd * (int64_t)dtype_size(c.store);
     std::vector<std::unique_ptr<OffloadRuntime>> rts;
