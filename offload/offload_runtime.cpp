@@ -277,7 +277,8 @@ void OffloadRuntime::decode_attention(int layer, const float* q, const float* k,
 void OffloadRuntime::record_error(int i, const float* q, float scale, const float* out) {
   const size_t n = (size_t)cfg_.n_head * cfg_.head_dim;
   std::vector<float> exact(n);
-  layers_[(size_t)i]->attend_exact(q, scale, exact.data());
+  const int64_t k = k_.empty() ? policy_.search.k : k_[(size_t)i];
+  const double mass = layers_[(size_t)i]->attend_exact_and_mass(q, scale, exact.data(), k);
   err_sq_.resize(layers_.size(), 0.0);
   ref_sq_.resize(layers_.size(), 0.0);
   for (size_t j = 0; j < n; ++j) {
@@ -286,7 +287,7 @@ void OffloadRuntime::record_error(int i, const float* q, float scale, const floa
   }
   mass_sum_.resize(layers_.size(), 0.0);
   mass_steps_.resize(layers_.size(), 0);
-  mass_sum_[(size_t)i] += layers_[(size_t)i]->oracle_topk_mass(q, scale, k_.empty() ? policy_.search.k : k_[(size_t)i]);
+  mass_sum_[(size_t)i] += mass;
   ++mass_steps_[(size_t)i];
 }
 

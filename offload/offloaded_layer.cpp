@@ -391,21 +391,38 @@ void OffloadedLayer::add_exact_parts(const Head& hd, const float* q, float scale
 }
 
 void OffloadedLayer::attend_exact(const float* queries, float scale, float* out) const {
-  const int G = cfg_.n_heads / cfg_.kv_heads;
-  const size_t d = (size_t)cfg_.head_dim;
-  for (int h = 0; h < cfg_.kv_heads; ++h) {
-    const Head& hd = heads_[(size_t)h];
-    for (int g = 0; g < G; ++g) {
-      const float* q = queries + ((size_t)h * G + g) * d;
-      AttnPartial p((int)d);
-      add_exact_parts(hd, q, scale, p);
-      if (hd.keys && hd.keys->size() > 0) partial_merge(p, partial_exact(q, scale, *hd.keys, *hd.values, hd.keys->size()));
-      partial_finish(p, out + ((size_t)h * G + g) * d);
-    }
-  }
+  exact_pass(queries, scale, out, -1);
+}
+
+double OffloadedLayer::attend_exact_and_mass(const float* queries, float scale, float* out, int64_t k) const {
+  return exact_pass(queries, scale, out, std::max<int64_t>(k, 0));
 }
 
 double OffloadedLayer::oracle_topk_mass(const float* queries, float scale, int64_t k) const {
+  return exact_pass(queries, scale, nullptr, std::max<int64_t>(k, 0));
+}
+
+namespace {
+
+// The share of the softmax mass held by `near` (sinks + window, as a partial)
+// and the k largest of the scores x (reordered).
+double topk_mass(const AttnPartial& near, std::vector<float>& x, int64_t k) {
+  float top = near.m;
+  for (float v : x) top = std::max(top, v);
+  if (!std::isfinite(top)) return 1.0;  // nothing held
+  double exact_part = near.l > 0 ? (double)near.l * std::exp((double)near.m - top) : 0.0, all = 0, kept = 0;
+  for (float v : x) all += std::exp((double)v - top);
+  const int64_t kk = std::clamp<int64_t>(k, 0, (int64_t)x.size());
+  std::nth_element(x.begin(), x.begin() + kk, x.end(), std::greater<float>());
+  for (int64_t i = 0; i < kk; ++i) kept += std::exp((double)x[(size_t)i] - top);
+  return (exact_part + kept) / (exact_part + all);
+}
+
+}  // namespace
+
+// One pass of scores per query head serves both the exact output and, with
+// k >= 0, the oracle mass (mean over query heads; 0 when k < 0).
+double OffloadedLayer::exact_pass(const float* queries, float scale, float* out, int64_t k) const {
   const int G = cfg_.n_heads / cfg_.kv_heads;
   const size_t d = (size_t)cfg_.head_dim;
   double sum = 0;
@@ -416,23 +433,15 @@ double OffloadedLayer::oracle_topk_mass(const float* queries, float scale, int64
     for (int g = 0; g < G; ++g) {
       const float* q = queries + ((size_t)h * G + g) * d;
       AttnPartial p((int)d);
-      add_exact_parts(hd, q, scale, p);  // sinks + window: l * exp(m) of their mass
-      x.resize((size_t)n);
-      float top = p.m;
-      for (int64_t i = 0; i < n; ++i) top = std::max(top, x[(size_t)i] = scale * hd.keys->dot(i, q));
-      if (!std::isfinite(top)) {  // nothing held
-        sum += 1.0;
-        continue;
-      }
-      double exact_part = p.l > 0 ? (double)p.l * std::exp((double)p.m - top) : 0.0, all = 0, kept = 0;
-      for (float v : x) all += std::exp((double)v - top);
-      const int64_t kk = std::clamp<int64_t>(k, 0, n);
-      std::nth_element(x.begin(), x.begin() + kk, x.end(), std::greater<float>());
-      for (int64_t i = 0; i < kk; ++i) kept += std::exp((double)x[(size_t)i] - top);
-      sum += (exact_part + kept) / (exact_part + all);
+      add_exact_parts(hd, q, scale, p);  // sinks + window
+      const AttnPartial near = p;
+      x.resize(k >= 0 ? (size_t)n : 0);
+      if (n > 0) partial_merge(p, partial_exact(q, scale, *hd.keys, *hd.values, n, k >= 0 ? x.data() : nullptr));
+      if (out) partial_finish(p, out + ((size_t)h * G + g) * d);
+      if (k >= 0) sum += topk_mass(near, x, k);
     }
   }
-  return sum / (double)(cfg_.kv_heads * G);
+  return k >= 0 ? sum / (double)(cfg_.kv_heads * G) : 0.0;
 }
 
 size_t OffloadedLayer::host_bytes() const {

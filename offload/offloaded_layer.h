@@ -129,6 +129,8 @@ class OffloadedLayer {
   // where the attention is spread over the context (counting tasks such as
   // RULER's fwe), near 1 where a few keys hold it (needles).
   double oracle_topk_mass(const float* queries, float scale, int64_t k) const;
+  // Both from one pass over the store (what --measure-error records).
+  double attend_exact_and_mass(const float* queries, float scale, float* out, int64_t k) const;
 
   // Context packs (offload/context_pack.h). save() writes what each KV head h
   // holds as tensors named prefix + "h<h>." + ...
@@ -181,6 +183,7 @@ class OffloadedLayer {
   void push_window(Head& h, int64_t pos, const float* k, const float* v);
   // Adds one query head's sinks + window (exact) to `p`.
   void add_exact_parts(const Head& h, const float* q, float scale, AttnPartial& p) const;
+  double exact_pass(const float* queries, float scale, float* out, int64_t k) const;
 
   Config cfg_;
   std::vector<Head> heads_;

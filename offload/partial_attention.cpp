@@ -80,7 +80,8 @@ void partial_finish(const AttnPartial& p, float* out) {
   for (size_t j = 0; j < p.o.size(); ++j) out[j] = p.l > 0.f ? p.o[j] / p.l : 0.f;
 }
 
-AttnPartial partial_exact(const float* q, float scale, const RowStore& keys, const RowStore& values, int64_t n) {
+AttnPartial partial_exact(const float* q, float scale, const RowStore& keys, const RowStore& values, int64_t n,
+                          float* scores) {
   TOPKV_CHECK(n <= keys.size() && n <= values.size(), "attention over {} rows but the stores hold {} / {}", n,
               keys.size(), values.size());
   // Blocks of rows over the host's threads (a 1M-row head is ~1 GFLOP per
@@ -94,6 +95,7 @@ AttnPartial partial_exact(const float* q, float scale, const RowStore& keys, con
     std::vector<float> s((size_t)m);
     std::vector<int64_t> ids((size_t)m);
     for (int64_t i = 0; i < m; ++i) s[(size_t)i] = keys.dot(lo + i, q) * scale, ids[(size_t)i] = lo + i;
+    if (scores) std::copy(s.begin(), s.end(), scores + lo);
     partial_add_rows(blocks[(size_t)b], s.data(), values, ids.data(), m);
   }
   AttnPartial p(values.dim());

@@ -42,7 +42,10 @@ void partial_finish(const AttnPartial& p, float* out);
 // Exact softmax attention of one query over rows [0, n) of the stores:
 // the reference every sparse path is measured against. partial_exact gives
 // it as a partial (to merge with more parts: sinks, window).
-AttnPartial partial_exact(const float* q, float scale, const RowStore& keys, const RowStore& values, int64_t n);
+// `scores`, when set, gets the n scaled scores it computed (the oracle top-k
+// mass reads them instead of a second pass over the keys).
+AttnPartial partial_exact(const float* q, float scale, const RowStore& keys, const RowStore& values, int64_t n,
+                          float* scores = nullptr);
 void attention_exact(const float* q, float scale, const RowStore& keys, const RowStore& values, int64_t n,
                      float* out);
 
