@@ -2,7 +2,9 @@
 // device search (cuda::summary_search) at the shapes of the million-token
 // runs, each step timed cumulatively (score; + cut; + gather; + far), so the
 // rows say what each step costs. Tables are random (every group 16 keys, no
-// ties); the gathered pointers are written but not read here.
+// ties); the gathered pointers are written but not read here, except by the
+// rerank rows (step 3b, R = 4: the candidates' keys are read, from a random
+// device copy of the store, as the store cache serves them).
 #ifdef TOPKV_HAVE_CUDA
 #include <fmt/format.h>
 
@@ -17,13 +19,23 @@
 
 namespace topkv::bench {
 
+namespace {
+
+struct Shape {
+  std::string name;
+  int n_kv, group, hd, n;
+  int64_t k;
+  bool pages, far;
+};
+
+// One shape: rerank 1 (fake row pointers) or R > 1 (a device buffer of
+// random keys the pointers address, one per 65,536-row chunk).
+void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const Shape& s, std::mt19937& rng,
+                 void* fake_rows, int R);
+
+}  // namespace
+
 void bench_device_search(CudaBackend& be, EventTimer& tm, Report& rep, int reps) {
-  struct Shape {
-    std::string name;
-    int n_kv, group, hd, n;
-    int64_t k;
-    bool pages, far;
-  };
   const Shape shapes[] = {
       {"gemma270m 1M multipole k=1024", 1, 4, 256, 65536, 1024, false, true},
       {"gemma270m 1M multipole k=256", 1, 4, 256, 65536, 256, false, true},
@@ -33,73 +45,94 @@ void bench_device_search(CudaBackend& be, EventTimer& tm, Report& rep, int reps)
   std::mt19937 rng(7);
   void* fake_rows = nullptr;  // every chunk pointer: the pointers are written, never read here
   TOPKV_CUDA_CHECK(cudaHostAlloc(&fake_rows, 4096, cudaHostAllocMapped));
-  for (const Shape& s : shapes) {
-    const int rows_per = 16, len = s.pages ? 2 * s.hd : s.hd;
-    const int64_t keys = (int64_t)s.n * rows_per;
-    std::vector<cuda::SummaryHead> heads((size_t)s.n_kv);
-    std::vector<Buffer> keep;
-    std::vector<int32_t> counts((size_t)s.n, rows_per), offsets((size_t)s.n + 1);
-    for (int j = 0; j <= s.n; ++j) offsets[(size_t)j] = j * rows_per;
-    std::vector<int32_t> members((size_t)keys);
-    std::iota(members.begin(), members.end(), 0);
-    std::shuffle(members.begin(), members.end(), rng);
-    std::vector<const uint8_t*> chunks((size_t)((keys >> cuda::kStoreChunkShift) + 1),
-                                       static_cast<const uint8_t*>(fake_rows));
-    auto put = [&](const void* p, size_t bytes) {
-      Buffer b = be.alloc(bytes);
-      be.from_host(p, b, 0, bytes);
-      keep.push_back(b);
-      return b.mem.get();
-    };
-    for (auto& h : heads) {
-      keep.push_back(random_device(be, DType::F16, (size_t)s.n * len, rng(), 1.f, SIZE_MAX));
-      h.rows = keep.back().mem.get();
-      if (s.far) {
-        keep.push_back(random_device(be, DType::F16, (size_t)s.n * s.hd, rng(), 1.f, SIZE_MAX));
-        h.value_means = keep.back().mem.get();
-      }
-      h.counts = static_cast<const int32_t*>(put(counts.data(), counts.size() * 4));
-      if (!s.pages) {
-        h.offsets = static_cast<const int32_t*>(put(offsets.data(), offsets.size() * 4));
-        h.members = static_cast<const int32_t*>(put(members.data(), members.size() * 4));
-      }
-      h.k_chunks = h.v_chunks = static_cast<const uint8_t* const*>(put(chunks.data(), chunks.size() * sizeof(void*)));
-      h.n = s.n, h.page = rows_per;
-    }
-    cuda::SummarySearchArgs a;
-    a.heads = static_cast<const cuda::SummaryHead*>(put(heads.data(), heads.size() * sizeof(cuda::SummaryHead)));
-    a.n_kv = s.n_kv, a.group = s.group, a.head_dim = s.hd, a.max_n = s.n, a.page_bounds = s.pages;
-    a.table_type = DType::F16, a.store_type = DType::F16;
-    keep.push_back(random_device(be, DType::F32, (size_t)s.n_kv * s.group * s.hd, rng(), 1.f, SIZE_MAX));
-    a.q = keep.back().f32();
-    a.k = s.k, a.scale = 1.f / std::sqrt((float)s.hd);
-    Buffer ws = be.alloc(cuda::summary_search_workspace_bytes(s.n_kv, s.group, s.n));
-    a.workspace = ws.mem.get();
-    a.cap = (int)std::min<int64_t>(keys, (s.k + rows_per) * s.group);
-    Buffer lists = be.alloc(2 * (size_t)s.n_kv * a.cap * sizeof(void*) + (size_t)s.n_kv * 4);
-    a.k_rows = lists.as<const void*>(), a.v_rows = a.k_rows + (size_t)s.n_kv * a.cap;
-    a.counts = reinterpret_cast<int32_t*>(const_cast<void**>(a.v_rows + (size_t)s.n_kv * a.cap));
-    a.far_splits = s.far ? std::min(512, (s.n + 127) / 128) : 0, a.part0 = 0, a.parts = a.far_splits;
-    Buffer parts = be.alloc((size_t)s.n_kv * s.group * std::max(1, a.parts) * (2 + s.hd) * 4);
-    cuda::carve_partials(parts.mem.get(), (size_t)s.n_kv * s.group * a.parts, a.part_m, a.part_l, a.part_o);
-    using A = cuda::SummarySearchArgs;
-    const unsigned steps[] = {A::kSearchScore, A::kSearchScore | A::kSearchCut,
-                              A::kSearchScore | A::kSearchCut | A::kSearchGather,
-                              A::kSearchScore | A::kSearchCut | A::kSearchGather | A::kSearchFar};
-    const char* names[] = {"score", "+ cut", "+ gather", "+ far (all)"};
-    const double table_bytes = (double)s.n_kv * s.n * len * 2;
-    for (int i = 0; i < (s.far ? 4 : 3); ++i) {
-      a.phases = steps[i];
-      const double us = tm.median_us(reps, [&] { cuda::summary_search(a, be.stream()); });
-      const double bytes = table_bytes + (i == 3 ? (double)s.n_kv * s.n * s.hd * 2 : 0.0);
-      rep.add("search", fmt::format("{} {}", s.name, names[i]), us, bytes, 0);
-    }
-    std::vector<int32_t> got((size_t)s.n_kv);
-    TOPKV_CUDA_CHECK(cudaMemcpy(got.data(), a.counts, got.size() * 4, cudaMemcpyDeviceToHost));
-    rep.note("search", s.name, fmt::format("rows gathered for KV head 0: {} (cap {})", got[0], a.cap));
-  }
+  for (const Shape& s : shapes) bench_shape(be, tm, rep, reps, s, rng, fake_rows, 1);
+  // Rerank (the default of one-level multipole): candidates at 4k, their keys
+  // scored, 4k rows a query head's budget before the cut to k.
+  for (const Shape& s : shapes)
+    if (!s.pages) bench_shape(be, tm, rep, reps, s, rng, nullptr, 4);
   cudaFreeHost(fake_rows);
 }
+
+
+namespace {
+
+void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const Shape& s, std::mt19937& rng,
+                 void* fake_rows, int R) {
+  const int rows_per = 16, len = s.pages ? 2 * s.hd : s.hd;
+  const int64_t keys = (int64_t)s.n * rows_per;
+  std::vector<cuda::SummaryHead> heads((size_t)s.n_kv);
+  std::vector<Buffer> keep;
+  std::vector<int32_t> counts((size_t)s.n, rows_per), offsets((size_t)s.n + 1);
+  for (int j = 0; j <= s.n; ++j) offsets[(size_t)j] = j * rows_per;
+  std::vector<int32_t> members((size_t)keys);
+  std::iota(members.begin(), members.end(), 0);
+  std::shuffle(members.begin(), members.end(), rng);
+  std::vector<const uint8_t*> chunks((size_t)((keys >> cuda::kStoreChunkShift) + 1),
+                                     static_cast<const uint8_t*>(fake_rows));
+  if (R > 1) {  // the rows the rerank reads: every KV head's store is the same random device buffer
+    keep.push_back(random_device(be, DType::F16, (chunks.size() << cuda::kStoreChunkShift) * s.hd, rng(), 1.f));
+    const size_t chunk_bytes = ((size_t)1 << cuda::kStoreChunkShift) * s.hd * 2;
+    for (size_t c = 0; c < chunks.size(); ++c) chunks[c] = static_cast<const uint8_t*>(keep.back().mem.get()) + c * chunk_bytes;
+  }
+  auto put = [&](const void* p, size_t bytes) {
+    Buffer b = be.alloc(bytes);
+    be.from_host(p, b, 0, bytes);
+    keep.push_back(b);
+    return b.mem.get();
+  };
+  for (auto& h : heads) {
+    keep.push_back(random_device(be, DType::F16, (size_t)s.n * len, rng(), 1.f, SIZE_MAX));
+    h.rows = keep.back().mem.get();
+    if (s.far) {
+      keep.push_back(random_device(be, DType::F16, (size_t)s.n * s.hd, rng(), 1.f, SIZE_MAX));
+      h.value_means = keep.back().mem.get();
+    }
+    h.counts = static_cast<const int32_t*>(put(counts.data(), counts.size() * 4));
+    if (!s.pages) {
+      h.offsets = static_cast<const int32_t*>(put(offsets.data(), offsets.size() * 4));
+      h.members = static_cast<const int32_t*>(put(members.data(), members.size() * 4));
+    }
+    h.k_chunks = h.v_chunks = static_cast<const uint8_t* const*>(put(chunks.data(), chunks.size() * sizeof(void*)));
+    h.n = s.n, h.page = rows_per;
+  }
+  cuda::SummarySearchArgs a;
+  a.heads = static_cast<const cuda::SummaryHead*>(put(heads.data(), heads.size() * sizeof(cuda::SummaryHead)));
+  a.n_kv = s.n_kv, a.group = s.group, a.head_dim = s.hd, a.max_n = s.n, a.page_bounds = s.pages;
+  a.table_type = DType::F16, a.store_type = DType::F16;
+  keep.push_back(random_device(be, DType::F32, (size_t)s.n_kv * s.group * s.hd, rng(), 1.f, SIZE_MAX));
+  a.q = keep.back().f32();
+  a.k = R * s.k, a.scale = 1.f / std::sqrt((float)s.hd);
+  a.cap = (int)std::min<int64_t>(keys, (s.k + rows_per) * s.group);  // DeviceSearchTables::row_cap
+  if (R > 1) a.rerank_k = s.k, a.cand_cap = (int)std::min<int64_t>(keys, (R * s.k + rows_per) * s.group);
+  Buffer ws = be.alloc(cuda::summary_search_workspace_bytes(s.n_kv, s.group, s.n, a.cand_cap));
+  a.workspace = ws.mem.get();
+  Buffer lists = be.alloc(2 * (size_t)s.n_kv * a.cap * sizeof(void*) + (size_t)s.n_kv * 4);
+  a.k_rows = lists.as<const void*>(), a.v_rows = a.k_rows + (size_t)s.n_kv * a.cap;
+  a.counts = reinterpret_cast<int32_t*>(const_cast<void**>(a.v_rows + (size_t)s.n_kv * a.cap));
+  a.far_splits = s.far ? std::min(512, (s.n + 127) / 128) : 0, a.part0 = 0, a.parts = a.far_splits;
+  Buffer parts = be.alloc((size_t)s.n_kv * s.group * std::max(1, a.parts) * (2 + s.hd) * 4);
+  cuda::carve_partials(parts.mem.get(), (size_t)s.n_kv * s.group * a.parts, a.part_m, a.part_l, a.part_o);
+  using A = cuda::SummarySearchArgs;
+  const unsigned steps[] = {A::kSearchScore, A::kSearchScore | A::kSearchCut,
+                            A::kSearchScore | A::kSearchCut | A::kSearchGather,
+                            A::kSearchScore | A::kSearchCut | A::kSearchGather | A::kSearchFar};
+  const char* names[] = {"score", "+ cut", R > 1 ? "+ gather + rerank" : "+ gather", "+ far (all)"};
+  const std::string name = R > 1 ? fmt::format("{} rerank={}", s.name, R) : s.name;
+  const double table_bytes = (double)s.n_kv * s.n * len * 2;
+  for (int i = 0; i < (s.far ? 4 : 3); ++i) {
+    a.phases = steps[i];
+    const double us = tm.median_us(reps, [&] { cuda::summary_search(a, be.stream()); });
+    // + the far rows' value means; + at most cand_cap candidate keys a KV head (rerank)
+    const double bytes = table_bytes + (i == 3 ? (double)s.n_kv * s.n * s.hd * 2 : 0.0) +
+                         (i >= 2 ? (double)s.n_kv * a.cand_cap * s.hd * 2 : 0.0);
+    rep.add("search", fmt::format("{} {}", name, names[i]), us, bytes, 0);
+  }
+  std::vector<int32_t> got((size_t)s.n_kv);
+  TOPKV_CUDA_CHECK(cudaMemcpy(got.data(), a.counts, got.size() * 4, cudaMemcpyDeviceToHost));
+  rep.note("search", name, fmt::format("rows gathered for KV head 0: {} (cap {})", got[0], a.cap));
+}
+
+}  // namespace
 
 }  // namespace topkv::bench
 #endif  // TOPKV_HAVE_CUDA
