@@ -327,15 +327,23 @@ void ClusterIndex::build_coarse() {
   append_coarse_means(sum_.key_centroids.vec(), d);
 }
 
-std::vector<float> ClusterIndex::cluster_means(const RowStore& store) const {
+std::vector<float> ClusterIndex::cluster_means(const RowStore& store, bool squares) const {
   const int dv = store.dim();
   const int64_t nf = n_fine();
   std::vector<float> means((size_t)nf * dv, 0.f);
 #pragma omp parallel for schedule(dynamic, 64) num_threads(n_threads())
   for (int64_t j = 0; j < nf; ++j) {
     float* mu = means.data() + (size_t)j * dv;
+    std::vector<float> x(squares ? (size_t)dv : 0);
     for_each_member_run(j, [&](const int32_t* rows, size_t m) {
-      for (size_t t = 0; t < m; ++t) axpy_row(store.dtype(), 1.f, store.row(rows[t]), mu, (size_t)dv);
+      for (size_t t = 0; t < m; ++t) {
+        if (!squares) {
+          axpy_row(store.dtype(), 1.f, store.row(rows[t]), mu, (size_t)dv);
+          continue;
+        }
+        store.row_f32(rows[t], x.data());
+        for (int i = 0; i < dv; ++i) mu[i] += x[(size_t)i] * x[(size_t)i];
+      }
     });
     float inv = 1.f / (float)sum_.counts[(size_t)j];
     for (int t = 0; t < dv; ++t) mu[t] *= inv;
@@ -409,10 +417,12 @@ void ClusterIndex::add_impl(int64_t from, int64_t to) {
   }
 }
 
-void ClusterIndex::add_to_means(float* means, const RowStore& store, int64_t row, int32_t fine) const {
+void ClusterIndex::add_to_means(float* means, const RowStore& store, int64_t row, int32_t fine, bool squares) const {
   const int dv = store.dim();
   std::vector<float> x((size_t)dv);
   store.row_f32(row, x.data());
+  if (squares)
+    for (float& e : x) e *= e;
   auto update = [&](int64_t r) {  // mu += (x - mu) / N
     float* mu = means + (size_t)r * dv;
     float inv = 1.f / (float)sum_.counts[(size_t)r];
@@ -489,6 +499,7 @@ void ClusterIndex::search_impl(const float* q, int nq, const SearchParams& p, Ca
   const double s = p.scale > 0.0 ? p.scale : 1.0 / std::sqrt((double)d);
   Lookup lk;
   lk.nq = nq;
+  lk.scale = s;
   lk.fine_score.assign((size_t)nf * nq, NAN);
   if (levels_ == 1) {
     score_summary_rows(centroid(0), nf, d, q, nq, lk.fine_score.data(), p.n_threads);

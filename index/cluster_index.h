@@ -76,6 +76,7 @@ class ClusterIndex : public KvIndex {
     std::vector<float> coarse_score;    // [coarse][nq] q_g·D_c (levels=2)
     std::vector<char> fine_selected;    // [fine] kept by some head: its members are returned
     std::vector<char> coarse_expanded;  // [coarse] expanded by some head (levels=2)
+    double scale = 0;                   // the attention's logit scale (SearchParams::scale, or 1/sqrt(dim))
   };
 
   ~ClusterIndex() override;
@@ -111,12 +112,13 @@ class ClusterIndex : public KvIndex {
   virtual void save_extra(BinaryWriter&, IndexArrayWriter&) const {}
   virtual void load_extra(BinaryReader&, IndexArrayReader&) {}
 
-  // Means of `store`'s rows per cluster, laid out like sum_.key_centroids:
-  // fine rows from their members, coarse rows count-weighted from their fine.
-  std::vector<float> cluster_means(const RowStore& store) const;
+  // Means of `store`'s rows (squares: of their element-wise squares) per
+  // cluster, laid out like sum_.key_centroids: fine rows from their members,
+  // coarse rows count-weighted from their fine.
+  std::vector<float> cluster_means(const RowStore& store, bool squares = false) const;
   // Running-mean update of `means` for row `row` of `store` that joined fine
   // cluster `fine` (and so its coarse parent); counts must already include it.
-  void add_to_means(float* means, const RowStore& store, int64_t row, int32_t fine) const;
+  void add_to_means(float* means, const RowStore& store, int64_t row, int32_t fine, bool squares = false) const;
   // Appends the coarse rows to fine-only `means` (rows of dv floats).
   void append_coarse_means(std::vector<float>& means, int dv) const;
 

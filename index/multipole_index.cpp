@@ -15,6 +15,20 @@
 //
 // The value store may have another dimension than the keys. Appends update
 // the value means with the same running mean as the key centroids.
+//
+// spread=a (0: off) corrects a far row's mass for the spread of its keys.
+// N_j exp(s q.C_j) is exp of the mean score, which under-counts the mean of
+// exp (Jensen): on the real Qwen 0.5B the far clusters' mass by 1.5-20x
+// (bench/results/far_field_session11/). For keys Gaussian about C_j with
+// per-dimension variance var_j the mean is exp(s q.C_j + s^2/2 q^2.var_j);
+// the far score gets min(a * s^2/2 q^2.var_j, ln spread_clip) / s added. Real
+// keys are heavier-tailed than Gaussian, so a = 0.5 with the factor clipped
+// at 4 is what lowered the attention error there (0.091 -> 0.078; a = 1
+// unclipped raised it to 0.24). The variance comes from a second mean per
+// cluster, of the keys' squares, kept like the centroids (+ d floats a
+// cluster). The device search has no spread term yet: with spread the host
+// searches (summary_kind() is empty).
+#include <algorithm>
 #include <cmath>
 
 #include "index/backends.h"
@@ -28,16 +42,56 @@ namespace {
 class MultipoleIndex final : public ClusterIndex {
  public:
   // One centroid per 16 tokens, the paper's setting (§4, Figure 5).
-  MultipoleIndex(const Params& p, const BuildOptions& opt) : ClusterIndex("multipole", p, opt, 16) {}
+  MultipoleIndex(const Params& p, const BuildOptions& opt)
+      : ClusterIndex("multipole", p, opt, 16),
+        spread_(p.get_double("spread", 0.0)),
+        spread_clip_(p.get_double("spread_clip", 4.0)) {
+    TOPKV_CHECK(std::isfinite(spread_) && spread_ >= 0.0 && spread_ <= 4.0,
+                "multipole: spread={} must be in [0, 4] (0 = off; 0.5 = half the Gaussian spread term)", spread_);
+    TOPKV_CHECK(std::isfinite(spread_clip_) && spread_clip_ >= 1.0 && spread_clip_ <= 1e6,
+                "multipole: spread_clip={} must be in [1, 1e6] (the largest factor a far row's mass is raised by)",
+                spread_clip_);
+  }
   bool needs_values() const override { return true; }
+  std::optional<SummaryTables::Kind> summary_kind() const override {
+    if (spread_ > 0.0) return std::nullopt;  // the device's far kernel has no spread term
+    return ClusterIndex::summary_kind();
+  }
+  // With spread, an fp32 mean of squares per summary row besides the centroid.
+  double bytes_per_key_estimate(int dim) const override {
+    const double rows_per_key = (levels_ == 2 ? 1.0 + 1.0 / (double)coarse_ratio_ : 1.0) / (double)ratio_;
+    return ClusterIndex::bytes_per_key_estimate(dim) + (spread_ > 0.0 ? dim * 4.0 * rows_per_key : 0.0);
+  }
 
  protected:
   void after_build() override {
     sum_.value_dim = values_->dim();
     sum_.value_means = cluster_means(*values_);
+    if (spread_ > 0.0) key_squares_ = cluster_means(*keys_, /*squares=*/true);
   }
 
-  void after_add(int64_t row, int32_t fine) override { add_to_means(sum_.value_means.data(), *values_, row, fine); }
+  MemoryReport memory_impl() const override {
+    MemoryReport m = ClusterIndex::memory_impl();
+    m.structure_bytes += key_squares_.owned_bytes();
+    m.mapped_bytes += key_squares_.mapped_bytes();
+    if (spread_ > 0.0) m.note += "; key squares (fp32) for the spread term";
+    return m;
+  }
+
+  void after_add(int64_t row, int32_t fine) override {
+    add_to_means(sum_.value_means.data(), *values_, row, fine);
+    if (spread_ > 0.0) add_to_means(key_squares_.data(), *keys_, row, fine, /*squares=*/true);
+  }
+
+  // min(a * s^2/2 * sum_d q_d^2 var_d, ln clip) / s for summary row r.
+  float spread_term(int64_t r, const float* q, double s) const {
+    const int d = sum_.dim;
+    const float* c = centroid(r);
+    const float* sq = key_squares_.data() + (size_t)r * d;
+    double acc = 0;
+    for (int i = 0; i < d; ++i) acc += (double)q[i] * q[i] * std::max(0.0, (double)sq[i] - (double)c[i] * c[i]);
+    return (float)(std::min(spread_ * 0.5 * s * s * acc, std::log(spread_clip_)) / s);
+  }
 
   void after_lookup(const float* q, const Lookup& lk, Candidates& out) const override {
     const int nq = lk.nq, d = sum_.dim;
@@ -69,16 +123,19 @@ class MultipoleIndex final : public ClusterIndex {
           x = dot_f32(centroid(r), q + (size_t)g * d, (size_t)d);
           ++extra;
         }
+        if (spread_ > 0.0) x += spread_term(r, q + (size_t)g * d, lk.scale);
         out.far_scores[(size_t)g * n_far + t] = x;
       }
     }
     out.stats.summaries_scored += extra;
   }
 
-  // Array value_means [nf + nc][value_dim] (after ClusterIndex's).
+  // Array value_means [nf + nc][value_dim] (after ClusterIndex's); with
+  // spread, key_squares [nf + nc][dim].
   void save_extra(BinaryWriter& w, IndexArrayWriter& arrays) const override {
     w.pod<int32_t>(sum_.value_dim);
     arrays.put<float>("value_means", {sum_.size(), n_fine() ? sum_.value_dim : 0}, sum_.value_means);
+    if (spread_ > 0.0) arrays.put<float>("key_squares", {sum_.size(), n_fine() ? sum_.dim : 0}, key_squares_);
   }
 
   void load_extra(BinaryReader& r, IndexArrayReader& arrays) override {
@@ -88,7 +145,12 @@ class MultipoleIndex final : public ClusterIndex {
                 values_->dim());
     sum_.value_dim = values_->dim();
     sum_.value_means = arrays.get<float>("value_means", {sum_.size(), n_fine() ? dv : 0});
+    if (spread_ > 0.0) key_squares_ = arrays.get<float>("key_squares", {sum_.size(), n_fine() ? sum_.dim : 0});
   }
+
+ private:
+  const double spread_, spread_clip_;
+  HostArray<float> key_squares_;  // [nf + nc][dim] mean of the keys' squares (spread only)
 };
 
 }  // namespace

@@ -516,3 +516,70 @@ TEST_CASE("rerank: each head keeps the k best rows of its R*k-token clusters, fl
     CHECK_THROWS_WITH(two_level->search(c.queries.data(), 1, p4), Catch::Contains("levels=1"));
   }
 }
+
+TEST_CASE("multipole spread: far scores carry min(a s^2/2 q^2.var, ln clip) / s, after appends too") {
+  // Two specs: the damped term (a = 0.5, clip 4) and one where the clip binds.
+  for (const char* spec : {"multipole:spread=0.5,rerank=1", "multipole:spread=4,spread_clip=1.5,rerank=1,ratio=9"}) {
+    INFO(spec);
+    const Clustered c = make_clustered(1200, 3, 41, 12);
+    const int64_t half = 700;
+    // Values of the key dimension (export_summaries' tables need it): the
+    // keys themselves, reversed; only the far scores are checked.
+    auto keys = std::make_shared<RowStore>(c.d, DType::F16), values = std::make_shared<RowStore>(c.d, DType::F16);
+    std::vector<float> k((size_t)c.d), v((size_t)c.d);
+    auto copy_rows = [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        c.keys->row_f32(i, k.data());
+        std::reverse_copy(k.begin(), k.end(), v.begin());
+        keys->append_f32(k.data(), 1), values->append_f32(v.data(), 1);
+      }
+    };
+    copy_rows(0, half);
+    auto idx = KvIndex::create(spec, opts(2));
+    CHECK_FALSE(idx->summary_kind().has_value());  // the device has no spread term: the host searches
+    idx->build(keys, values);
+    const Params params = parse_spec(spec).params;
+    const double a = params.get_double("spread", 0), clip = params.get_double("spread_clip", 4);
+    int clipped = 0, checked = 0;
+    for (int round = 0; round < 2; ++round) {
+      if (round == 1) copy_rows(half, c.n), idx->add_new_rows();  // the running means of squares
+      SummaryTables t;
+      REQUIRE(idx->export_summaries(t));
+      SearchParams p;
+      p.k = 64, p.scale = c.scale();
+      const double s = p.scale;
+      for (int g = 0; g < c.nq; ++g) {
+        const float* q = c.queries.data() + (size_t)g * c.d;
+        const SearchResult r = idx->search(q, 1, p);
+        REQUIRE(!r.far_clusters.empty());
+        for (size_t f = 0; f < r.far_clusters.size(); ++f) {
+          const int32_t j = r.far_clusters[f];
+          const float* C = t.rows.data() + (size_t)j * c.d;
+          // The variance from the cluster's members, against its centroid.
+          std::vector<double> sq((size_t)c.d, 0.0);
+          for (int32_t m = 0; m < t.counts[(size_t)j]; ++m) {
+            keys->row_f32(t.members[(size_t)t.offsets[(size_t)j] + m], k.data());
+            for (int i = 0; i < c.d; ++i) sq[(size_t)i] += (double)k[(size_t)i] * k[(size_t)i];
+          }
+          double qc = 0, qvq = 0;
+          for (int i = 0; i < c.d; ++i) {
+            qc += (double)q[i] * C[i];
+            const double var = std::max(0.0, sq[(size_t)i] / t.counts[(size_t)j] - (double)C[i] * C[i]);
+            qvq += (double)q[i] * q[i] * var;
+          }
+          const double term = a * 0.5 * s * s * qvq;
+          clipped += term > std::log(clip);
+          const double want = qc + std::min(term, std::log(clip)) / s;
+          CHECK(r.far_scores[f] == Approx(want).epsilon(2e-3).margin(2e-2));
+          ++checked;
+        }
+      }
+    }
+    INFO(checked << " far scores, " << clipped << " clipped");
+    CHECK(checked > 50);
+    if (a >= 4) CHECK(clipped > 0);
+  }
+  CHECK_THROWS_WITH(KvIndex::create("multipole:spread=-1"), Catch::Contains("spread"));
+  CHECK_THROWS_WITH(KvIndex::create("multipole:spread_clip=0.5"), Catch::Contains("spread_clip"));
+  CHECK_THROWS_WITH(KvIndex::create("centroid:spread=0.5"), Catch::Contains("unknown parameter 'spread'"));
+}

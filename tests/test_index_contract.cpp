@@ -60,7 +60,8 @@ std::vector<std::string> specs_under_test() {
     out.push_back(b.name);
     names.insert(b.name);
   }
-  for (std::string v : {"quest:page=7", "centroid:levels=2,block=1000", "multipole:levels=2,coarse_ratio=3"})
+  for (std::string v : {"quest:page=7", "centroid:levels=2,block=1000", "multipole:levels=2,coarse_ratio=3",
+                        "multipole:rerank=1", "multipole:spread=0.5"})
     if (names.count(v.substr(0, v.find(':')))) out.push_back(v);
   return out;
 }
