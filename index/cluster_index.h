@@ -156,7 +156,7 @@ class ClusterIndex : public KvIndex {
   // 1.03 / 1.02 at 2K / 4K (0.5B, CPU), against 0.95 / 0.98 / 1.00 and
   // 0.89 / 0.97 without, with half the next-token KL; it costs ~18% of
   // decode speed on the device search at <= 32K, ~6% on the host (docs/AS_BUILT.md,
-  // "Qwen2 models"). rerank=1 gives the plain lookup.
+  // "Evaluation"). rerank=1 gives the plain lookup.
   static constexpr double kDefaultRerank = 4.0;
 
  private:
