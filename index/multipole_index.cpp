@@ -4,10 +4,11 @@
 // approximately. Their keys are not returned; instead search() returns them
 // in far_clusters with q_g·C_j for every query head g, and the decode step
 // adds each as one weighted row of the log-sum-exp merge: scaled score
-// s·q·C_j + ln N_j, value V̄_j (offload/partial_attention.h). Nothing is dropped.
-//
-// Every token is in exactly one part: a cluster selected by any query head
-// is returned exactly (for all heads), every other cluster is far. With
+// s·q·C_j + ln N_j, value V̄_j (offload/partial_attention.h). With rerank=1
+// nothing is dropped: every token is in exactly one part, a cluster selected
+// by any query head is returned exactly (for all heads), every other cluster
+// is far. (With rerank, the default, a selected cluster's rows that no head
+// keeps are dropped: cluster_index.h.) With
 // levels=2 a coarse cluster that no head expanded is one far row summarising
 // all its keys (the hierarchical multipole approximation, §3.4); the fine
 // clusters of an expanded coarse cluster that were not kept are far one by
