@@ -47,9 +47,9 @@ bool wants_device_search(const OffloadPolicy& p) {
   // Rerank runs on the device too (cuda_kernels.h, summary_search step 3b),
   // reading the candidates' keys in place: not with --stage-rows, where the
   // device cannot read the store.
-  const bool rerank = DeviceSearchTables::backend_supported(p.index) && device_rerank(p) > 1.0;
-  const bool able = p.search.threshold == 0.0 && p.search.gqa == GqaMode::Union &&
-                    DeviceSearchTables::backend_supported(p.index) && !(rerank && p.stage_rows);
+  const bool supported = DeviceSearchTables::backend_supported(p.index);
+  const bool rerank = supported && device_rerank(p) > 1.0;
+  const bool able = p.search.threshold == 0.0 && p.search.gqa == GqaMode::Union && supported && !(rerank && p.stage_rows);
   TOPKV_CHECK(able || p.search_on == SearchOn::Auto,
               "--search-on gpu runs the budget-mode search of multipole, centroid and quest indexes with GQA "
               "union (rerank: not with --stage-rows); this run has index '{}'{}{}{}: use --search-on host", p.index,

@@ -42,9 +42,7 @@ __global__ void __launch_bounds__(kWarps * 32) rerank_score_kernel(const Summary
   const int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g0 = blockIdx.z * kMaxGroup, ng = min(kMaxGroup, a.group - g0);
   const int count = w.cand_count[h];
-  for (int i = threadIdx.x; i < ng * HD; i += blockDim.x)
-    sq[i / HD][i % HD] = a.q[((size_t)h * a.group + g0) * HD + i];
-  __syncthreads();
+  load_block_queries<HD>(sq, a, h, g0, ng);
   const int r0 = (blockIdx.x * kWarps + warp) * kUnroll;
   if (r0 >= count) return;
   const void* const* kr = w.cand_k + (size_t)h * w.cand_cap;
@@ -74,11 +72,7 @@ __global__ void __launch_bounds__(kWarps * 32) rerank_score_kernel(const Summary
       if (lane == 0) w.row_scores[(size_t)row * w.cand_cap + r0 + u] = mine ? s : -INFINITY;
     }
   }
-  if (lane < ng) {
-    const int row = h * a.group + g0 + lane;
-    atomicMin(&w.row_minmax[row], ordered(lo));
-    atomicMax(&w.row_minmax[a.n_kv * a.group + row], ordered(hi));
-  }
+  publish_range(w.row_minmax, a, h, g0, ng, lane, lo, hi);
 }
 
 // Per query head (one block each): the cut of rerank_k rows over its
@@ -87,13 +81,11 @@ __global__ void __launch_bounds__(kSelectThreads) rerank_threshold_kernel(const 
   const int row = blockIdx.x, h = row / a.group;
   const int n = w.cand_count[h];
   const float* x = w.row_scores + (size_t)row * w.cand_cap;
-  const float lo = unordered(w.row_minmax[row]);
-  const float hi = unordered(w.row_minmax[a.n_kv * a.group + row]);
-  const float inv = hi > lo ? (float)kKeyMax / (hi - lo) : 0.f;  // false too when the head has no candidate (NaN)
-  const uint32_t need = a.rerank_k < 0xffffffffll ? (uint32_t)a.rerank_k : 0xffffffffu;
+  const KeyScale ks = key_scale(w.row_minmax, a.n_kv * a.group, row, true);  // no candidate: lo, hi NaN
   const uint32_t cut = radix_cut(
-      n, [&](int t) { return x[t]; }, [&](int t) { return x[t] != -INFINITY ? 1u : 0u; }, need, lo, inv);
-  if (threadIdx.x == 0) w.row_lo[row] = lo, w.row_inv[row] = inv, w.row_cut[row] = cut;
+      n, [&](int t) { return x[t]; }, [&](int t) { return x[t] != -INFINITY ? 1u : 0u; }, need_of(a.rerank_k),
+      ks.lo, ks.inv);
+  if (threadIdx.x == 0) w.row_lo[row] = ks.lo, w.row_inv[row] = ks.inv, w.row_cut[row] = cut;
 }
 
 __device__ __forceinline__ bool kept(const SummarySearchArgs& a, const Work& w, int h, int t) {

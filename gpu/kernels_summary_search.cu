@@ -36,9 +36,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const SummarySe
   const int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g0 = blockIdx.z * kMaxGroup, ng = min(kMaxGroup, a.group - g0);
   const SummaryHead head = a.heads[h];
-  for (int i = threadIdx.x; i < ng * HD; i += blockDim.x)
-    sq[i / HD][i % HD] = a.q[((size_t)h * a.group + g0) * HD + i];
-  __syncthreads();
+  load_block_queries<HD>(sq, a, h, g0, ng);
   const int warp_first = (blockIdx.x * kScoreWarps + warp) * kScoreRows * kScoreIters;
   if (warp_first >= head.n) return;
   float lo = INFINITY, hi = -INFINITY;  // lane g < ng: query head g's
@@ -71,11 +69,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const SummarySe
       }
     }
   }
-  if (lane < ng) {
-    const int row = h * a.group + g0 + lane;
-    atomicMin(&w.minmax[row], ordered(lo));
-    atomicMax(&w.minmax[a.n_kv * a.group + row], ordered(hi));
-  }
+  publish_range(w.minmax, a, h, g0, ng, lane, lo, hi);
 }
 
 // 2. Per query head (one block each): the scores' range, then the cut key by
@@ -84,13 +78,11 @@ __global__ void __launch_bounds__(kSelectThreads) threshold_kernel(const Summary
   const int row = blockIdx.x, h = row / a.group;
   const SummaryHead head = a.heads[h];
   const float* x = w.scores + (size_t)row * a.max_n;
-  const float lo = unordered(w.minmax[row]);
-  const float hi = unordered(w.minmax[a.n_kv * a.group + row]);
-  const float inv = head.n > 0 && hi > lo ? (float)kKeyMax / (hi - lo) : 0.f;
-  const uint32_t need = a.k < 0xffffffffll ? (uint32_t)a.k : 0xffffffffu;
+  const KeyScale ks = key_scale(w.minmax, a.n_kv * a.group, row, head.n > 0);
   const uint32_t cut = radix_cut(
-      head.n, [&](int j) { return x[j]; }, [&](int j) { return (uint32_t)head.counts[j]; }, need, lo, inv);
-  if (threadIdx.x == 0) w.lo[row] = lo, w.inv[row] = inv, w.cut[row] = cut;
+      head.n, [&](int j) { return x[j]; }, [&](int j) { return (uint32_t)head.counts[j]; }, need_of(a.k), ks.lo,
+      ks.inv);
+  if (threadIdx.x == 0) w.lo[row] = ks.lo, w.inv[row] = ks.inv, w.cut[row] = cut;
 }
 
 // 3. Gather, in three grid-wide steps so that no single block walks the

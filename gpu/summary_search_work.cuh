@@ -96,6 +96,38 @@ __device__ __forceinline__ float unordered(uint32_t u) {
   return __uint_as_float(u & 0x80000000u ? u & 0x7fffffffu : ~u);
 }
 
+// A block's query heads g0 .. g0 + ng - 1 of KV head h into shared memory,
+// where the scoring kernels read them (in registers, 141 per thread, they
+// left one warp in eight running: ncu, H100).
+template <int HD>
+__device__ __forceinline__ void load_block_queries(float (*sq)[HD], const SummarySearchArgs& a, int h, int g0, int ng) {
+  for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) sq[i / HD][i % HD] = a.q[((size_t)h * a.group + g0) * HD + i];
+  __syncthreads();
+}
+
+// Lane g < ng holds query head g0 + g's lowest and highest score of what its
+// warp scored: into minmax [2][n_kv * group] (ordered keys).
+__device__ __forceinline__ void publish_range(uint32_t* minmax, const SummarySearchArgs& a, int h, int g0, int ng,
+                                              int lane, float lo, float hi) {
+  if (lane >= ng) return;
+  const int row = h * a.group + g0 + lane;
+  atomicMin(&minmax[row], ordered(lo));
+  atomicMax(&minmax[a.n_kv * a.group + row], ordered(hi));
+}
+
+// Query head `row`'s score range from minmax and the keys' scale over it
+// (0 when nothing was scored, or all scores are equal).
+struct KeyScale {
+  float lo, inv;
+};
+__device__ __forceinline__ KeyScale key_scale(const uint32_t* minmax, int rows, int row, bool scored) {
+  const float lo = unordered(minmax[row]), hi = unordered(minmax[rows + row]);
+  return {lo, scored && hi > lo ? (float)kKeyMax / (hi - lo) : 0.f};  // no score: both NaN, hi > lo false
+}
+
+// A token budget as radix_cut's need.
+__device__ __forceinline__ uint32_t need_of(int64_t k) { return k < 0xffffffffll ? (uint32_t)k : 0xffffffffu; }
+
 // The cut key of one budget, run by a whole block of kSelectThreads: items
 // j < n with score x(j) and weight weight(j) (0: not a candidate), keys
 // score_key(x, lo, inv); returns the largest key K whose items at or above

@@ -92,7 +92,7 @@ class OffloadRuntime : public AttentionOverride {
   // Per retrieval layer: sqrt(sum |out - exact|^2 / sum |exact|^2) over the steps so far.
   std::vector<double> attention_rel_error() const;
   // Per retrieval layer, over the same steps: the oracle top-k mass at the
-  // layer's k (OffloadedLayer::oracle_topk_mass), mean over steps and heads.
+  // layer's k (OffloadedLayer::attend_exact_and_mass), mean over steps and heads.
   std::vector<double> oracle_topk_mass() const;
   const OffloadedLayer* layer(int il) const;
   size_t host_bytes() const;

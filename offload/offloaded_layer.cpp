@@ -398,10 +398,6 @@ double OffloadedLayer::attend_exact_and_mass(const float* queries, float scale, 
   return exact_pass(queries, scale, out, std::max<int64_t>(k, 0));
 }
 
-double OffloadedLayer::oracle_topk_mass(const float* queries, float scale, int64_t k) const {
-  return exact_pass(queries, scale, nullptr, std::max<int64_t>(k, 0));
-}
-
 namespace {
 
 // The share of the softmax mass held by `near` (sinks + window, as a partial)
@@ -437,7 +433,7 @@ double OffloadedLayer::exact_pass(const float* queries, float scale, float* out,
       const AttnPartial near = p;
       x.resize(k >= 0 ? (size_t)n : 0);
       if (n > 0) partial_merge(p, partial_exact(q, scale, *hd.keys, *hd.values, n, k >= 0 ? x.data() : nullptr));
-      if (out) partial_finish(p, out + ((size_t)h * G + g) * d);
+      partial_finish(p, out + ((size_t)h * G + g) * d);
       if (k >= 0) sum += topk_mass(near, x, k);
     }
   }

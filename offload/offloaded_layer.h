@@ -123,13 +123,12 @@ class OffloadedLayer {
   // Exact attention over every token the layer holds (sinks + all store rows +
   // window): the reference the retrieved attention is measured against.
   void attend_exact(const float* queries, float scale, float* out) const;
-  // The share of that exact attention's softmax mass held by the sinks, the
-  // window and the k stored keys of highest score: what any top-k at this k
-  // could serve at best (an oracle), averaged over the query heads. Low
-  // where the attention is spread over the context (counting tasks such as
-  // RULER's fwe), near 1 where a few keys hold it (needles).
-  double oracle_topk_mass(const float* queries, float scale, int64_t k) const;
-  // Both from one pass over the store (what --measure-error records).
+  // The same, and from the same pass over the store the oracle top-k mass:
+  // the share of that attention's softmax mass held by the sinks, the window
+  // and the k stored keys of highest score, what any top-k at this k could
+  // serve at best, averaged over the query heads (what --measure-error
+  // records). Low where the attention is spread over the context (counting
+  // tasks such as RULER's fwe), near 1 where a few keys hold it (needles).
   double attend_exact_and_mass(const float* queries, float scale, float* out, int64_t k) const;
 
   // Context packs (offload/context_pack.h). save() writes what each KV head h

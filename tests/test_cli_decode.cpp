@@ -98,6 +98,10 @@ TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
       {"-m " + model() + " -p hi --attn topk --rerank nan", "--rerank"},
       {"-m " + model() + " -p hi --attn topk --index quest --rerank 4", "index 'quest' would ignore it"},
       {"-m " + model() + " -p hi --attn topk --index multipole:levels=2 --rerank 4", "would ignore it"},
+      {"-m " + model() + " -p hi --attn topk --index multipole:spread=-1", "spread=-1 must be in [0, 4]"},
+      {"-m " + model() + " -p hi --attn topk --index multipole:spread=nan", "spread='nan' is not a number"},
+      {"-m " + model() + " -p hi --attn topk --index multipole:spread_clip=0.5", "spread_clip=0.5 must be in"},
+      {"-m " + model() + " -p hi --attn topk --index centroid:spread=0.5", "unknown parameter 'spread'"},
   };
   if (cuda_device_count() == 0)  // without a device, asking for one is refused with the reason
     cases.push_back({"-m " + model() + " -p hi --backend cuda", "CUDA"});

@@ -304,7 +304,8 @@ TEST_CASE("oracle_topk_mass is the share of exact attention held by sinks, windo
         want += kept / all / c.n_heads;
       }
       INFO("heads " << c.n_heads << "/" << c.kv_heads << " d " << c.d << " n " << c.n << " k " << k);
-      const double got = layer.oracle_topk_mass(q.data(), scale, k);
+      std::vector<float> out((size_t)c.n_heads * c.d);
+      const double got = layer.attend_exact_and_mass(q.data(), scale, out.data(), k);
       CHECK(got == Approx(want).margin(1e-5));
       if (k >= stored) CHECK(got == Approx(1.0).margin(1e-6));
     }

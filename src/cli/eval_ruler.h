@@ -24,7 +24,7 @@ struct RulerRow {
   std::vector<double> depths;
   double agreement = 1, kl_mean = 0, kl_max = 0;
   std::vector<double> attn_err;      // per retrieval layer (teacher-forced steps)
-  std::vector<double> topk_mass;     // per retrieval layer, the same steps: OffloadRuntime::oracle_topk_mass
+  std::vector<double> topk_mass;     // per retrieval layer, the same steps: OffloadRuntime::oracle_topk_mass()
   int decode_steps = 0;              // of the free run (dense: of the reference)
   double decode_s = 0;
   double build_s = 0, write_s = 0, restore_s = 0;  // the method's index build and pack (shared by its build group)

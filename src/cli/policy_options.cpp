@@ -31,8 +31,9 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
                   "share is at least this (0 = budget mode)")->group(g);
   cmd->add_option("--rerank", p.search.rerank, "centroid/multipole, budget mode: select clusters until R*k tokens, "
                   "then keep each head's k best of their rows by exact q.k (finds a key among look-alikes; the "
-                  "device search does it too, reading R times the rows' keys). 1: off; default: the index spec's rerank= (4 for one-level centroid/multipole). A search-time "
-                  "choice: a pack built without it serves it")->group(g);
+                  "device search does it too, reading R times the rows' keys). 1: off; default: the index spec's "
+                  "rerank= (4 for one-level centroid/multipole). A search-time choice: a pack built without it "
+                  "serves it")->group(g);
   cmd->add_option("--gqa", a->gqa, "union: each query head searches; mean: one search with the mean query")
       ->group(g)->check(CLI::IsMember({"union", "mean"}));
   cmd->add_option("--dense-layers", p.dense_layers, "The first N layers stay dense (as Quest does)")
