@@ -4,10 +4,12 @@
 // rows say what each step costs. Tables are random (every group 16 keys, no
 // ties); the gathered pointers are written but not read here, except by the
 // rerank rows (step 3b, R = 4: the candidates' keys are read, from a random
-// device copy of the store, as the store cache serves them).
+// device copy of the store, as the store cache serves them), and spread rows
+// (the far rows' spread term: a variance table as large as the value means).
 #ifdef TOPKV_HAVE_CUDA
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -16,6 +18,7 @@
 
 #include "bench/gpu_bench_util.h"
 #include "gpu/cuda_kernels.h"
+#include "src/common/dtype.h"
 
 namespace topkv::bench {
 
@@ -31,7 +34,7 @@ struct Shape {
 // One shape: rerank 1 (fake row pointers) or R > 1 (a device buffer of
 // random keys the pointers address, one per 65,536-row chunk).
 void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const Shape& s, std::mt19937& rng,
-                 void* fake_rows, int R);
+                 void* fake_rows, int R, bool spread = false);
 
 }  // namespace
 
@@ -50,6 +53,9 @@ void bench_device_search(CudaBackend& be, EventTimer& tm, Report& rep, int reps)
   // scored, 4k rows a query head's budget before the cut to k.
   for (const Shape& s : shapes)
     if (!s.pages) bench_shape(be, tm, rep, reps, s, rng, nullptr, 4);
+  // The far rows' spread term (multipole:spread=0.5) on top of the default.
+  for (const Shape& s : shapes)
+    if (s.far) bench_shape(be, tm, rep, reps, s, rng, nullptr, 4, true);
   cudaFreeHost(fake_rows);
 }
 
@@ -57,7 +63,7 @@ void bench_device_search(CudaBackend& be, EventTimer& tm, Report& rep, int reps)
 namespace {
 
 void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const Shape& s, std::mt19937& rng,
-                 void* fake_rows, int R) {
+                 void* fake_rows, int R, bool spread) {
   const int rows_per = 16, len = s.pages ? 2 * s.hd : s.hd;
   const int64_t keys = (int64_t)s.n * rows_per;
   std::vector<cuda::SummaryHead> heads((size_t)s.n_kv);
@@ -87,6 +93,14 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
       keep.push_back(random_device(be, DType::F16, (size_t)s.n * s.hd, rng(), 1.f, SIZE_MAX));
       h.value_means = keep.back().mem.get();
     }
+    if (spread) {  // variances: |N(0, 0.1)|, f16
+      std::normal_distribution<float> nd(0.f, 0.1f);
+      std::vector<float> var((size_t)s.n * s.hd);
+      for (float& v : var) v = std::abs(nd(rng));
+      std::vector<uint16_t> var16(var.size());
+      from_f32(DType::F16, var.data(), var16.data(), var.size());
+      h.key_var = put(var16.data(), var16.size() * 2);
+    }
     h.counts = static_cast<const int32_t*>(put(counts.data(), counts.size() * 4));
     if (!s.pages) {
       h.offsets = static_cast<const int32_t*>(put(offsets.data(), offsets.size() * 4));
@@ -102,6 +116,7 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
   keep.push_back(random_device(be, DType::F32, (size_t)s.n_kv * s.group * s.hd, rng(), 1.f, SIZE_MAX));
   a.q = keep.back().f32();
   a.k = R * s.k, a.scale = 1.f / std::sqrt((float)s.hd);
+  if (spread) a.spread = 0.5f, a.spread_clip = 4.f;
   a.cap = (int)std::min<int64_t>(keys, (s.k + rows_per) * s.group);  // DeviceSearchTables::row_cap
   if (R > 1) a.rerank_k = s.k, a.cand_cap = (int)std::min<int64_t>(keys, (R * s.k + rows_per) * s.group);
   Buffer ws = be.alloc(cuda::summary_search_workspace_bytes(s.n_kv, s.group, s.n, a.cand_cap));
@@ -117,13 +132,14 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
                             A::kSearchScore | A::kSearchCut | A::kSearchGather,
                             A::kSearchScore | A::kSearchCut | A::kSearchGather | A::kSearchFar};
   const char* names[] = {"score", "+ cut", R > 1 ? "+ gather + rerank" : "+ gather", "+ far (all)"};
-  const std::string name = R > 1 ? fmt::format("{} rerank={}", s.name, R) : s.name;
+  const std::string name = fmt::format("{}{}{}", s.name, R > 1 ? fmt::format(" rerank={}", R) : "",
+                                       spread ? " spread=0.5" : "");
   const double table_bytes = (double)s.n_kv * s.n * len * 2;
   for (int i = 0; i < (s.far ? 4 : 3); ++i) {
     a.phases = steps[i];
     const double us = tm.median_us(reps, [&] { cuda::summary_search(a, be.stream()); });
-    // + the far rows' value means; + at most cand_cap candidate keys a KV head (rerank)
-    const double bytes = table_bytes + (i == 3 ? (double)s.n_kv * s.n * s.hd * 2 : 0.0) +
+    // + the far rows' value means (and variances); + at most cand_cap candidate keys a KV head (rerank)
+    const double bytes = table_bytes + (i == 3 ? (spread ? 2.0 : 1.0) * s.n_kv * s.n * s.hd * 2 : 0.0) +
                          (i >= 2 ? (double)s.n_kv * a.cand_cap * s.hd * 2 : 0.0);
     rep.add("search", fmt::format("{} {}", name, names[i]), us, bytes, 0);
   }

@@ -323,10 +323,14 @@ void row_list_attention(const RowListArgs& a, cudaStream_t stream);
 //      when one of its rows is kept (the rest of its rows are dropped);
 //   4. far (value means set, Multipole): every unselected group j as one
 //      weighted row, logit scale.x + ln N_j, value V̄_j, into far_splits
-//      partials per query head (part0 .., as row_list_attention).
-// Twins: summary_scores_reference, summary_select_reference and
-// summary_rerank_reference (gpu/summary_search_ref.h);
-// the far rows: partial_add_gather over the unselected groups.
+//      partials per query head (part0 .., as row_list_attention). With a
+//      spread term (spread > 0, key_var set) the logit gains
+//      min(spread scale^2/2 q^2.var_j, ln spread_clip) (far_spread_logit,
+//      index/kv_index.h).
+// Twins: summary_scores_reference, summary_select_reference,
+// summary_rerank_reference and summary_far_logit_reference
+// (gpu/summary_search_ref.h); the far rows: partial_add_gather over the
+// unselected groups with those logits.
 constexpr int kStoreChunkShift = 16;  // RowStore::kChunkShift: row r is in chunk r >> 16 (checked where tables are built)
 struct SummaryHead {
   const void* rows = nullptr;          // [n][row_len] of table_type
@@ -334,6 +338,7 @@ struct SummaryHead {
   const int32_t* offsets = nullptr;    // [n + 1] (centroid); pages: null
   const int32_t* members = nullptr;    // store rows, group by group (centroid)
   const void* value_means = nullptr;   // [n][head_dim] of table_type, or null
+  const void* key_var = nullptr;       // [n][head_dim] of table_type: per-dimension key variance (spread), or null
   const uint8_t* const* k_chunks = nullptr;  // the store's chunk pointers (RowStore layout)
   const uint8_t* const* v_chunks = nullptr;
   int32_t n = 0;                       // groups; 0: nothing to search (streaming head)
@@ -347,6 +352,7 @@ struct SummarySearchArgs {
   const float* q = nullptr;            // [n_kv * group][head_dim]
   int64_t k = 64;                      // token budget per query head
   float scale = 1.f;                   // logit scale of the far rows
+  float spread = 0.f, spread_clip = 1.f;  // the far rows' spread term (step 4); 0: none
   // Work space (summary_search_workspace_bytes): scores, keys' lo/scale, cuts, selection.
   void* workspace = nullptr;
   // Out: the rows to attend, and the far partials.

@@ -45,7 +45,8 @@ DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, DT
     SummaryTables t;
     TOPKV_CHECK(index->export_summaries(t), "the {} index has no device search: run with --search-on host",
                 index->name());
-    TOPKV_CHECK(t.dim == d && (t.value_means.empty() || t.value_means.size() == (size_t)t.size() * d),
+    TOPKV_CHECK(t.dim == d && (t.value_means.empty() || t.value_means.size() == (size_t)t.size() * d) &&
+                    (t.key_var.empty() || (t.key_var.size() == (size_t)t.size() * d && !t.value_means.empty())),
                 "internal: {} summary tables of dimension {} for head_dim {}", index->name(), t.dim, d);
     TOPKV_CHECK(t.size() <= INT32_MAX && t.covered <= INT32_MAX, "the device search holds at most 2^31 groups "
                 "and rows per head ({} groups over {} rows)", t.size(), t.covered);
@@ -55,6 +56,8 @@ DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, DT
     sh.n = (int32_t)t.size(), sh.page = (int32_t)t.page, sh.max_count = t.max_count(), sh.covered = t.covered;
     sh.rows = typed(t.rows);
     sh.value_means = typed(t.value_means);
+    sh.key_var = typed(t.key_var);
+    if (!t.key_var.empty()) s.spread = t.spread, s.spread_clip = t.spread_clip;  // one spec: every head the same
     sh.counts = std::move(t.counts), sh.offsets = std::move(t.offsets), sh.members = std::move(t.members);
   }
   return s;
@@ -73,6 +76,7 @@ void DeviceSearchTables::upload(cuda::CudaBackend& be, const OffloadedLayer& L, 
   max_n_ = 0, max_count_ = 0, max_covered_ = 0, bytes_ = 0, chunk_table_bytes_ = 0;
   page_bounds_ = s.page_bounds;
   far_field_ = false;
+  spread_ = s.spread, spread_clip_ = s.spread_clip;
   auto put = [&](const void* src, size_t bytes) -> const void* {
     if (bytes == 0) return nullptr;
     Buffer b = be.alloc(bytes);
@@ -92,6 +96,9 @@ void DeviceSearchTables::upload(cuda::CudaBackend& be, const OffloadedLayer& L, 
     sh.offsets = static_cast<const int32_t*>(put(t.offsets.data(), t.offsets.size() * 4));
     sh.members = static_cast<const int32_t*>(put(t.members.data(), t.members.size() * 4));
     sh.value_means = put(t.value_means.data(), t.value_means.size());
+    sh.key_var = put(t.key_var.data(), t.key_var.size());
+    TOPKV_CHECK(s.spread == 0.0 || t.n == 0 || sh.key_var,
+                "internal: a far spread term of {} without the variance table of KV head {}", s.spread, h);
     far_field_ |= !t.value_means.empty();
     covered_[(size_t)h] = t.covered;
     max_n_ = std::max(max_n_, sh.n);

@@ -35,12 +35,13 @@ class DeviceSearchTables {
       bool present = false;
       int32_t n = 0, page = 0, max_count = 0;
       int64_t covered = 0;
-      std::vector<uint8_t> rows, value_means;  // table type
+      std::vector<uint8_t> rows, value_means, key_var;  // table type
       std::vector<int32_t> counts, offsets, members;
     };
     std::vector<Head> heads;
     DType table_type = DType::F16;
     bool page_bounds = false;
+    double spread = 0.0, spread_clip = 1.0;  // SummaryTables' far spread term (key_var set)
   };
   static Staged stage(const OffloadedLayer& L, DType table_type);
   // (Re)uploads every head's tables; waits for queued work first (the old
@@ -61,6 +62,9 @@ class DeviceSearchTables {
   int64_t covered(int h) const { return covered_[(size_t)h]; }
   bool page_bounds() const { return page_bounds_; }
   bool far_field() const { return far_field_; }
+  // The far rows' spread term (SummarySearchArgs::spread, spread_clip): 0 without one.
+  float spread() const { return (float)spread_; }
+  float spread_clip() const { return (float)spread_clip_; }
   // Row-list capacity per KV head for budget k and `group` query heads: the
   // union of the heads' takes, each at most k plus its last group.
   int row_cap(int64_t k, int group) const;
@@ -81,6 +85,7 @@ class DeviceSearchTables {
   int32_t max_count_ = 0;
   int64_t max_covered_ = 0;
   bool page_bounds_ = false, far_field_ = false;
+  double spread_ = 0.0, spread_clip_ = 1.0;
   size_t bytes_ = 0;
 };
 

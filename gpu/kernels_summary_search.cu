@@ -167,15 +167,27 @@ __global__ void write_kernel(const SummarySearchArgs a, Work w, size_t row_bytes
   }
 }
 
-// 4. Far rows: every group not selected, logit scale * x + ln N_j, value V̄_j.
+// 4. Far rows: every group not selected, logit scale * x + ln N_j, value V̄_j;
+// SPREAD: plus min(spread s^2/2 q^2.var_j, ln clip) (far_spread_logit), from
+// the block's queries squared in shared memory and var_j, a lane's dims each
+// and a warp sum (one more table row read per far group).
 // Grid: x = KV head, y = split of its groups, z = chunk of query heads.
-template <class E, int HD>
+template <class E, int HD, bool SPREAD>
 __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearchArgs a, Work w) {
   constexpr int DPL = HD / 32;
   __shared__ BlockPartials<HD, kFarWarps, kMaxGroup> sm;
   const int h = blockIdx.x, split = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g0 = blockIdx.z * kMaxGroup, ng = min(kMaxGroup, a.group - g0);
   const SummaryHead head = a.heads[h];
+  __shared__ float q2[SPREAD ? kMaxGroup : 1][SPREAD ? HD : 1];
+  const float spread_c = 0.5f * a.spread * a.scale * a.scale, log_clip = logf(a.spread_clip);
+  if constexpr (SPREAD) {
+    for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) {
+      const float qi = a.q[((size_t)h * a.group + g0) * HD + i];
+      q2[i / HD][i % HD] = qi * qi;
+    }
+    __syncthreads();
+  }
   const int per = (head.n + a.far_splits - 1) / a.far_splits;
   const int first = split * per, last = min(head.n, first + per);
   const uint8_t* sel = w.selected + (size_t)h * a.max_n;
@@ -200,7 +212,23 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
       count[u] = (float)head.counts[j];
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g)
-        if (g < ng) x[u][g] = w.scores[((size_t)h * a.group + g0 + g) * a.max_n + j];
+        if (g < ng) x[u][g] = w.scores[((size_t)h * a.group + g0 + g) * a.max_n + j] * a.scale;
+    }
+    if constexpr (SPREAD) {  // use[u] is the same for the whole warp: the warp sums stay convergent
+#pragma unroll
+      for (int u = 0; u < kFarUnroll; ++u) {
+        if (!use[u]) continue;
+        float var[DPL];
+        load_lane<E, DPL>(static_cast<const E*>(head.key_var) + (size_t)(j0 + u) * HD + lane * DPL, var);
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; ++g) {
+          if (g >= ng) break;
+          float acc = 0.f;
+#pragma unroll
+          for (int i = 0; i < DPL; ++i) acc += q2[g][lane * DPL + i] * var[i];
+          x[u][g] += fminf(spread_c * warp_sum(acc), log_clip);
+        }
+      }
     }
 #pragma unroll
     for (int u = 0; u < kFarUnroll; ++u) {
@@ -209,7 +237,7 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g) {
         if (g >= ng) break;
-        online_add(x[u][g] * a.scale + lw, v[u], m[g], l[g], o[g]);
+        online_add(x[u][g] + lw, v[u], m[g], l[g], o[g]);
       }
     }
   }
@@ -242,6 +270,8 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
               a.group, a.max_n, a.k, a.cap);
   TOPKV_CHECK(a.far_splits == 0 || a.part0 + a.far_splits <= a.parts,
               "device search writes far partial slots {}..{} of {}", a.part0, a.part0 + a.far_splits - 1, a.parts);
+  TOPKV_CHECK(a.spread >= 0.f && a.spread_clip >= 1.f, "device search: spread {} (>= 0), spread_clip {} (>= 1)",
+              a.spread, a.spread_clip);
   TOPKV_CHECK(a.rerank_k == 0 || (a.rerank_k >= 1 && a.cand_cap >= 1),
               "device search rerank: keep {} rows of {} candidates a head", a.rerank_k, a.cand_cap);
   const Work w = carve_args(a);
@@ -287,7 +317,10 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
     const dim3 grid((unsigned)a.n_kv, (unsigned)a.far_splits, gz);
     with_elem_type(a.table_type, [&](auto e) {
       using E = decltype(e);
-      with_head_dim(a.head_dim, [&](auto hd) { far_kernel<E, hd()><<<grid, kFarWarps * 32, 0, stream>>>(a, w); });
+      with_head_dim(a.head_dim, [&](auto hd) {
+        if (a.spread > 0.f) far_kernel<E, hd(), true><<<grid, kFarWarps * 32, 0, stream>>>(a, w);
+        else far_kernel<E, hd(), false><<<grid, kFarWarps * 32, 0, stream>>>(a, w);
+      });
     });
     TOPKV_CUDA_CHECK_LAUNCH();
   }

@@ -116,4 +116,11 @@ SummarySelection summary_rerank_reference(const SummaryTables& t, const SummaryS
   return sel;
 }
 
+float summary_far_logit_reference(const SummaryTables& t, int64_t j, const float* q, float x, float scale) {
+  double logit = (double)x * scale + std::log((double)t.counts[(size_t)j]);
+  if (!t.key_var.empty())
+    logit += far_spread_logit(q, t.key_var.data() + (size_t)j * t.dim, t.dim, t.spread, t.spread_clip, scale);
+  return (float)logit;
+}
+
 }  // namespace topkv

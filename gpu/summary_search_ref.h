@@ -45,4 +45,9 @@ SummarySelection summary_rerank_reference(const SummaryTables& t, const SummaryS
                                           const std::vector<float>& scores, const std::vector<float>& row_scores,
                                           int group, int64_t k, int64_t cap);
 
+// The far logit of group j for one query head q (step 4): scale * x + ln N_j,
+// x the group's score, plus the spread term where the tables carry one
+// (SummaryTables::key_var, far_spread_logit).
+float summary_far_logit_reference(const SummaryTables& t, int64_t j, const float* q, float x, float scale);
+
 }  // namespace topkv

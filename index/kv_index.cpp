@@ -199,6 +199,12 @@ bool KvIndex::export_summaries(SummaryTables& out) const {
   return keys_ && export_impl(out);
 }
 
+double far_spread_logit(const float* q, const float* var, int dim, double a, double clip, double s) {
+  double acc = 0;
+  for (int i = 0; i < dim; ++i) acc += (double)q[i] * q[i] * var[i];
+  return std::min(a * 0.5 * s * s * acc, std::log(clip));
+}
+
 int32_t SummaryTables::max_count() const {
   int32_t m = 0;
   for (int32_t c : counts) m = std::max(m, c);

@@ -97,10 +97,23 @@ struct SummaryTables {
   std::vector<int32_t> offsets;      // Centroid: [n + 1] into members
   std::vector<int32_t> members;      // Centroid: row ids, group by group
   std::vector<float> value_means;    // [n][dim] mean value per group, or empty (no far field)
+  // The far rows' spread term (multipole:spread, index/multipole_index.cpp):
+  // key_var [n][dim] is each group's per-dimension variance of its keys, or
+  // empty (no term); a far group's logit gains far_spread_logit(...) below.
+  std::vector<float> key_var;
+  double spread = 0.0, spread_clip = 1.0;
   int64_t size() const { return (int64_t)counts.size(); }
   int row_len() const { return kind == Kind::PageBounds ? 2 * dim : dim; }
   int32_t max_count() const;
 };
+
+// The spread term of a far group with per-dimension key variance `var`, for
+// query q and logit scale s: min(a s^2/2 sum_i q_i^2 var_i, ln clip). For keys
+// Gaussian about the centroid C, the mean of exp(s q.k) is exp(s q.C) times
+// exp(s^2/2 q^2.var) ("Multipole Attention for Efficient Long Context
+// Reasoning" §3.2 keeps only the first factor); a < 1 and the clip temper it
+// for real keys' heavier tails. Host search and the device's twin share it.
+double far_spread_logit(const float* q, const float* var, int dim, double a, double clip, double s);
 
 struct SearchResult {
   int nq = 0;

@@ -27,8 +27,8 @@
 // at 4 is what lowered the attention error there (0.091 -> 0.078; a = 1
 // unclipped raised it to 0.24). The variance comes from a second mean per
 // cluster, of the keys' squares, kept like the centroids (+ d floats a
-// cluster). The device search has no spread term yet: with spread the host
-// searches (summary_kind() is empty).
+// cluster). The device search adds the same term in its far kernel from the
+// exported variance table (SummaryTables::key_var, far_spread_logit).
 #include <algorithm>
 #include <cmath>
 
@@ -54,14 +54,15 @@ class MultipoleIndex final : public ClusterIndex {
                 spread_clip_);
   }
   bool needs_values() const override { return true; }
-  std::optional<SummaryTables::Kind> summary_kind() const override {
-    if (spread_ > 0.0) return std::nullopt;  // the device's far kernel has no spread term
-    return ClusterIndex::summary_kind();
-  }
   // With spread, an fp32 mean of squares per summary row besides the centroid.
   double bytes_per_key_estimate(int dim) const override {
     const double rows_per_key = (levels_ == 2 ? 1.0 + 1.0 / (double)coarse_ratio_ : 1.0) / (double)ratio_;
     return ClusterIndex::bytes_per_key_estimate(dim) + (spread_ > 0.0 ? dim * 4.0 * rows_per_key : 0.0);
+  }
+  // With spread, the device tables hold a variance row per group as well.
+  double summary_bytes_per_key(int dim, size_t elem) const override {
+    const double base = ClusterIndex::summary_bytes_per_key(dim, elem);
+    return base + (base > 0.0 && spread_ > 0.0 ? dim * (double)elem / (double)ratio_ : 0.0);
   }
 
  protected:
@@ -84,14 +85,24 @@ class MultipoleIndex final : public ClusterIndex {
     if (spread_ > 0.0) add_to_means(key_squares_.data(), *keys_, row, fine, /*squares=*/true);
   }
 
-  // min(a * s^2/2 * sum_d q_d^2 var_d, ln clip) / s for summary row r.
-  float spread_term(int64_t r, const float* q, double s) const {
+  // The per-dimension variance of summary row r's keys: mean of squares
+  // less the squared mean (never below 0, whatever the rounding).
+  void key_var(int64_t r, float* var) const {
     const int d = sum_.dim;
     const float* c = centroid(r);
     const float* sq = key_squares_.data() + (size_t)r * d;
-    double acc = 0;
-    for (int i = 0; i < d; ++i) acc += (double)q[i] * q[i] * std::max(0.0, (double)sq[i] - (double)c[i] * c[i]);
-    return (float)(std::min(spread_ * 0.5 * s * s * acc, std::log(spread_clip_)) / s);
+    for (int i = 0; i < d; ++i) var[i] = (float)std::max(0.0, (double)sq[i] - (double)c[i] * c[i]);
+  }
+
+  bool export_impl(SummaryTables& out) const override {
+    if (!ClusterIndex::export_impl(out)) return false;
+    if (spread_ > 0.0) {
+      const int64_t nf = n_fine();
+      out.key_var.resize((size_t)nf * sum_.dim);
+      for (int64_t j = 0; j < nf; ++j) key_var(j, out.key_var.data() + (size_t)j * sum_.dim);
+      out.spread = spread_, out.spread_clip = spread_clip_;
+    }
+    return true;
   }
 
   void after_lookup(const float* q, const Lookup& lk, Candidates& out) const override {
@@ -116,15 +127,19 @@ class MultipoleIndex final : public ClusterIndex {
     const size_t n_far = far.size();
     out.far_scores.resize((size_t)nq * n_far);
     int64_t extra = 0;
+    std::vector<float> var(spread_ > 0.0 ? (size_t)d : 0);
     for (size_t t = 0; t < n_far; ++t) {
       int64_t r = far[t];
+      if (spread_ > 0.0) key_var(r, var.data());
       for (int g = 0; g < nq; ++g) {
         float x = r < nf ? lk.fine_score[(size_t)r * nq + g] : lk.coarse_score[(size_t)(r - nf) * nq + g];
         if (std::isnan(x)) {
           x = dot_f32(centroid(r), q + (size_t)g * d, (size_t)d);
           ++extra;
         }
-        if (spread_ > 0.0) x += spread_term(r, q + (size_t)g * d, lk.scale);
+        // The term is a logit; the far score is multiplied by s later.
+        if (spread_ > 0.0)
+          x += (float)(far_spread_logit(q + (size_t)g * d, var.data(), d, spread_, spread_clip_, lk.scale) / lk.scale);
         out.far_scores[(size_t)g * n_far + t] = x;
       }
     }

@@ -536,7 +536,7 @@ TEST_CASE("multipole spread: far scores carry min(a s^2/2 q^2.var, ln clip) / s,
     };
     copy_rows(0, half);
     auto idx = KvIndex::create(spec, opts(2));
-    CHECK_FALSE(idx->summary_kind().has_value());  // the device has no spread term: the host searches
+    CHECK(idx->summary_kind() == SummaryTables::Kind::Centroid);  // the device search has the term too
     idx->build(keys, values);
     const Params params = parse_spec(spec).params;
     const double a = params.get_double("spread", 0), clip = params.get_double("spread_clip", 4);
@@ -545,6 +545,9 @@ TEST_CASE("multipole spread: far scores carry min(a s^2/2 q^2.var, ln clip) / s,
       if (round == 1) copy_rows(half, c.n), idx->add_new_rows();  // the running means of squares
       SummaryTables t;
       REQUIRE(idx->export_summaries(t));
+      REQUIRE(t.key_var.size() == t.rows.size());  // what the device's far kernel reads
+      CHECK(t.spread == a);
+      CHECK(t.spread_clip == clip);
       SearchParams p;
       p.k = 64, p.scale = c.scale();
       const double s = p.scale;
@@ -565,6 +568,7 @@ TEST_CASE("multipole spread: far scores carry min(a s^2/2 q^2.var, ln clip) / s,
           for (int i = 0; i < c.d; ++i) {
             qc += (double)q[i] * C[i];
             const double var = std::max(0.0, sq[(size_t)i] / t.counts[(size_t)j] - (double)C[i] * C[i]);
+            CHECK(t.key_var[(size_t)j * c.d + i] == Approx(var).epsilon(2e-3).margin(2e-3));
             qvq += (double)q[i] * q[i] * var;
           }
           const double term = a * 0.5 * s * s * qvq;

@@ -172,8 +172,8 @@ void device_search_attend(const OffloadedLayer& L, int h, const float* q, int G,
       std::vector<int32_t> idx;
       for (int64_t j = 0; j < t.size(); ++j)
         if (!sel.selected[(size_t)j]) {
-          fs.push_back(scores[(size_t)g * t.size() + j] * scale);
-          logw.push_back(std::log((float)t.counts[(size_t)j]));
+          fs.push_back(summary_far_logit_reference(t, j, qg, scores[(size_t)g * t.size() + j], scale));
+          logw.push_back(0.f);  // ln N_j is in the logit
           idx.push_back((int32_t)j);
         }
       AttnPartial far(d);
@@ -190,7 +190,10 @@ TEST_CASE("the device search's attention, emulated on the CPU, equals the CPU la
   struct Case { std::string index; int d, G, n, window, sinks, fold; int64_t k; };
   for (const Case& c : {Case{"multipole", 128, 4, 3000, 16, 4, 1024, 128}, Case{"quest:page=4", 64, 4, 700, 8, 0, 7, 40},
                         Case{"centroid", 64, 2, 1200, 32, 4, 40, 64}, Case{"multipole:rerank=1", 128, 4, 3000, 16, 4, 1024, 128},
-                        Case{"centroid:rerank=1", 64, 2, 1200, 32, 4, 40, 64}}) {
+                        Case{"centroid:rerank=1", 64, 2, 1200, 32, 4, 40, 64},
+                        // the far rows' spread term, damped and with the clip binding
+                        Case{"multipole:spread=0.5", 128, 4, 3000, 16, 4, 1024, 128},
+                        Case{"multipole:spread=4,spread_clip=1.5,rerank=1", 64, 2, 1200, 32, 4, 40, 64}}) {
     CAPTURE(c.index, c.d, c.G, c.n, c.fold, c.k);
     OffloadedLayer::Config cfg;
     cfg.n_heads = c.G, cfg.kv_heads = 1, cfg.head_dim = c.d, cfg.sinks = c.sinks, cfg.window = c.window;

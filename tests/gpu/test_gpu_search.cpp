@@ -47,7 +47,7 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
   auto& be = cuda_be();
   OpSummary scores_sum("device search scores", 1e-5), far_sum("device search far rows", 1e-5);
   OpSummary scores16("device search scores, f16 tables", 1e-3), row_sum("device rerank row scores", 1e-5);
-  int selections = 0, mismatched = 0;
+  int selections = 0, mismatched = 0, spread_heads = 0;
   // rerank R > 1: clusters until R*k tokens are candidates, each query head
   // keeps its k best rows (step 3b), rows read from an f16 or f8 store.
   struct Case { std::string index; DType table; int hd, kv, group, n; int64_t k; bool streaming; int rerank = 1;
@@ -61,6 +61,10 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
       {"centroid:ratio=9", DType::F32, 256, 2, 1, 1301, 1, false, 3},
       {"multipole", DType::F32, 128, 2, 6, 2501, 50, false, 4, DType::F8E4M3},
       {"multipole", DType::F32, 64, 1, 2, 300, 1000, false, 4},  // fewer rows than R*k: every row a candidate
+      // the far rows' spread term (damped; the clip binding; 12 query heads: two grid.z chunks)
+      {"multipole:spread=0.5", DType::F32, 128, 2, 4, 4000, 256, false, 4},
+      {"multipole:spread=0.5,rerank=1", DType::F16, 256, 1, 4, 9000, 512, false},
+      {"multipole:spread=4,spread_clip=1.5", DType::F32, 64, 3, 12, 777, 40, true, 4},
   };
   for (const Case& c : cases) {
     CAPTURE(c.index, dtype_name(c.table), c.hd, c.kv, c.group, c.n, c.k, c.rerank, dtype_name(c.store));
@@ -126,6 +130,7 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
       REQUIRE(index->export_summaries(t));
       round_through(c.table, t.rows);
       round_through(c.table, t.value_means);
+      round_through(c.table, t.key_var);
       const int64_t n = t.size();
       // Scores: the twin's, from the same (rounded) tables.
       const auto want = summary_scores_reference(t, q.data() + (size_t)h * G * d, G);
@@ -167,15 +172,18 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
         REQUIRE(dv[(size_t)h * cap + r] == L.value_store(h)->row(sel.rows[r]));
       }
       if (!tab.far_field()) continue;
-      // Far rows: every unselected group, logit scale.x + ln N, value mean.
+      // Far rows: every unselected group, logit scale.x + ln N (+ the spread
+      // term), value mean.
+      if (!t.key_var.empty()) ++spread_heads;
       for (int g = 0; g < G; ++g) {
         AttnPartial ref(d), dev(d);
         std::vector<float> s, logw;
         std::vector<int32_t> idx;
         for (int64_t j = 0; j < n; ++j)
           if (!sel.selected[(size_t)j]) {
-            s.push_back(got[(size_t)g * n + j] * a.scale);
-            logw.push_back(std::log((float)t.counts[(size_t)j]));
+            s.push_back(summary_far_logit_reference(t, j, q.data() + ((size_t)h * G + g) * d, got[(size_t)g * n + j],
+                                                    a.scale));
+            logw.push_back(0.f);  // ln N_j is in the logit
             idx.push_back((int32_t)j);
           }
         partial_add_gather(ref, s.data(), logw.data(), t.value_means.data(), idx.data(), (int64_t)idx.size());
@@ -195,6 +203,7 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
   }
   INFO(mismatched << " group selections of " << selections << " heads differ");
   CHECK(mismatched == 0);
+  CHECK(spread_heads >= 5);  // the spread cases reached the far check
 }
 
 namespace {
@@ -232,6 +241,8 @@ TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtim
       {"centroid", 64, 8, 2, 1200, 32, 4, 64, 40, true},
       {"multipole", 128, 4, 1, 3000, 16, 4, 256, 1024, false, 4}, {"centroid", 64, 8, 2, 1200, 32, 4, 64, 40, false, 3},
       {"multipole:rerank=2", 256, 8, 1, 2500, 8, 2, 100, 5, false, 0},  // the spec's own factor
+      {"multipole:spread=0.5", 128, 4, 1, 3000, 16, 4, 256, 1024, false, 0},  // the far rows' spread term
+      {"multipole:spread=4,spread_clip=1.5", 64, 8, 2, 1200, 32, 4, 64, 40, false, 0},
   };
   for (const Case& c : cases) {
     CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, c.fold, c.stage, c.rerank);
