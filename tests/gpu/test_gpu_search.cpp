@@ -48,6 +48,7 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
   OpSummary scores_sum("device search scores", 1e-5), far_sum("device search far rows", 1e-5);
   OpSummary scores16("device search scores, f16 tables", 1e-3), row_sum("device rerank row scores", 1e-5);
   int selections = 0, mismatched = 0, spread_heads = 0;
+  double max_spread_term = 0;  // the largest far spread term checked (its logit less scale.x + ln N)
   // rerank R > 1: clusters until R*k tokens are candidates, each query head
   // keeps its k best rows (step 3b), rows read from an f16 or f8 store.
   struct Case { std::string index; DType table; int hd, kv, group, n; int64_t k; bool streaming; int rerank = 1;
@@ -99,6 +100,7 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
     a.heads = tab.heads(), a.n_kv = nkv, a.group = G, a.head_dim = d, a.max_n = max_n;
     a.page_bounds = tab.page_bounds(), a.table_type = c.table, a.store_type = cfg.store_dtype;
     a.q = dq.f32(), a.k = cand_k ? cand_k : c.k, a.scale = 0.09f, a.workspace = ws.mem.get();
+    a.spread = tab.spread(), a.spread_clip = tab.spread_clip();
     a.rerank_k = cand_k ? c.k : 0, a.cand_cap = cand_cap;
     auto* dl = lists.as<const void*>();
     a.k_rows = const_cast<const void**>(dl), a.v_rows = const_cast<const void**>(dl + (size_t)nkv * cap);
@@ -181,8 +183,11 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
         std::vector<int32_t> idx;
         for (int64_t j = 0; j < n; ++j)
           if (!sel.selected[(size_t)j]) {
-            s.push_back(summary_far_logit_reference(t, j, q.data() + ((size_t)h * G + g) * d, got[(size_t)g * n + j],
-                                                    a.scale));
+            const float x = got[(size_t)g * n + j];
+            s.push_back(summary_far_logit_reference(t, j, q.data() + ((size_t)h * G + g) * d, x, a.scale));
+            if (!t.key_var.empty())
+              max_spread_term = std::max(max_spread_term,
+                                         (double)s.back() - ((double)x * a.scale + std::log((double)t.counts[(size_t)j])));
             logw.push_back(0.f);  // ln N_j is in the logit
             idx.push_back((int32_t)j);
           }
@@ -204,6 +209,8 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
   INFO(mismatched << " group selections of " << selections << " heads differ");
   CHECK(mismatched == 0);
   CHECK(spread_heads >= 5);  // the spread cases reached the far check
+  INFO("largest far spread term " << max_spread_term);
+  CHECK(max_spread_term > 0.05);  // and their term is large enough to matter
 }
 
 namespace {
