@@ -2,8 +2,9 @@
 # RULER runs of a real model on the GPU host, from the repo root, with a
 # bundle built elsewhere (.gpu/bundle.tar.xz: README, "Building for a GPU
 # host"). A warm device machine keeps /tmp between calls, so a model larger
-# than one call goes up in parts (split -b 54000000 -d -a 2 MODEL.gguf
-# .up/q/NAME.), a call or more each, and is assembled once all are there;
+# than one call goes up in parts (split -b 50000000 -d -a 2 MODEL.gguf
+# .up/q/NAME.: a part and the working tree must fit the 64 MiB a call carries),
+# a call or more each, and is assembled once all are there;
 # meanwhile other work (the GPU tests) can run in the background.
 #   scripts/gpu-ruler.sh part                    copy the carried parts ($PARTS/*) to $WORK/m
 #   scripts/gpu-ruler.sh bg NAME GPU CMD         run CMD (bash, the bundle's env, that GPU) in the background;
