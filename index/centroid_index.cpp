@@ -4,7 +4,6 @@
 #include <faiss/Clustering.h>
 #include <faiss/IndexFlat.h>
 #include <omp.h>
-#include <tbb/task_group.h>
 
 #include <algorithm>
 #include <climits>
@@ -19,7 +18,7 @@
 #include "src/common/error.h"
 #include "src/common/progress.h"
 #include "src/common/parallel_errors.h"
-#include "src/common/tsan_handoff.h"
+#include "src/common/task_group.h"
 
 namespace topkv {
 
@@ -209,22 +208,15 @@ struct ClusterIndex::Streaming {
   std::vector<std::string> errors;
   Progress bar{"", 0, "", false};
   SingleThreadedBlas blas;
-  tbb::task_group tasks;
+  TaskGroup tasks;  // TBB's (src/common/task_group.h)
 };
 
-// task_group::wait, and what the finished tasks wrote is the caller's
-// (tsan_handoff.h: the ordering is inside libtbb).
-template <class Streaming> static void wait_tasks(Streaming& st) {
-  st.tasks.wait();
-  tsan_acquire(&st);
-}
-
 ClusterIndex::~ClusterIndex() {
-  if (stream_) wait_tasks(*stream_);
+  if (stream_) stream_->tasks.wait();
 }
 
 void ClusterIndex::begin_build_impl(int64_t n_total) {
-  if (stream_) wait_tasks(*stream_);
+  if (stream_) stream_->tasks.wait();
   stream_.reset();
   BlockPlan plan = plan_blocks(n_total);
   if (n_total == 0 || plan.n_blocks < 2 || n_threads() < 2) return;
@@ -239,15 +231,12 @@ void ClusterIndex::rows_ready_impl(int64_t n) {
   Streaming& st = *stream_;
   while (st.next_block < st.plan.n_blocks && st.plan.range(st.next_block).second <= n) {
     const int64_t b = st.next_block++;
-    tsan_release(&st);  // the task sees the plan, the keys and the state written so far
     st.tasks.run([this, &st, b] {
-      tsan_acquire(&st);
       try {
         cluster_block(st.plan, b, st.assign.data(), 1, st.bar);
       } catch (const std::exception& e) {
         st.errors[(size_t)b] = e.what();
       }
-      tsan_release(&st);  // its assignments and error reach the caller's wait
     });
   }
 }
@@ -256,7 +245,7 @@ void ClusterIndex::end_build_impl(int64_t n_total) {
   if (!stream_) return build_impl(n_total);
   rows_ready_impl(n_total);
   std::unique_ptr<Streaming> st = std::move(stream_);
-  wait_tasks(*st);
+  st->tasks.wait();
   for (auto& e : st->errors) TOPKV_CHECK(e.empty(), "{}", e);
   finish_build(st->plan, st->assign);
 }

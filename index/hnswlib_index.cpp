@@ -30,9 +30,6 @@
 // clustered keys with a shared mean (tests/test_index_ann.cpp data): 911 keys
 // had no in-link and ~6% of the true top-10 were unreachable. This backend is
 // the faithful hnswlib baseline for that comparison, not a fix.
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
 
 #include "index/ann_util.h"
 #include "index/backends.h"
@@ -42,6 +39,7 @@
 
 #include "index/hnswlib_index.h"
 #include "src/common/progress.h"
+#include "src/common/task_group.h"
 
 namespace topkv {
 
@@ -368,13 +366,10 @@ class HnswlibIndex final : public KvIndex {
         bar.add(to - from);
         return;
       }
-      tbb::task_arena arena(threads);
-      arena.execute([&] {
-        tbb::parallel_for(tbb::blocked_range<int64_t>(from, to, 64), [&](const tbb::blocked_range<int64_t>& r) {
-          std::vector<float> local((size_t)dim());
-          for (int64_t i = r.begin(); i < r.end(); ++i) add(i, local.data());
-          bar.add((int64_t)r.size());
-        });
+      parallel_for_blocks(from, to, 64, threads, [&](int64_t lo, int64_t hi) {
+        std::vector<float> local((size_t)dim());
+        for (int64_t i = lo; i < hi; ++i) add(i, local.data());
+        bar.add(hi - lo);
       });
     });
     bar.finish();

@@ -37,9 +37,12 @@ if [ "$SAN" = tsan ]; then
   # libgomp and OpenBLAS are not instrumented: TSan cannot see their barriers
   # and hand-offs and reports races on every buffer their threads share. One
   # thread each keeps them out; what TSan checks is then our own threads (the
-  # overlapped index build's TBB tasks, the GPU runtime's fold thread, the
-  # server's worker and connection threads) and hnswlib's parallel inserts.
-  export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+  # overlapped index build's tasks, on std::threads under TSan:
+  # src/common/task_group.h; the GPU runtime's fold thread, the server's
+  # worker and connection threads) and hnswlib's parallel inserts.
+  # OMP_THREAD_LIMIT also caps the regions that ask for threads themselves
+  # (num_threads clauses with --threads / BuildOptions::n_threads).
+  export OMP_NUM_THREADS=1 OMP_THREAD_LIMIT=1 OPENBLAS_NUM_THREADS=1
 fi
 # The serve tests' `openai` package (scripts/test.sh installs it into build/pydeps).
 [ -e "$BUILD_DIR/pydeps" ] || [ ! -d build/pydeps ] || ln -s "$PWD/build/pydeps" "$BUILD_DIR/pydeps"
