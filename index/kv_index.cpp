@@ -41,6 +41,16 @@ void KvIndex::build(std::shared_ptr<const RowStore> keys, std::shared_ptr<const 
   indexed_ = n;
 }
 
+std::string KvIndex::split_search_params(const std::string& spec, SearchParams& p) {
+  const Spec s = parse_spec(spec);
+  if (!create(s)->reranks() || !s.params.has("rerank")) return canonical_spec(spec);
+  p.rerank = s.params.get_double("rerank", 1.0);
+  Params rest;
+  for (const auto& [key, value] : s.params.map())
+    if (key != "rerank") rest.set(key, value);
+  return canonical_spec(rest.str().empty() ? s.name : s.name + ":" + rest.str());
+}
+
 void KvIndex::begin_build(std::shared_ptr<const RowStore> keys, std::shared_ptr<const RowStore> values,
                           int64_t n_total) {
   TOPKV_CHECK(keys, "index build needs a key store");

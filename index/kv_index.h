@@ -164,6 +164,11 @@ class KvIndex {
   // factor its spec sets (what SearchParams::rerank 0 means; 1: none).
   virtual bool reranks() const { return false; }
   virtual double own_rerank() const { return 1.0; }
+  // `spec` split into what is built and how it is searched: a backend that
+  // reranks() takes its spec's rerank=R as a search parameter (p.rerank = R),
+  // so "multipole" and "multipole:rerank=4" are one build searched two ways.
+  // Returns the canonical build spec; the spec is checked as create() does.
+  static std::string split_search_params(const std::string& spec, SearchParams& p);
   // Bytes the structure will hold per indexed key of dimension `dim`
   // (structure + any private key copy, not the shared store), from the
   // backend's parameters: what a memory plan needs before any key exists.

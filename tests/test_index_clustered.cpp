@@ -587,3 +587,23 @@ TEST_CASE("multipole spread: far scores carry min(a s^2/2 q^2.var, ln clip) / s,
   CHECK_THROWS_WITH(KvIndex::create("multipole:spread_clip=0.5"), Catch::Contains("spread_clip"));
   CHECK_THROWS_WITH(KvIndex::create("centroid:spread=0.5"), Catch::Contains("unknown parameter 'spread'"));
 }
+
+TEST_CASE("split_search_params: rerank= of a reranking backend is a search parameter, the rest is the build") {
+  SearchParams p;
+  p.rerank = 0;
+  CHECK(KvIndex::split_search_params("multipole: ratio=9, rerank=2.5", p) == "multipole:ratio=9");
+  CHECK(p.rerank == 2.5);
+  p.rerank = 0;
+  CHECK(KvIndex::split_search_params("centroid:rerank=1", p) == "centroid");
+  CHECK(p.rerank == 1.0);
+  // Nothing to move: the spec in its canonical spelling, the parameters untouched.
+  p.rerank = 7;
+  CHECK(KvIndex::split_search_params("multipole", p) == "multipole");
+  CHECK(KvIndex::split_search_params("quest: page=16", p) == "quest:page=16");
+  // levels=2 does not rerank (reranks() is false): nothing moves.
+  CHECK(KvIndex::split_search_params("multipole:levels=2", p) == "multipole:levels=2");
+  CHECK(p.rerank == 7);
+  CHECK_THROWS_WITH(KvIndex::split_search_params("multipole:levels=2,rerank=3", p), Catch::Contains("levels=1"));
+  CHECK_THROWS_WITH(KvIndex::split_search_params("multipole:rerank=-1", p), Catch::Contains("rerank"));
+  CHECK_THROWS_WITH(KvIndex::split_search_params("nosuch", p), Catch::Contains("nosuch"));
+}

@@ -51,16 +51,11 @@ std::vector<EvalMethod> make_eval_methods(const MethodArgs& a, const OffloadPoli
           if (sched == KSchedule::Linear) m.name += "/linear";
           OffloadPolicy& p = m.policy;
           p.attn = AttnMode::TopK, p.index = idx, p.dense_layers = dl, p.k_schedule = sched;
-          // A spec's rerank= is how the built index is searched (SearchParams::rerank),
-          // not what is built: it moves there, so "multipole" and "multipole:rerank=4"
-          // share one build and one temporary pack (eval/shared_context.h).
-          if (Spec s = parse_spec(idx); s.params.has("rerank")) {
-            p.search.rerank = s.params.get_double("rerank", 1.0);
-            Params rest;
-            for (const auto& [key, value] : s.params.map())
-              if (key != "rerank") rest.set(key, value);
-            p.index = canonical_spec(rest.str().empty() ? s.name : s.name + ":" + rest.str());
-          }
+          // Search-time parameters of the spec (rerank on a backend that
+          // reranks) move into the policy's SearchParams, so "multipole" and
+          // "multipole:rerank=4" share one build and one temporary pack
+          // (eval/shared_context.h).
+          p.index = KvIndex::split_search_params(idx, p.search);
           if (!k.empty() && k.back() == '%') {
             const std::vector<double> pct = parse_double_list(k.substr(0, k.size() - 1));
             TOPKV_CHECK(pct.size() == 1 && pct[0] > 0 && pct[0] <= 100, "--methods-k {} must be a percentage in "
