@@ -3,6 +3,7 @@
 // finding tokens after they leave the window.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <future>
 #include <random>
 
 #include "offload/partial_attention.h"
@@ -258,6 +259,68 @@ TEST_CASE("begin_append now, fill_appended a step later, equals append (the GPU 
         if (now.index(h)->attached()) REQUIRE(late.index(h)->indexed_rows() == now.index(h)->indexed_rows());
       }
     }
+  }
+}
+
+// The GPU runtime's asynchronous folds (GpuOffloadRuntime::manage_folds): a
+// host thread folds the rows stored at its start into the indexes and exports
+// their tables while the decode thread goes on with begin_append /
+// fill_appended. Run here on the CPU (and under ThreadSanitizer by
+// scripts/sanitize.sh): each fold covers exactly its rows, and the layer then
+// attends exactly like one that folded the same rows on the decode thread.
+TEST_CASE("fold_pending on a host thread while the decode thread appends (the GPU runtime's async folds)") {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  // The backends with a device search (the only ones the GPU runtime folds
+  // asynchronously).
+  for (const char* index : {"multipole", "quest:page=4", "centroid:rerank=1"}) {
+    CAPTURE(index);
+    const int heads = 4, kvh = 2, d = 16, n0 = 300, steps = 90, fold_at = 12;
+    Kv kv = random_kv(n0 + steps, heads, kvh, d, rng);
+    auto cfg = config(heads, kvh, d, 2, 8, 24);
+    cfg.index = index;
+    cfg.fold_every = 1 << 30;  // out of reach: only the explicit folds below
+    cfg.build.n_threads = 2;
+    OffloadedLayer async(cfg), sync(cfg);
+    async.prefill(kv.k.data(), kv.v.data(), n0), sync.prefill(kv.k.data(), kv.v.data(), n0);
+    const size_t tok = (size_t)kvh * d;
+    std::future<std::vector<SummaryTables>> fold;
+    std::vector<int64_t> upto;
+    OffloadedLayer::Placement pending;
+    int folds = 0;
+    for (int s = 0; s < steps; ++s) {
+      const int64_t t = n0 + s;
+      if (s > 0) async.fill_appended(pending, kv.k.data() + pending.pos * tok, kv.v.data() + pending.pos * tok);
+      if (s % fold_at == fold_at / 2 && fold.valid()) {  // the fold lands, as manage_folds takes it
+        const std::vector<SummaryTables> tables = fold.get();
+        for (int h = 0; h < kvh; ++h) {
+          REQUIRE(async.index(h)->indexed_rows() == upto[(size_t)h]);
+          if (async.index(h)->summary_kind()) CHECK(tables[(size_t)h].covered == upto[(size_t)h]);
+        }
+        sync.fold_pending(upto);
+        ++folds;
+        std::vector<float> q((size_t)heads * d), a(q.size()), b(q.size());
+        for (auto& e : q) e = nd(rng);
+        async.attend(q.data(), 0.25f, a.data());
+        sync.attend(q.data(), 0.25f, b.data());
+        for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == b[i]);
+      }
+      if (s % fold_at == 0 && !fold.valid()) {  // a fold starts: the rows stored now
+        upto.assign((size_t)kvh, 0);
+        for (int h = 0; h < kvh; ++h) upto[(size_t)h] = async.stored_rows(h);
+        fold = std::async(std::launch::async, [&async, upto, kvh] {
+          async.fold_pending(upto);
+          std::vector<SummaryTables> t((size_t)kvh);
+          for (int h = 0; h < kvh; ++h) async.index(h)->export_summaries(t[(size_t)h]);
+          return t;
+        });
+      }
+      pending = async.begin_append();  // while the fold may run
+      sync.append(kv.k.data() + t * tok, kv.v.data() + t * tok);
+    }
+    async.fill_appended(pending, kv.k.data() + pending.pos * tok, kv.v.data() + pending.pos * tok);
+    if (fold.valid()) fold.get();
+    CHECK(folds >= 5);
   }
 }
 
