@@ -39,7 +39,7 @@ RowStore::ChunkAllocator pinned_chunk_allocator() {
 }
 
 double device_rerank(const OffloadPolicy& p) {
-  return p.search.rerank > 0.0 ? p.search.rerank : KvIndex::create(p.index)->own_rerank();
+  return KvIndex::create(p.index)->rerank_of(p.search);
 }
 
 bool wants_device_search(const OffloadPolicy& p) {

@@ -164,6 +164,9 @@ class KvIndex {
   // factor its spec sets (what SearchParams::rerank 0 means; 1: none).
   virtual bool reranks() const { return false; }
   virtual double own_rerank() const { return 1.0; }
+  // The rerank factor a search with `p` runs: p.rerank, or the spec's own
+  // when p.rerank is 0; 1 on a backend that does not rerank.
+  double rerank_of(const SearchParams& p) const { return reranks() ? (p.rerank > 0.0 ? p.rerank : own_rerank()) : 1.0; }
   // `spec` split into what is built and how it is searched: a backend that
   // reranks() takes its spec's rerank=R as a search parameter (p.rerank = R),
   // so "multipole" and "multipole:rerank=4" are one build searched two ways.

@@ -58,6 +58,7 @@ TEST_CASE("eval ruler: rows for dense and each method, flat at k = 100% decodes 
   CHECK(j["answer_tokens"]["niah_single_1"] == 128);  // RULER's; a prompt holds the length less these
   CHECK(j["answer_tokens"]["fwe"] == 50);
   REQUIRE(j["methods"].size() == 2);
+  for (const auto& m : j["methods"]) CHECK(m["rerank"] == 1.0);  // flat does not rerank
   const auto& rows = j["rows"];
   REQUIRE(rows.size() == 6);
   std::map<std::string, nlohmann::json> dense;  // task -> its dense row
@@ -191,4 +192,6 @@ TEST_CASE("eval ruler: a slice on the real Qwen2.5-Coder-0.5B") {
     CHECK(exact["agreement"].get<double>() == 1.0);
   }
   CHECK(by.at({"niah_single_1", "topk:multipole@2%"})["score"].get<double>() == 100.0);
+  for (const auto& m : j["methods"])  // the factor each method's search ran: multipole's default, flat none
+    CHECK(m["rerank"] == (m["name"].get<std::string>().find("multipole") != std::string::npos ? 4.0 : 1.0));
 }

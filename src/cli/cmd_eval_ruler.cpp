@@ -238,7 +238,10 @@ void run_ruler(const RulerArgs& a, const OffloadPolicy& base) {
     for (const EvalMethod& m : methods) {
       nlohmann::json per_length = nlohmann::json::object();
       for (auto& [L, ks] : ss.k_tokens[m.name]) per_length[std::to_string(L)] = mean(ks);
+      // rerank: the factor the search runs (a label like "topk:multipole@2%"
+      // means rerank 4 since session 11, the plain lookup before).
       jm.push_back({{"name", m.name}, {"index", m.policy.index}, {"k", m.k}, {"dense_layers", m.policy.dense_layers},
+                    {"rerank", KvIndex::create(m.policy.index)->rerank_of(m.policy.search)},
                     {"k_schedule", m.policy.k_schedule == KSchedule::Linear ? "linear" : "uniform"},
                     {"policy", nlohmann::json::parse(m.policy.to_json())}, {"k_tokens_per_length", per_length}});
     }
