@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <atomic>
+#include <stdexcept>
+#include <tuple>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -9,6 +12,7 @@
 #include "src/common/binary_io.h"
 #include "src/common/dtype.h"
 #include "src/common/options.h"
+#include "src/common/task_group.h"
 #include "src/common/vec_math.h"
 
 using namespace topkv;
@@ -183,4 +187,37 @@ TEST_CASE("dtype names: compute types and store types each take their own, with 
   CHECK_THROWS_WITH(parse_store_dtype("f32"), Catch::Contains("use f16, bf16 or f8"));
   CHECK_THROWS_WITH(parse_store_dtype("F16"), Catch::Contains("unknown KV store type 'F16'"));
   CHECK_THROWS_WITH(parse_dtype(""), Catch::Contains("unknown element type ''"));
+}
+
+TEST_CASE("TaskGroup and parallel_for_blocks: every block once, results seen after the wait, errors rethrown") {
+  // Odd ranges and grains, one thread and several (under ThreadSanitizer the
+  // same code runs on std::threads: src/common/task_group.h).
+  for (const auto& [from, to, grain, threads] :
+       {std::tuple<int64_t, int64_t, int64_t, int>{0, 1, 64, 4}, {3, 1000, 7, 3}, {0, 4099, 64, 1}, {-5, 37, 1, 8},
+        {10, 10, 4, 2}}) {
+    CAPTURE(from, to, grain, threads);
+    std::vector<int> hits((size_t)std::max<int64_t>(0, to - from), 0);
+    std::atomic<int> over{0};
+    parallel_for_blocks(from, to, grain, threads, [&](int64_t lo, int64_t hi) {
+      if (lo < from || hi > to || lo >= hi) ++over;
+      for (int64_t i = lo; i < hi; ++i) ++hits[(size_t)(i - from)];
+    });
+    CHECK(over == 0);
+    CHECK(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+  }
+  CHECK_THROWS_WITH(parallel_for_blocks(0, 1000, 10, 4,
+                                        [](int64_t lo, int64_t) {
+                                          if (lo == 500) throw std::runtime_error("block 500 failed");
+                                        }),
+                    "block 500 failed");
+  // Tasks write their own slots; the caller reads them all after wait().
+  std::vector<int64_t> out(37, -1);
+  {
+    TaskGroup tasks;
+    for (int64_t i = 0; i < 37; ++i) tasks.run([&out, i] { out[(size_t)i] = i * i; });
+    tasks.wait();
+    for (int64_t i = 0; i < 37; ++i) CHECK(out[(size_t)i] == i * i);
+    tasks.run([&out] { out[0] = 99; });  // the destructor waits for a task run after a wait
+  }
+  CHECK(out[0] == 99);
 }
