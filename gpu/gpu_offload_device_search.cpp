@@ -5,6 +5,10 @@
 // CUDA builds only: the file is empty without CUDA.
 #ifdef TOPKV_HAVE_CUDA
 #include "gpu/gpu_offload_runtime_impl.h"
+
+#include <algorithm>
+#include <cmath>
+
 #include "src/common/timer.h"
 
 namespace topkv::gpu_offload {
@@ -56,6 +60,24 @@ int64_t GpuOffloadRuntime::count_tail(int slot) {
     most = std::max(most, tail_[(size_t)h]);
   }
   return most;
+}
+
+size_t GpuOffloadRuntime::search_workspace_bytes(const KvIndex& index, int64_t n) const {
+  const int G = cfg_.n_head / cfg_.n_head_kv;
+  const double per_key = index.summary_groups_per_key();
+  if (per_key <= 0.0 || n <= 0) return 0;
+  // Groups a head: n / (keys per group), and a partial group per k-means block.
+  const int64_t max_n = (int64_t)std::ceil((double)n * per_key) + 64;
+  const int64_t k_mean = policy_.k_fraction > 0 ? std::max<int64_t>(1, (int64_t)std::llround(policy_.k_fraction * n))
+                                                : policy_.search.k;
+  const std::vector<int64_t> ks = topkv::k_per_layer(k_mean, std::max(1, (int)retrieval_layers_.size()), policy_.k_schedule);
+  const int64_t k = *std::max_element(ks.begin(), ks.end());
+  // DeviceSearchTables::row_cap at R*k, with twice the mean group for its largest.
+  int64_t cand_cap = 0;
+  if (rerank_ > 1.0)
+    cand_cap = std::min<int64_t>(n, (int64_t)(rerank_ * (double)k + 2.0 / per_key) * G);
+  return cuda::summary_search_workspace_bytes(cfg_.n_head_kv, G, (int)std::min<int64_t>(max_n, INT32_MAX),
+                                              (int)std::min<int64_t>(cand_cap, INT32_MAX));
 }
 
 void GpuOffloadRuntime::manage_folds(int slot) {

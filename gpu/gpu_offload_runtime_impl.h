@@ -94,11 +94,13 @@ class GpuOffloadRuntime final : public OffloadRuntime {
          heads * (policy_.sinks + ring_capacity()) * 2.0 * cfg_.head_dim * sizeof(float)},
         {"GPU row lists, partials, staging", 0, double(64 << 20)}};
     if (device_search_) {
-      const double per_key = KvIndex::create(policy_.index)->summary_bytes_per_key(
-          cfg_.head_dim, dtype_size(policy_.device_table_type));
+      const auto index = KvIndex::create(policy_.index);
+      const double per_key = index->summary_bytes_per_key(cfg_.head_dim, dtype_size(policy_.device_table_type));
       lines.push_back({fmt::format("device search tables ({}, {})", policy_.index,
                                    dtype_name(policy_.device_table_type)),
                        0, heads * (double)n * per_key});
+      lines.push_back({"device search work space (scores per group and query head)", 0,
+                       (double)search_workspace_bytes(*index, n)});
     }
     return lines;
   }
@@ -181,6 +183,9 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   // the tables do not cover (sync_folds: the layer folded them itself; the
   // tables are uploaded again now).
   void manage_folds(int slot);
+  // What the device search's work space takes at n tokens (device_plan): a
+  // score per group and query head, and with rerank the candidates' lists.
+  size_t search_workspace_bytes(const KvIndex& index, int64_t n) const;
   // tail_[h] = layer `slot`'s evicted rows its uploaded tables do not cover
   // (the ring attends them exactly); returns the most over the heads.
   int64_t count_tail(int slot);

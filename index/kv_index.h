@@ -184,6 +184,10 @@ class KvIndex {
     (void)dim, (void)elem;
     return 0.0;
   }
+  // Summary groups (clusters, pages) per indexed key of those tables: what a
+  // device search's work space scales with (a score per group and query
+  // head). 0 for a backend without summary_kind().
+  virtual double summary_groups_per_key() const { return 0.0; }
 
   // Builds over every row currently in `keys`. `values` is required when
   // needs_values(), ignored otherwise.

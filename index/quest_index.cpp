@@ -127,6 +127,7 @@ class QuestIndex final : public KvIndex {
   }
 
   double bytes_per_key_estimate(int dim) const override { return 2.0 * dim * sizeof(float) / (double)page_; }
+  double summary_groups_per_key() const override { return 1.0 / (double)page_; }
   double summary_bytes_per_key(int dim, size_t elem) const override {  // [max | min] and a count per page
     return (2.0 * dim * (double)elem + 4.0) / (double)page_;
   }

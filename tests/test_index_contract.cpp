@@ -433,11 +433,15 @@ TEST_CASE("every backend with summary tables: summary_bytes_per_key matches the 
         INFO(spec << ", d " << d << ", n " << n);
         if (!idx->summary_kind()) {  // graphs, IVF, flat: nothing to hold on the device
           CHECK(idx->summary_bytes_per_key(d, 2) == 0.0);
+          CHECK(idx->summary_groups_per_key() == 0.0);
           continue;
         }
         idx->build(x.keys, x.values);
         SummaryTables t;
         REQUIRE(idx->export_summaries(t));
+        // The groups the device search's work space is planned for (GpuOffloadRuntime::device_plan).
+        if (n > 1) CHECK(std::abs((double)t.size() / (double)n - idx->summary_groups_per_key()) <=
+                         0.1 * idx->summary_groups_per_key());
         for (const size_t elem : {size_t(2), size_t(4)}) {
           const double est = idx->summary_bytes_per_key(d, elem);
           const double got = ((double)(t.rows.size() + t.value_means.size() + t.key_var.size()) * (double)elem +
