@@ -275,7 +275,9 @@ TEST_CASE("fold_pending on a host thread while the decode thread appends (the GP
   // asynchronously).
   for (const char* index : {"multipole", "quest:page=4", "centroid:rerank=1"}) {
     CAPTURE(index);
-    const int heads = 4, kvh = 2, d = 16, n0 = 300, steps = 90, fold_at = 12;
+    // The appends cross a store chunk while folds read the stores.
+    const int heads = 4, kvh = 2, d = 16, steps = 90, fold_at = 12;
+    const int64_t n0 = RowStore::kChunkRows - 40;
     Kv kv = random_kv(n0 + steps, heads, kvh, d, rng);
     auto cfg = config(heads, kvh, d, 2, 8, 24);
     cfg.index = index;
@@ -291,6 +293,8 @@ TEST_CASE("fold_pending on a host thread while the decode thread appends (the GP
     for (int s = 0; s < steps; ++s) {
       const int64_t t = n0 + s;
       if (s > 0) async.fill_appended(pending, kv.k.data() + pending.pos * tok, kv.v.data() + pending.pos * tok);
+      for (int h = 0; h < kvh; ++h)  // what the runtime's tail count reads while a fold may run (count_tail)
+        REQUIRE(async.stored_rows(h) == sync.stored_rows(h));
       if (s % fold_at == fold_at / 2 && fold.valid()) {  // the fold lands, as manage_folds takes it
         const std::vector<SummaryTables> tables = fold.get();
         for (int h = 0; h < kvh; ++h) {
