@@ -1,0 +1,1 @@
+topkv eval ruler -m .models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf --backend cpu --chat --lengths 2K,4K --samples 2 --answer-tokens 48 --agreement-tokens 32 --error-steps 8 --methods-index multipole --methods-k 1%,2% --json ruler.json --csv ruler.csv -q    # session 12: multipole = rerank 4 (the default), k = 1% beside 2%
