@@ -68,10 +68,8 @@ size_t GpuOffloadRuntime::search_workspace_bytes(const KvIndex& index, int64_t n
   if (per_key <= 0.0 || n <= 0) return 0;
   // Groups a head: n / (keys per group), and a partial group per k-means block.
   const int64_t max_n = (int64_t)std::ceil((double)n * per_key) + 64;
-  const int64_t k_mean = policy_.k_fraction > 0 ? std::max<int64_t>(1, (int64_t)std::llround(policy_.k_fraction * n))
-                                                : policy_.search.k;
-  const std::vector<int64_t> ks = topkv::k_per_layer(k_mean, std::max(1, (int)retrieval_layers_.size()), policy_.k_schedule);
-  const int64_t k = *std::max_element(ks.begin(), ks.end());
+  const std::vector<int64_t> ks = k_for_context(n);
+  const int64_t k = ks.empty() ? policy_.search.k : *std::max_element(ks.begin(), ks.end());
   // DeviceSearchTables::row_cap at R*k, with twice the mean group for its largest.
   int64_t cand_cap = 0;
   if (rerank_ > 1.0)

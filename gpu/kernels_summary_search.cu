@@ -169,8 +169,8 @@ __global__ void write_kernel(const SummarySearchArgs a, Work w, size_t row_bytes
 
 // 4. Far rows: every group not selected, logit scale * x + ln N_j, value V̄_j;
 // SPREAD: plus min(spread s^2/2 q^2.var_j, ln clip) (far_spread_logit), from
-// the block's queries squared in shared memory and var_j, a lane's dims each
-// and a warp sum (one more table row read per far group).
+// the block's queries in shared memory (load_block_queries) and var_j, a
+// lane's dims each and a warp sum (one more table row read per far group).
 // Grid: x = KV head, y = split of its groups, z = chunk of query heads.
 template <class E, int HD, bool SPREAD>
 __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearchArgs a, Work w) {
@@ -179,15 +179,10 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
   const int h = blockIdx.x, split = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g0 = blockIdx.z * kMaxGroup, ng = min(kMaxGroup, a.group - g0);
   const SummaryHead head = a.heads[h];
-  __shared__ float q2[SPREAD ? kMaxGroup : 1][SPREAD ? HD : 1];
-  const float spread_c = 0.5f * a.spread * a.scale * a.scale, log_clip = logf(a.spread_clip);
-  if constexpr (SPREAD) {
-    for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) {
-      const float qi = a.q[((size_t)h * a.group + g0) * HD + i];
-      q2[i / HD][i % HD] = qi * qi;
-    }
-    __syncthreads();
-  }
+  __shared__ __align__(16) float sq[SPREAD ? kMaxGroup : 1][SPREAD ? HD : 1];
+  const float spread_c = SPREAD ? 0.5f * a.spread * a.scale * a.scale : 0.f;
+  const float log_clip = SPREAD ? logf(a.spread_clip) : 0.f;
+  if constexpr (SPREAD) load_block_queries<HD>(sq, a, h, g0, ng);
   const int per = (head.n + a.far_splits - 1) / a.far_splits;
   const int first = split * per, last = min(head.n, first + per);
   const uint8_t* sel = w.selected + (size_t)h * a.max_n;
@@ -225,7 +220,10 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
           if (g >= ng) break;
           float acc = 0.f;
 #pragma unroll
-          for (int i = 0; i < DPL; ++i) acc += q2[g][lane * DPL + i] * var[i];
+          for (int i = 0; i < DPL; ++i) {
+            const float qi = sq[g][lane * DPL + i];
+            acc += qi * qi * var[i];
+          }
           x[u][g] += fminf(spread_c * warp_sum(acc), log_clip);
         }
       }

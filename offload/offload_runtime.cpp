@@ -98,10 +98,14 @@ int OffloadRuntime::layers_in_flight(int64_t n) const {
 void OffloadRuntime::start_context(int64_t n) {
   TOPKV_CHECK(layers_.empty(), "the offloaded runtime already holds a prompt; start a new one");
   TOPKV_CHECK(n >= 1, "the offloaded runtime needs a prefilled prompt");
+  k_ = k_for_context(n);
+  layers_.resize(retrieval_layers_.size());
+}
+
+std::vector<int64_t> OffloadRuntime::k_for_context(int64_t n) const {
   const int64_t k_mean = policy_.k_fraction > 0 ? std::max<int64_t>(1, (int64_t)std::llround(policy_.k_fraction * n))
                                                 : policy_.search.k;
-  k_ = topkv::k_per_layer(k_mean, (int)retrieval_layers_.size(), policy_.k_schedule);
-  layers_.resize(retrieval_layers_.size());
+  return topkv::k_per_layer(k_mean, (int)retrieval_layers_.size(), policy_.k_schedule);
 }
 
 void OffloadRuntime::take_context(int64_t n, const KvReader& read) {

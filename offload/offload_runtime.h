@@ -114,6 +114,7 @@ class OffloadRuntime : public AttentionOverride {
   virtual OffloadedLayer::Config layer_config(int i) const;
   virtual void on_layer_ready(int i) { (void)i; }
   void start_context(int64_t n);  // k per layer for a context of n tokens; layers_ sized
+  std::vector<int64_t> k_for_context(int64_t n) const;  // what start_context(n) sets k_per_layer() to
   // Builds every layer (layer_config, then fill(i, layer)), layers in
   // parallel (at most in_flight at once) where the model has many KV heads,
   // then runs on_layer_ready for each in order; sets stats_.build_s and keys_indexed.
