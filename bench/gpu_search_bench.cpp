@@ -6,6 +6,9 @@
 // rerank rows (step 3b, R = 4: the candidates' keys are read, from a random
 // device copy of the store, as the store cache serves them), and spread rows
 // (the far rows' spread term: a variance table as large as the value means).
+// Two-level quest rows (quest:coarse_ratio=C) score a random coarse table
+// of n/C rows first; each query head's coarse cut then lists its own
+// coarse pages (random tables: the union is as large as it can be).
 #ifdef TOPKV_HAVE_CUDA
 #include <fmt/format.h>
 
@@ -29,6 +32,8 @@ struct Shape {
   int n_kv, group, hd, n;
   int64_t k;
   bool pages, far;
+  int coarse = 0;       // two levels: pages per coarse page (0: one level)
+  double expand = 8.0;  // the coarse cut covers expand*k tokens a query head
 };
 
 // One shape: rerank 1 (fake row pointers) or R > 1 (a device buffer of
@@ -44,6 +49,11 @@ void bench_device_search(CudaBackend& be, EventTimer& tm, Report& rep, int reps)
       {"gemma270m 1M multipole k=256", 1, 4, 256, 65536, 256, false, true},
       {"llama8b 512K/layer multipole k=256", 8, 4, 128, 32768, 256, false, true},
       {"llama8b 512K/layer quest:page=16 k=256", 8, 4, 128, 32768, 256, true, false},
+      {"llama8b 512K/layer quest:page=16,coarse_ratio=16 k=256", 8, 4, 128, 32768, 256, true, false, 16},
+      {"llama8b 1M/layer quest:page=16 k=256", 8, 4, 128, 65536, 256, true, false},
+      {"llama8b 1M/layer quest:page=16,coarse_ratio=16 k=256", 8, 4, 128, 65536, 256, true, false, 16},
+      {"gemma270m 1M quest:page=16 k=1024", 1, 4, 256, 65536, 1024, true, false},
+      {"gemma270m 1M quest:page=16,coarse_ratio=16 k=1024", 1, 4, 256, 65536, 1024, true, false, 16},
   };
   std::mt19937 rng(7);
   void* fake_rows = nullptr;  // every chunk pointer: the pointers are written, never read here
@@ -108,6 +118,14 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
     }
     h.k_chunks = h.v_chunks = static_cast<const uint8_t* const*>(put(chunks.data(), chunks.size() * sizeof(void*)));
     h.n = s.n, h.page = rows_per;
+    if (s.coarse > 0) {
+      h.coarse_n = (s.n + s.coarse - 1) / s.coarse, h.coarse_ratio = s.coarse;
+      keep.push_back(random_device(be, DType::F16, (size_t)h.coarse_n * len, rng(), 1.f, SIZE_MAX));
+      h.coarse_rows = keep.back().mem.get();
+      std::vector<int32_t> cc((size_t)h.coarse_n);
+      for (int c = 0; c < h.coarse_n; ++c) cc[(size_t)c] = rows_per * std::min(s.coarse, s.n - c * s.coarse);
+      h.coarse_counts = static_cast<const int32_t*>(put(cc.data(), cc.size() * 4));
+    }
   }
   cuda::SummarySearchArgs a;
   a.heads = static_cast<const cuda::SummaryHead*>(put(heads.data(), heads.size() * sizeof(cuda::SummaryHead)));
@@ -116,6 +134,7 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
   keep.push_back(random_device(be, DType::F32, (size_t)s.n_kv * s.group * s.hd, rng(), 1.f, SIZE_MAX));
   a.q = keep.back().f32();
   a.k = R * s.k, a.scale = 1.f / std::sqrt((float)s.hd);
+  if (s.coarse > 0) a.coarse_k = (int64_t)(s.expand * (double)s.k);
   if (spread) a.spread = 0.5f, a.spread_clip = 4.f;
   a.cap = (int)std::min<int64_t>(keys, (s.k + rows_per) * s.group);  // DeviceSearchTables::row_cap
   if (R > 1) a.rerank_k = s.k, a.cand_cap = (int)std::min<int64_t>(keys, (R * s.k + rows_per) * s.group);
@@ -134,7 +153,17 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
   const char* names[] = {"score", "+ cut", R > 1 ? "+ gather + rerank" : "+ gather", "+ far (all)"};
   const std::string name = fmt::format("{}{}{}", s.name, R > 1 ? fmt::format(" rerank={}", R) : "",
                                        spread ? " spread=0.5" : "");
-  const double table_bytes = (double)s.n_kv * s.n * len * 2;
+  // Two levels read the coarse rows and the listed pages' (as measured below).
+  std::vector<int32_t> listed((size_t)s.n_kv);
+  if (s.coarse > 0) {
+    a.phases = A::kSearchScore;
+    cuda::summary_search(a, be.stream());
+    TOPKV_CUDA_CHECK(cudaMemcpy(listed.data(), cuda::summary_listed_count(a), listed.size() * 4, cudaMemcpyDeviceToHost));
+  }
+  const double table_bytes =
+      s.coarse > 0 ? ((double)s.n_kv * ((s.n + s.coarse - 1) / s.coarse) +
+                      (double)std::accumulate(listed.begin(), listed.end(), int64_t{0})) * len * 2
+                   : (double)s.n_kv * s.n * len * 2;
   for (int i = 0; i < (s.far ? 4 : 3); ++i) {
     a.phases = steps[i];
     const double us = tm.median_us(reps, [&] { cuda::summary_search(a, be.stream()); });
@@ -145,7 +174,8 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
   }
   std::vector<int32_t> got((size_t)s.n_kv);
   TOPKV_CUDA_CHECK(cudaMemcpy(got.data(), a.counts, got.size() * 4, cudaMemcpyDeviceToHost));
-  rep.note("search", name, fmt::format("rows gathered for KV head 0: {} (cap {})", got[0], a.cap));
+  rep.note("search", name, fmt::format("rows gathered for KV head 0: {} (cap {}){}", got[0], a.cap,
+                                       s.coarse > 0 ? fmt::format("; pages listed: {}", listed[0]) : ""));
 }
 
 }  // namespace

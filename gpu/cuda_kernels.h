@@ -343,6 +343,11 @@ struct SummaryHead {
   const uint8_t* const* v_chunks = nullptr;
   int32_t n = 0;                       // groups; 0: nothing to search (streaming head)
   int32_t page = 0;                    // page bounds: rows per page
+  // Two levels (SummaryTables::coarse_level; SummarySearchArgs::coarse_k > 0):
+  // coarse group c bounds the groups [c*coarse_ratio, (c+1)*coarse_ratio).
+  const void* coarse_rows = nullptr;   // [coarse_n][row_len] of table_type
+  const int32_t* coarse_counts = nullptr;  // [coarse_n] tokens
+  int32_t coarse_n = 0, coarse_ratio = 0;
 };
 struct SummarySearchArgs {
   const SummaryHead* heads = nullptr;  // [n_kv], device
@@ -351,6 +356,10 @@ struct SummarySearchArgs {
   DType table_type = DType::F16, store_type = DType::F16;
   const float* q = nullptr;            // [n_kv * group][head_dim]
   int64_t k = 64;                      // token budget per query head
+  // Two levels: each query head's coarse cut covers coarse_k tokens, and
+  // only the groups of coarse groups some head took are scored and cut at k
+  // (no far rows, no rerank). 0: one level.
+  int64_t coarse_k = 0;
   float scale = 1.f;                   // logit scale of the far rows
   float spread = 0.f, spread_clip = 1.f;  // the far rows' spread term (step 4); 0: none
   // Work space (summary_search_workspace_bytes): scores, keys' lo/scale, cuts, selection.
@@ -371,6 +380,10 @@ struct SummarySearchArgs {
   static constexpr unsigned kSearchScore = 1, kSearchCut = 2, kSearchGather = 4, kSearchFar = 8;
 };
 size_t summary_search_workspace_bytes(int n_kv, int group, int max_n, int cand_cap = 0);
+// Two levels, for tests: the listed groups of each KV head, in order
+// (list [n_kv][max_n], list_n [n_kv]); scores and selected then index them.
+const int32_t* summary_listed(const SummarySearchArgs& a);
+const int32_t* summary_listed_count(const SummarySearchArgs& a);
 void summary_search(const SummarySearchArgs& a, cudaStream_t stream);
 // The pieces, for tests: scores [n_kv][group][max_n] and selected [n_kv][max_n]
 // inside a workspace laid out by summary_search.

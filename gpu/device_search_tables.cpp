@@ -58,6 +58,13 @@ DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, DT
     sh.value_means = typed(t.value_means);
     sh.key_var = typed(t.key_var);
     if (!t.key_var.empty()) s.spread = t.spread, s.spread_clip = t.spread_clip;  // one spec: every head the same
+    if (t.coarse_ratio > 0) {  // two levels: the coarse bounds, reduced here (one spec: every head the same)
+      const SummaryTables c = t.coarse_level();
+      s.expand = t.expand;
+      sh.coarse_n = (int32_t)c.size(), sh.coarse_ratio = (int32_t)t.coarse_ratio;
+      sh.coarse_rows = typed(c.rows);
+      sh.coarse_counts = c.counts;
+    }
     sh.counts = std::move(t.counts), sh.offsets = std::move(t.offsets), sh.members = std::move(t.members);
   }
   return s;
@@ -77,6 +84,7 @@ void DeviceSearchTables::upload(cuda::CudaBackend& be, const OffloadedLayer& L, 
   page_bounds_ = s.page_bounds;
   far_field_ = false;
   spread_ = s.spread, spread_clip_ = s.spread_clip;
+  expand_ = s.expand;
   auto put = [&](const void* src, size_t bytes) -> const void* {
     if (bytes == 0) return nullptr;
     Buffer b = be.alloc(bytes);
@@ -97,6 +105,11 @@ void DeviceSearchTables::upload(cuda::CudaBackend& be, const OffloadedLayer& L, 
     sh.members = static_cast<const int32_t*>(put(t.members.data(), t.members.size() * 4));
     sh.value_means = put(t.value_means.data(), t.value_means.size());
     sh.key_var = put(t.key_var.data(), t.key_var.size());
+    sh.coarse_rows = put(t.coarse_rows.data(), t.coarse_rows.size());
+    sh.coarse_counts = static_cast<const int32_t*>(put(t.coarse_counts.data(), t.coarse_counts.size() * 4));
+    sh.coarse_n = t.coarse_n, sh.coarse_ratio = t.coarse_ratio;
+    TOPKV_CHECK(s.expand == 0.0 || t.n == 0 || sh.coarse_rows,
+                "internal: two levels without the coarse table of KV head {}", h);
     TOPKV_CHECK(s.spread == 0.0 || t.n == 0 || sh.key_var,
                 "internal: a far spread term of {} without the variance table of KV head {}", s.spread, h);
     far_field_ |= !t.value_means.empty();

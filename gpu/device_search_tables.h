@@ -11,6 +11,7 @@
 //
 // CUDA builds only.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -34,14 +35,16 @@ class DeviceSearchTables {
     struct Head {
       bool present = false;
       int32_t n = 0, page = 0, max_count = 0;
+      int32_t coarse_n = 0, coarse_ratio = 0;  // two levels (SummaryTables::coarse_level)
       int64_t covered = 0;
-      std::vector<uint8_t> rows, value_means, key_var;  // table type
-      std::vector<int32_t> counts, offsets, members;
+      std::vector<uint8_t> rows, value_means, key_var, coarse_rows;  // table type
+      std::vector<int32_t> counts, offsets, members, coarse_counts;
     };
     std::vector<Head> heads;
     DType table_type = DType::F16;
     bool page_bounds = false;
     double spread = 0.0, spread_clip = 1.0;  // SummaryTables' far spread term (key_var set)
+    double expand = 0.0;                     // two levels: SummaryTables::expand; 0: one level
   };
   static Staged stage(const OffloadedLayer& L, DType table_type);
   // (Re)uploads every head's tables; waits for queued work first (the old
@@ -65,6 +68,9 @@ class DeviceSearchTables {
   // The far rows' spread term (SummarySearchArgs::spread, spread_clip): 0 without one.
   float spread() const { return (float)spread_; }
   float spread_clip() const { return (float)spread_clip_; }
+  // Two levels: tokens each query head's coarse cut covers at budget k
+  // (SummarySearchArgs::coarse_k); 0 with one level.
+  int64_t coarse_budget(int64_t k) const { return (int64_t)std::min(expand_ * (double)k, 4.0e18); }
   // Row-list capacity per KV head for budget k and `group` query heads: the
   // union of the heads' takes, each at most k plus its last group.
   int row_cap(int64_t k, int group) const;
@@ -85,7 +91,7 @@ class DeviceSearchTables {
   int32_t max_count_ = 0;
   int64_t max_covered_ = 0;
   bool page_bounds_ = false, far_field_ = false;
-  double spread_ = 0.0, spread_clip_ = 1.0;
+  double spread_ = 0.0, spread_clip_ = 1.0, expand_ = 0.0;
   size_t bytes_ = 0;
 };
 

@@ -194,6 +194,7 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   s.heads = tab.heads(), s.n_kv = nkv, s.group = G, s.head_dim = d, s.max_n = tab.max_n();
   s.page_bounds = tab.page_bounds(), s.table_type = policy_.device_table_type, s.store_type = policy_.store_dtype;
   s.q = q, s.k = cand_k ? cand_k : budget, s.scale = scale, s.workspace = search_ws_.mem.get();
+  s.coarse_k = tab.coarse_budget(budget);
   s.spread = tab.spread(), s.spread_clip = tab.spread_clip();
   s.rerank_k = cand_k ? budget : 0, s.cand_cap = cand_cap;
   s.k_rows = const_cast<const void**>(dl), s.v_rows = const_cast<const void**>(dl + n_ptr), s.counts = dcounts;

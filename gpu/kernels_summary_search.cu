@@ -29,13 +29,16 @@ constexpr int kFarWarps = 4, kFarUnroll = 4;
 // bounds). The block's queries sit in shared memory, not registers: with
 // them in registers (141 per thread) one warp in eight could run, and the
 // table streamed at an eighth of the bandwidth (ncu, H100).
+// `coarse`: the coarse level's rows (two levels), else the fine groups
+// (those listed, with two levels).
 template <class E, int HD, bool PAGES>
-__global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const SummarySearchArgs a, Work w) {
+__global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const SummarySearchArgs a, Work w, bool coarse) {
   constexpr int DPL = HD / 32, LEN = PAGES ? 2 * HD : HD;
   __shared__ __align__(16) float sq[kMaxGroup][HD];
   const int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g0 = blockIdx.z * kMaxGroup, ng = min(kMaxGroup, a.group - g0);
-  const SummaryHead head = a.heads[h];
+  const GroupView head = group_view(a, w, h, coarse);
+  if ((int)blockIdx.x * kScoreWarps * kScoreRows * kScoreIters >= head.n) return;  // the whole block: no sync after
   load_block_queries<HD>(sq, a, h, g0, ng);
   const int warp_first = (blockIdx.x * kScoreWarps + warp) * kScoreRows * kScoreIters;
   if (warp_first >= head.n) return;
@@ -47,7 +50,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const SummarySe
 #pragma unroll
     for (int u = 0; u < kScoreRows; ++u) {
       if (j0 + u >= head.n) break;
-      const E* row = static_cast<const E*>(head.rows) + (size_t)(j0 + u) * LEN + lane * DPL;
+      const E* row = static_cast<const E*>(head.rows) + (size_t)head.id(j0 + u) * LEN + lane * DPL;
       load_lane<E, DPL>(row, r[u]);
       if constexpr (PAGES) load_lane<E, DPL>(row + HD, r2[u]);
     }
@@ -73,15 +76,16 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const SummarySe
 }
 
 // 2. Per query head (one block each): the scores' range, then the cut key by
-// a radix select over the three bytes of the keys, weighted by group size.
-__global__ void __launch_bounds__(kSelectThreads) threshold_kernel(const SummarySearchArgs a, Work w) {
+// a radix select over the three bytes of the keys, weighted by group size
+// (the coarse level's cut at coarse_k tokens, with two levels).
+__global__ void __launch_bounds__(kSelectThreads) threshold_kernel(const SummarySearchArgs a, Work w, bool coarse) {
   const int row = blockIdx.x, h = row / a.group;
-  const SummaryHead head = a.heads[h];
+  const GroupView head = group_view(a, w, h, coarse);
   const float* x = w.scores + (size_t)row * a.max_n;
   const KeyScale ks = key_scale(w.minmax, a.n_kv * a.group, row, head.n > 0);
   const uint32_t cut = radix_cut(
-      head.n, [&](int j) { return x[j]; }, [&](int j) { return (uint32_t)head.counts[j]; }, need_of(a.k), ks.lo,
-      ks.inv);
+      head.n, [&](int j) { return x[j]; }, [&](int j) { return (uint32_t)head.counts[head.id(j)]; },
+      need_of(coarse ? a.coarse_k : a.k), ks.lo, ks.inv);
   if (threadIdx.x == 0) w.lo[row] = ks.lo, w.inv[row] = ks.inv, w.cut[row] = cut;
 }
 
@@ -93,7 +97,7 @@ __global__ void __launch_bounds__(kSelectThreads) threshold_kernel(const Summary
 // one that does not is left to the far field, as is every later one).
 __global__ void mark_kernel(const SummarySearchArgs a, Work w) {
   const int h = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
-  const SummaryHead head = a.heads[h];
+  const GroupView head = group_view(a, w, h, false);
   if (j >= head.n) return;
   bool chosen = false;
   for (int g = 0; g < a.group && !chosen; ++g) {
@@ -101,7 +105,7 @@ __global__ void mark_kernel(const SummarySearchArgs a, Work w) {
     chosen = score_key(w.scores[(size_t)row * a.max_n + j], w.lo[row], w.inv[row]) >= w.cut[row];
   }
   w.selected[(size_t)h * a.max_n + j] = chosen;
-  w.offset[(size_t)h * a.max_n + j] = chosen ? (uint32_t)head.counts[j] : 0u;
+  w.offset[(size_t)h * a.max_n + j] = chosen ? (uint32_t)head.counts[head.id(j)] : 0u;
 }
 
 constexpr int kScanItems = 16;
@@ -110,7 +114,7 @@ __global__ void __launch_bounds__(kSelectThreads) scan_kernel(const SummarySearc
   __shared__ typename Scan::TempStorage tmp;
   __shared__ uint32_t s_fit;
   const int h = blockIdx.x;
-  const int n = a.heads[h].n;
+  const int n = group_view(a, w, h, false).n;
   uint32_t* off = w.offset + (size_t)h * a.max_n;
   const uint32_t cap = (uint32_t)a.cap;
   if (threadIdx.x == 0) s_fit = 0xffffffffu;
@@ -140,10 +144,11 @@ __global__ void __launch_bounds__(kSelectThreads) scan_kernel(const SummarySearc
 __global__ void write_kernel(const SummarySearchArgs a, Work w, size_t row_bytes, uint32_t* groups) {
   const int h = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x % 32;
   const SummaryHead head = a.heads[h];
-  bool mine = j < head.n && w.selected[(size_t)h * a.max_n + j];
+  const GroupView view = group_view(a, w, h, false);
+  bool mine = j < view.n && w.selected[(size_t)h * a.max_n + j];
   uint32_t off = 0, n = 0;
   if (mine) {
-    off = w.offset[(size_t)h * a.max_n + j], n = (uint32_t)head.counts[j];
+    off = w.offset[(size_t)h * a.max_n + j], n = (uint32_t)head.counts[view.id(j)];
     if (off + n > (uint32_t)a.cap) {
       w.selected[(size_t)h * a.max_n + j] = 0;
       mine = false;
@@ -153,7 +158,7 @@ __global__ void write_kernel(const SummarySearchArgs a, Work w, size_t row_bytes
   while (todo) {
     const int src = __ffs(todo) - 1;
     todo &= todo - 1;
-    const int jj = __shfl_sync(0xffffffffu, j, src);
+    const int jj = __shfl_sync(0xffffffffu, mine ? view.id(j) : 0, src);
     const uint32_t o = __shfl_sync(0xffffffffu, off, src), cnt = __shfl_sync(0xffffffffu, n, src);
     const void** kr = a.k_rows + (size_t)h * a.cap + o;
     const void** vr = a.v_rows + (size_t)h * a.cap + o;
@@ -165,6 +170,34 @@ __global__ void write_kernel(const SummarySearchArgs a, Work w, size_t row_bytes
       if (groups) groups[(size_t)h * a.cap + o + t] = (uint32_t)jj;
     }
   }
+}
+
+// 1b. Two levels, per KV head (one block each): the coarse groups some
+// query head's coarse cut took, expanded in order into the list of their
+// fine groups (at most max_n: the fine groups there are).
+__global__ void __launch_bounds__(kSelectThreads) expand_kernel(const SummarySearchArgs a, Work w) {
+  using Scan = cub::BlockScan<uint32_t, kSelectThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  const int h = blockIdx.x;
+  const SummaryHead head = a.heads[h];
+  int32_t* list = w.list + (size_t)h * a.max_n;
+  uint32_t running = 0;
+  for (int c0 = 0; c0 < head.coarse_n; c0 += kSelectThreads) {
+    const int c = c0 + (int)threadIdx.x;
+    bool chosen = false;
+    for (int g = 0; g < a.group && c < head.coarse_n && !chosen; ++g) {
+      const int row = h * a.group + g;
+      chosen = score_key(w.scores[(size_t)row * a.max_n + c], w.lo[row], w.inv[row]) >= w.cut[row];
+    }
+    const uint32_t first = (uint32_t)c * (uint32_t)head.coarse_ratio;
+    const uint32_t kids = chosen ? min((uint32_t)head.coarse_ratio, (uint32_t)head.n - first) : 0u;
+    uint32_t at, total;
+    Scan(tmp).ExclusiveSum(kids, at, total);
+    for (uint32_t i = 0; i < kids; ++i) list[running + at + i] = (int32_t)(first + i);
+    running += total;
+    __syncthreads();  // tmp is reused by the next tile
+  }
+  if (threadIdx.x == 0) w.list_n[h] = (int32_t)running;
 }
 
 // 4. Far rows: every group not selected, logit scale * x + ln N_j, value V̄_j;
@@ -260,6 +293,8 @@ Work carve_args(const SummarySearchArgs& a) {
 const float* summary_scores(const SummarySearchArgs& a) { return carve_args(a).scores; }
 const uint8_t* summary_selected(const SummarySearchArgs& a) { return carve_args(a).selected; }
 const float* summary_row_scores(const SummarySearchArgs& a) { return carve_args(a).row_scores; }
+const int32_t* summary_listed(const SummarySearchArgs& a) { return carve_args(a).list; }
+const int32_t* summary_listed_count(const SummarySearchArgs& a) { return carve_args(a).list_n; }
 const int32_t* summary_candidate_counts(const SummarySearchArgs& a) { return carve_args(a).cand_count; }
 
 void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
@@ -272,10 +307,12 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
               a.spread, a.spread_clip);
   TOPKV_CHECK(a.rerank_k == 0 || (a.rerank_k >= 1 && a.cand_cap >= 1),
               "device search rerank: keep {} rows of {} candidates a head", a.rerank_k, a.cand_cap);
+  TOPKV_CHECK(a.coarse_k == 0 || (a.page_bounds && a.rerank_k == 0 && a.far_splits == 0),
+              "device search: two levels are for page bounds without rerank or far rows");
   const Work w = carve_args(a);
   const unsigned gz = (unsigned)((a.group + kMaxGroup - 1) / kMaxGroup);
   using A = SummarySearchArgs;
-  if (a.max_n > 0 && (a.phases & A::kSearchScore)) {
+  const auto score = [&](bool coarse) {
     const size_t rows = (size_t)a.n_kv * a.group;
     TOPKV_CUDA_CHECK(cudaMemsetAsync(w.minmax, 0xff, rows * sizeof(uint32_t), stream));  // min: all ones
     TOPKV_CUDA_CHECK(cudaMemsetAsync(w.minmax + rows, 0, rows * sizeof(uint32_t), stream));
@@ -284,16 +321,26 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
     with_elem_type(a.table_type, [&](auto e) {
       using E = decltype(e);
       with_head_dim(a.head_dim, [&](auto hd) {
-        if (a.page_bounds) score_kernel<E, hd(), true><<<grid, kScoreWarps * 32, 0, stream>>>(a, w);
-        else score_kernel<E, hd(), false><<<grid, kScoreWarps * 32, 0, stream>>>(a, w);
+        if (a.page_bounds) score_kernel<E, hd(), true><<<grid, kScoreWarps * 32, 0, stream>>>(a, w, coarse);
+        else score_kernel<E, hd(), false><<<grid, kScoreWarps * 32, 0, stream>>>(a, w, coarse);
       });
     });
     TOPKV_CUDA_CHECK_LAUNCH();
-  }
-  if (a.max_n > 0 && (a.phases & A::kSearchCut)) {
-    threshold_kernel<<<(unsigned)(a.n_kv * a.group), kSelectThreads, 0, stream>>>(a, w);
+  };
+  const auto cut = [&](bool coarse) {
+    threshold_kernel<<<(unsigned)(a.n_kv * a.group), kSelectThreads, 0, stream>>>(a, w, coarse);
+    TOPKV_CUDA_CHECK_LAUNCH();
+  };
+  // Two levels: the coarse cut lists the groups to score (1b), and the
+  // steps below walk the list. The phases time both levels together.
+  if (a.max_n > 0 && a.coarse_k > 0 && (a.phases & A::kSearchScore)) {
+    score(true);
+    cut(true);
+    expand_kernel<<<(unsigned)a.n_kv, kSelectThreads, 0, stream>>>(a, w);
     TOPKV_CUDA_CHECK_LAUNCH();
   }
+  if (a.max_n > 0 && (a.phases & A::kSearchScore)) score(false);
+  if (a.max_n > 0 && (a.phases & A::kSearchCut)) cut(false);
   if (a.max_n > 0 && (a.phases & A::kSearchGather)) {
     const dim3 grid((unsigned)((a.max_n + 255) / 256), (unsigned)a.n_kv);
     // With rerank the selected groups' rows are candidates (the work space's

@@ -56,10 +56,13 @@ ScoreCut summary_cut_reference(const float* x, const std::vector<int32_t>& count
 }
 
 SummarySelection summary_select_reference(const SummaryTables& t, const std::vector<float>& scores, int group,
-                                          int64_t k, int64_t cap) {
-  const int64_t n = t.size();
+                                          int64_t k, int64_t cap, const std::vector<int32_t>* listed) {
+  const int64_t n = listed ? (int64_t)listed->size() : t.size();
+  const auto id = [&](int64_t j) { return listed ? (int64_t)(*listed)[(size_t)j] : j; };
+  std::vector<int32_t> counts((size_t)n);
+  for (int64_t j = 0; j < n; ++j) counts[(size_t)j] = t.counts[(size_t)id(j)];
   std::vector<ScoreCut> cuts((size_t)group);
-  for (int g = 0; g < group; ++g) cuts[(size_t)g] = summary_cut_reference(scores.data() + (size_t)g * n, t.counts, k);
+  for (int g = 0; g < group; ++g) cuts[(size_t)g] = summary_cut_reference(scores.data() + (size_t)g * n, counts, k);
   SummarySelection sel;
   sel.cuts = cuts;
   sel.selected.assign((size_t)n, 0);
@@ -69,18 +72,37 @@ SummarySelection summary_select_reference(const SummaryTables& t, const std::vec
     bool any = false;
     for (int g = 0; g < group; ++g) any |= cuts[(size_t)g].key(scores[(size_t)g * n + j]) >= cuts[(size_t)g].cut;
     if (!any) continue;
-    const int64_t cnt = t.counts[(size_t)j];
+    const int64_t cnt = counts[(size_t)j], jj = id(j);
     full |= used + cnt > cap;  // the gather's prefix layout: once a group does not fit, no later one does
     if (full) continue;
     sel.selected[(size_t)j] = 1;
     for (int64_t r = 0; r < cnt; ++r) {
-      sel.rows.push_back(t.kind == SummaryTables::Kind::PageBounds ? j * t.page + r
-                                                                   : (int64_t)t.members[(size_t)t.offsets[(size_t)j] + r]);
-      sel.row_group.push_back(j);
+      sel.rows.push_back(t.kind == SummaryTables::Kind::PageBounds
+                             ? jj * t.page + r
+                             : (int64_t)t.members[(size_t)t.offsets[(size_t)jj] + r]);
+      sel.row_group.push_back(jj);
     }
     used += cnt;
   }
   return sel;
+}
+
+std::vector<int32_t> summary_expand_reference(const SummaryTables& t, const float* q, int group, int64_t coarse_k,
+                                              std::vector<float>* coarse_scores) {
+  const SummaryTables c = t.coarse_level();
+  const int64_t nc = c.size();
+  const std::vector<float> cs = summary_scores_reference(c, q, group);
+  std::vector<char> taken((size_t)nc, 0);
+  for (int g = 0; g < group; ++g) {
+    const ScoreCut cut = summary_cut_reference(cs.data() + (size_t)g * nc, c.counts, coarse_k);
+    for (int64_t j = 0; j < nc; ++j) taken[(size_t)j] |= cut.key(cs[(size_t)g * nc + j]) >= cut.cut;
+  }
+  std::vector<int32_t> listed;
+  for (int64_t j = 0; j < nc; ++j)
+    for (int64_t f = j * t.coarse_ratio; taken[(size_t)j] && f < std::min(t.size(), (j + 1) * t.coarse_ratio); ++f)
+      listed.push_back((int32_t)f);
+  if (coarse_scores) *coarse_scores = cs;
+  return listed;
 }
 
 SummarySelection summary_rerank_reference(const SummaryTables& t, const SummarySelection& cand,

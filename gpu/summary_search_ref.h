@@ -32,8 +32,18 @@ struct SummarySelection {
   std::vector<int64_t> row_group;
   std::vector<ScoreCut> cuts;
 };
+// With `listed` (two levels) only the listed groups take part: scores is
+// [group][listed.size()], selected is indexed by position in the list (as
+// the kernels' is), row_group holds t's group ids.
 SummarySelection summary_select_reference(const SummaryTables& t, const std::vector<float>& scores, int group,
-                                          int64_t k, int64_t cap);
+                                          int64_t k, int64_t cap, const std::vector<int32_t>* listed = nullptr);
+
+// Two levels (t.coarse_ratio > 0; step 1b): each query head's cut of the
+// coarse level (t.coarse_level()) at coarse_k tokens, and the fine groups
+// of the coarse groups any head took, in order. `coarse_scores` gets the
+// coarse scores [group][coarse groups] when given.
+std::vector<int32_t> summary_expand_reference(const SummaryTables& t, const float* queries, int group,
+                                              int64_t coarse_k, std::vector<float>* coarse_scores = nullptr);
 
 // Rerank (cuda_kernels.h, step 3b): `candidates` is the selection at the
 // candidates' budget, `row_scores` [group][candidates.rows.size()] the exact

@@ -4,7 +4,9 @@
 //
 // Work space: scores [n_kv][group][max_n] f32 | lo [rows] f32 | inv [rows] f32 |
 // cut [rows] u32 | minmax [2][rows] u32 | offset [n_kv][max_n] u32 |
-// selected [n_kv][max_n] u8
+// selected [n_kv][max_n] u8 | list [n_kv][max_n] i32 | list_n [n_kv] i32
+// (two levels: the groups the coarse cut expanded; the fine steps' index j
+// is then a position in the list, scores and selected among them)
 // (rows = n_kv * group); with rerank (cand_cap > 0) then
 // cand_k, cand_v [n_kv][cand_cap] pointers | cand_group [n_kv][cand_cap] u32 |
 // cand_count [n_kv] i32 | row_scores [n_kv][group][cand_cap] f32 |
@@ -31,6 +33,8 @@ struct Work {
   uint32_t* minmax;  // [2][rows]: each query head's lowest and highest score (ordered keys)
   uint32_t* offset;  // a selected group's first slot in the row lists
   uint8_t* selected;
+  int32_t* list;    // two levels: [n_kv][max_n] groups to score, in order
+  int32_t* list_n;  // [n_kv] their count
   // rerank only (null without): the candidates' row lists, their groups and
   // counts, their exact scores per query head, and the cut over those.
   const void** cand_k;
@@ -62,6 +66,8 @@ inline Work carve(void* ws, int n_kv, int group, int max_n, int cand_cap, size_t
   w.minmax = reinterpret_cast<uint32_t*>(take(2 * rows * sizeof(uint32_t)));
   w.offset = reinterpret_cast<uint32_t*>(take((size_t)n_kv * max_n * sizeof(uint32_t)));
   w.selected = take((size_t)n_kv * max_n);
+  w.list = reinterpret_cast<int32_t*>(take((size_t)n_kv * max_n * sizeof(int32_t)));
+  w.list_n = reinterpret_cast<int32_t*>(take((size_t)n_kv * sizeof(int32_t)));
   w.cand_cap = cand_cap;
   if (cand_cap > 0) {
     const size_t nc = (size_t)n_kv * cand_cap;
@@ -77,6 +83,23 @@ inline Work carve(void* ws, int n_kv, int group, int max_n, int cand_cap, size_t
   }
   if (bytes) *bytes = at;
   return w;
+}
+
+// The groups one step of the search walks for KV head h: the coarse level,
+// or the fine groups (with two levels, those listed by the coarse cut:
+// position j is group id(j)).
+struct GroupView {
+  const void* rows;
+  const int32_t* counts;
+  const int32_t* ids;  // null: position j is group j
+  int n;
+  __device__ __forceinline__ int id(int j) const { return ids ? ids[j] : j; }
+};
+__device__ __forceinline__ GroupView group_view(const SummarySearchArgs& a, const Work& w, int h, bool coarse) {
+  const SummaryHead& hd = a.heads[h];
+  if (coarse) return {hd.coarse_rows, hd.coarse_counts, nullptr, hd.coarse_n};
+  if (a.coarse_k > 0) return {hd.rows, hd.counts, w.list + (size_t)h * a.max_n, w.list_n[h]};
+  return {hd.rows, hd.counts, nullptr, hd.n};
 }
 
 // The 24-bit key of score x (see summary_search). Written as in the CPU twin

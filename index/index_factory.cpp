@@ -19,7 +19,10 @@ const std::vector<Entry>& registry() {
       {{"quest",
         "Quest pages: element-wise min/max of each page of consecutive keys; takes the pages with the largest "
         "q.k upper bound until k tokens (token budget, not top-k)",
-        "page=16 (keys per page). Budget only: SearchParams threshold is not used"},
+        "page=16 (keys per page), coarse_ratio=0 (C >= 2: two levels, every C pages bounded again; each query "
+        "head scores the coarse pages first and only the pages of those holding its best expand*k tokens; "
+        "the device search's choice past ~256K), expand=8 (coarse_ratio > 0). Budget only: SearchParams "
+        "threshold is not used"},
        make_quest_index},
       {{"centroid",
         "Squeezed Attention: k-means clusters of keys (Faiss, cosine); keeps clusters by q.centroid until k "

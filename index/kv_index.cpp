@@ -4,6 +4,7 @@
 #include <cmath>
 #include <thread>
 
+#include "index/summary_select.h"
 #include "index/topk_collector.h"
 #include "src/common/error.h"
 
@@ -213,6 +214,19 @@ double far_spread_logit(const float* q, const float* var, int dim, double a, dou
   double acc = 0;
   for (int i = 0; i < dim; ++i) acc += (double)q[i] * q[i] * var[i];
   return std::min(a * 0.5 * s * s * acc, std::log(clip));
+}
+
+SummaryTables SummaryTables::coarse_level() const {
+  TOPKV_CHECK(kind == Kind::PageBounds && coarse_ratio >= 1, "internal: a coarse level needs page bounds and a ratio");
+  SummaryTables c;
+  c.kind = kind, c.dim = dim, c.covered = covered, c.page = page * coarse_ratio;
+  const int64_t n = size(), nc = (n + coarse_ratio - 1) / coarse_ratio;
+  c.rows.resize((size_t)nc * row_len());
+  reduce_page_bounds([&](int64_t j) { return rows.data() + (size_t)j * row_len(); }, n, dim, coarse_ratio,
+                     c.rows.data(), 1);
+  c.counts.assign((size_t)nc, 0);
+  for (int64_t j = 0; j < n; ++j) c.counts[(size_t)(j / coarse_ratio)] += counts[(size_t)j];
+  return c;
 }
 
 int32_t SummaryTables::max_count() const {

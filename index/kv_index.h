@@ -18,6 +18,7 @@
 // reader/writer lock (hnswlib's addPoint is not safe beside searchKnn), so a
 // runtime may fold rows in from another thread at any time.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -102,10 +103,25 @@ struct SummaryTables {
   // empty (no term); a far group's logit gains far_spread_logit(...) below.
   std::vector<float> key_var;
   double spread = 0.0, spread_clip = 1.0;
+  // Two levels (PageBounds only; quest:coarse_ratio): coarse group c bounds
+  // the fine groups [c*coarse_ratio, (c+1)*coarse_ratio) (coarse_level()).
+  // Each query head first takes coarse groups until expand*k tokens; the
+  // fine groups of the coarse ones any head took are then scored and cut at
+  // k as with one level. 0: one level.
+  int64_t coarse_ratio = 0;
+  double expand = 0.0;
   int64_t size() const { return (int64_t)counts.size(); }
   int row_len() const { return kind == Kind::PageBounds ? 2 * dim : dim; }
   int32_t max_count() const;
+  // The coarse level as tables of its own (one level, page = page *
+  // coarse_ratio): rows the element-wise max / min of their fine rows
+  // (exact: a coarse bound is at least every fine bound below it), counts
+  // the sums.
+  SummaryTables coarse_level() const;
+  // Tokens a query head's coarse cut covers at budget k.
+  int64_t coarse_budget(int64_t k) const { return (int64_t)std::min(expand * (double)k, 4.0e18); }
 };
+
 
 // The spread term of a far group with per-dimension key variance `var`, for
 // query q and logit scale s: min(a s^2/2 sum_i q_i^2 var_i, ln clip). For keys

@@ -12,6 +12,17 @@
 // base class then scores them exactly). With GQA in union mode each query
 // head picks its own pages.
 //
+// coarse_ratio=C (two levels; 0, the default, is the paper's one level):
+// every C consecutive pages are bounded again by a coarse page, the
+// element-wise max / min of theirs, whose bound is at least each of its
+// pages' (the upper bound of an upper bound). Each query head takes coarse
+// pages by bound until expand·k tokens (expand=E, default 8); only the pages
+// inside the coarse pages some head took are scored, and each head takes its
+// k from those. It reads 1/C of the bounds plus the expanded pages, which is
+// what the device search needs past ~256K (docs/AS_BUILT.md); on the host the
+// coarse bounds are reduced per search, so it saves nothing there and
+// exists to define the selection the device makes (and to measure it).
+//
 // Keys are read in place from the store; the index owns only the bounds
 // (8·dim bytes per page, 1/P of an fp32 key copy), and none of those it
 // loaded from a context pack (index/host_array.h).
@@ -34,6 +45,13 @@ class QuestIndex final : public KvIndex {
   QuestIndex(const Params& p, const BuildOptions& opt) : KvIndex("quest", p, opt) {
     page_ = p.get_int("page", 16);
     TOPKV_CHECK(page_ >= 1 && page_ <= 65536, "quest: page={} is out of range (1..65536 keys per page)", page_);
+    coarse_ratio_ = p.get_int("coarse_ratio", 0);
+    expand_ = p.get_double("expand", 8.0);
+    TOPKV_CHECK(coarse_ratio_ == 0 || (coarse_ratio_ >= 2 && coarse_ratio_ <= 4096),
+                "quest: coarse_ratio={} is out of range (0 for one level, or 2..4096 pages per coarse page)",
+                coarse_ratio_);
+    TOPKV_CHECK(std::isfinite(expand_) && expand_ >= 1.0 && expand_ <= 1e6,
+                "quest: expand={} is out of range (1..1e6: coarse pages cover expand*k tokens a query head)", expand_);
   }
   bool is_topk() const override { return false; }
 
@@ -106,17 +124,27 @@ class QuestIndex final : public KvIndex {
         qx[(size_t)g * 2 * d + d + j] = std::min(x, 0.f);
       }
     std::vector<float> bound((size_t)pages * nq);
-    score_summary_rows(base_.data(), base, 2 * d, qx.data(), nq, bound.data(), p.n_threads);
-    score_summary_rows(grown_.data(), pages - base, 2 * d, qx.data(), nq, bound.data() + (size_t)base * nq,
-                       p.n_threads);
-    out.stats.summaries_scored = pages * nq;
-
-    std::vector<int32_t> all((size_t)pages);
-    for (int64_t i = 0; i < pages; ++i) all[(size_t)i] = (int32_t)i;
+    std::vector<int32_t> scored;  // the pages to take from: all, or the expanded coarse pages'
+    if (coarse_ratio_ > 0) {
+      scored = expanded_pages(qx.data(), nq, p, out.stats);
+      std::vector<float> rows(scored.size() * row_len()), s(scored.size() * nq);
+      for (size_t i = 0; i < scored.size(); ++i) std::copy_n(bounds_row(scored[i]), row_len(), &rows[i * row_len()]);
+      score_summary_rows(rows.data(), (int64_t)scored.size(), 2 * d, qx.data(), nq, s.data(), p.n_threads);
+      for (size_t i = 0; i < scored.size(); ++i)
+        std::copy_n(&s[i * nq], nq, bound.begin() + (size_t)scored[i] * nq);
+      out.stats.summaries_scored += (int64_t)scored.size() * nq;
+    } else {
+      score_summary_rows(base_.data(), base, 2 * d, qx.data(), nq, bound.data(), p.n_threads);
+      score_summary_rows(grown_.data(), pages - base, 2 * d, qx.data(), nq, bound.data() + (size_t)base * nq,
+                         p.n_threads);
+      out.stats.summaries_scored = pages * nq;
+      scored.resize((size_t)pages);
+      for (int64_t i = 0; i < pages; ++i) scored[(size_t)i] = (int32_t)i;
+    }
     std::vector<char> taken((size_t)pages, 0);
     for (int g = 0; g < nq; ++g) {
       auto chosen = take_best_until(
-          all, p.k, [&](int32_t i) { return bound[(size_t)i * nq + g]; },
+          scored, p.k, [&](int32_t i) { return bound[(size_t)i * nq + g]; },
           [&](int32_t i) { return page_rows(i, n); });
       for (int32_t i : chosen) taken[(size_t)i] = 1;
     }
@@ -129,7 +157,8 @@ class QuestIndex final : public KvIndex {
   double bytes_per_key_estimate(int dim) const override { return 2.0 * dim * sizeof(float) / (double)page_; }
   double summary_groups_per_key() const override { return 1.0 / (double)page_; }
   double summary_bytes_per_key(int dim, size_t elem) const override {  // [max | min] and a count per page
-    return (2.0 * dim * (double)elem + 4.0) / (double)page_;
+    const double coarse = coarse_ratio_ > 0 ? 1.0 + 1.0 / (double)coarse_ratio_ : 1.0;  // and per coarse page
+    return (2.0 * dim * (double)elem + 4.0) / (double)page_ * coarse;
   }
   MemoryReport memory_impl() const override {
     MemoryReport m{base_.owned_bytes() + grown_.capacity() * sizeof(float), 0, 0,
@@ -138,9 +167,39 @@ class QuestIndex final : public KvIndex {
     return m;
   }
 
+  // Two levels: the coarse bounds (reduced from the pages now), each query
+  // head's coarse pages until expand·k tokens, and the pages of those any
+  // head took, ascending.
+  std::vector<int32_t> expanded_pages(const float* qx, int nq, const SearchParams& p, SearchStats& stats) const {
+    const int d = keys_->dim();
+    const int64_t n = indexed_, pages = n_pages(), nc = (pages + coarse_ratio_ - 1) / coarse_ratio_;
+    std::vector<float> coarse((size_t)nc * row_len());
+    reduce_page_bounds([&](int64_t i) { return bounds_row(i); }, pages, d, coarse_ratio_, coarse.data(), p.n_threads);
+    std::vector<float> cb((size_t)nc * nq);
+    score_summary_rows(coarse.data(), nc, 2 * d, qx, nq, cb.data(), p.n_threads);
+    stats.summaries_scored = nc * nq;
+    std::vector<int32_t> all((size_t)nc);
+    for (int64_t c = 0; c < nc; ++c) all[(size_t)c] = (int32_t)c;
+    const int64_t budget = (int64_t)std::min(expand_ * (double)p.k, 4.0e18);
+    std::vector<char> expanded((size_t)nc, 0);
+    for (int g = 0; g < nq; ++g)
+      for (int32_t c : take_best_until(
+               all, budget, [&](int32_t c) { return cb[(size_t)c * nq + g]; },
+               [&](int32_t c) { return std::min(n, (c + 1) * coarse_ratio_ * page_) - c * coarse_ratio_ * page_; }))
+        expanded[(size_t)c] = 1;
+    std::vector<int32_t> out;
+    for (int64_t c = 0; c < nc; ++c)
+      for (int64_t i = c * coarse_ratio_; expanded[(size_t)c] && i < std::min(pages, (c + 1) * coarse_ratio_); ++i)
+        out.push_back((int32_t)i);
+    return out;
+  }
+  const float* bounds_row(int64_t p) const { return const_cast<QuestIndex*>(this)->bounds(p); }
+
   bool export_impl(SummaryTables& out) const override {
     out.kind = SummaryTables::Kind::PageBounds;
     out.page = page_;
+    out.coarse_ratio = coarse_ratio_;
+    out.expand = coarse_ratio_ > 0 ? expand_ : 0.0;
     const int64_t pages = n_pages(), base = std::min(base_pages(), pages);
     const size_t w = row_len();
     out.rows.assign(base_.begin(), base_.begin() + (size_t)base * w);
@@ -168,7 +227,8 @@ class QuestIndex final : public KvIndex {
   }
 
  private:
-  int64_t page_ = 16;
+  int64_t page_ = 16, coarse_ratio_ = 0;
+  double expand_ = 8.0;
   // [page][max(dim) | min(dim)]: the pages a pack held when loaded (base_,
   // in place; its last page may still grow, copy-on-write), then those
   // started since (grown_). A built index keeps all of them in grown_.

@@ -19,6 +19,26 @@ namespace topkv {
 // out[r * nq + g] = rows[r] . q[g] for `n` contiguous fp32 rows of `dim`,
 // split over up to `threads` threads in blocks (the summaries of a
 // million-token head are tens of thousands of rows).
+// Page bounds [M | m] (rows of 2*dim; fine page j's at row_of(j)) of n
+// pages reduced over spans of `ratio` pages: out [ceil(n / ratio)][2*dim],
+// each the element-wise max of the Ms and min of the ms (a quest coarse
+// level, SummaryTables::coarse_level).
+template <class RowOf>
+void reduce_page_bounds(RowOf row_of, int64_t n, int dim, int64_t ratio, float* out, int threads) {
+  const size_t w = 2 * (size_t)dim;
+  const int64_t nc = (n + ratio - 1) / ratio;
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static) if (threads > 1)
+  for (int64_t c = 0; c < nc; ++c) {
+    float* o = out + (size_t)c * w;
+    const int64_t first = c * ratio, last = std::min(n, first + ratio);
+    std::copy_n(row_of(first), w, o);
+    for (int64_t j = first + 1; j < last; ++j) {
+      const float* r = row_of(j);
+      for (int i = 0; i < dim; ++i) o[i] = std::max(o[i], r[i]), o[dim + i] = std::min(o[dim + i], r[dim + i]);
+    }
+  }
+}
+
 inline void score_summary_rows(const float* rows, int64_t n, int dim, const float* q, int nq, float* out,
                                int threads) {
   const int64_t block = 2048, n_blocks = (n + block - 1) / block;

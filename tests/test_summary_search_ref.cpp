@@ -4,9 +4,12 @@
 // search returns (GQA union; level-1 lookups, random scores: no ties), with
 // rerank (summary_rerank_reference) as without.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <tuple>
 #include <random>
 #include <set>
 
@@ -27,6 +30,13 @@ namespace {
 SummarySelection twin_select(const KvIndex& index, const SummaryTables& t, const RowStore& keys, const float* q,
                              int group, int64_t k, int64_t cap) {
   const auto scores = summary_scores_reference(t, q, group);
+  if (t.coarse_ratio > 0) {  // two levels: the listed groups' scores, cut at k
+    const std::vector<int32_t> listed = summary_expand_reference(t, q, group, t.coarse_budget(k));
+    std::vector<float> ls((size_t)group * listed.size());
+    for (int g = 0; g < group; ++g)
+      for (size_t j = 0; j < listed.size(); ++j) ls[g * listed.size() + j] = scores[(size_t)g * t.size() + listed[j]];
+    return summary_select_reference(t, ls, group, k, cap, &listed);
+  }
   const double R = index.own_rerank();
   if (R <= 1.0) return summary_select_reference(t, scores, group, k, cap);
   const SummarySelection cand = summary_select_reference(t, scores, group, (int64_t)(R * (double)k), cap);
@@ -48,6 +58,9 @@ TEST_CASE("summary tables partition the indexed rows, the twin's cut selects wha
       // the plain lookup (rerank=1), and other factors than the default 4
       {"multipole:rerank=1", 64, 4, 3001, 200}, {"centroid:ratio=7,rerank=1", 128, 1, 999, 64},
       {"multipole:rerank=2.5", 128, 6, 2001, 33}, {"centroid:rerank=1", 64, 3, 500, 100000},
+      // two levels: coarse pages of 2..16 pages (a partial last one), expand 1..8
+      {"quest:page=16,coarse_ratio=4", 128, 4, 2050, 100}, {"quest:page=5,coarse_ratio=3,expand=1", 64, 2, 17, 4},
+      {"quest:page=8,coarse_ratio=16,expand=2", 256, 7, 3001, 50}, {"quest:coarse_ratio=2", 64, 1, 1000, 100000},
   };
   for (const Case& c : cases) {
     CAPTURE(c.spec, c.d, c.group, c.n, c.k);
@@ -110,7 +123,58 @@ TEST_CASE("summary tables partition the indexed rows, the twin's cut selects wha
       CHECK(got == want);
       if (index->name() == "multipole") CHECK((int64_t)r.far_clusters.size() ==
                                               std::count(sel.selected.begin(), sel.selected.end(), 0));
+      if (t.coarse_ratio > 0) {
+        // The expansion's own contract: every group of a coarse group some
+        // head's cut took, each coarse group's at or above the cut holding
+        // >= expand*k tokens (or all); and it scores fewer groups than one level
+        // where the budget is a small share of the keys.
+        const SummaryTables ct = t.coarse_level();
+        std::vector<float> cs;
+        const auto listed = summary_expand_reference(t, q.data(), c.group, t.coarse_budget(c.k), &cs);
+        CHECK(std::is_sorted(listed.begin(), listed.end()));
+        CHECK(std::adjacent_find(listed.begin(), listed.end()) == listed.end());
+        for (int g = 0; g < c.group; ++g) {
+          const ScoreCut cut = summary_cut_reference(cs.data() + (size_t)g * ct.size(), ct.counts, t.coarse_budget(c.k));
+          int64_t held = 0;
+          for (int64_t j = 0; j < ct.size(); ++j)
+            if (cut.key(cs[(size_t)g * ct.size() + j]) >= cut.cut) {
+              held += ct.counts[(size_t)j];
+              CHECK(std::binary_search(listed.begin(), listed.end(), (int32_t)(j * t.coarse_ratio)));
+            }
+          CHECK((held >= t.coarse_budget(c.k) || held == c.n));
+        }
+        if (t.coarse_budget(c.k) * c.group * 4 < c.n) CHECK((int64_t)listed.size() < t.size());
+      }
     }
+  }
+}
+
+TEST_CASE("a quest coarse page bounds every page and key below it (SummaryTables::coarse_level)") {
+  for (const auto& [d, n, page, ratio] : std::vector<std::tuple<int, int64_t, int, int>>{
+           {64, 1, 16, 4}, {128, 999, 16, 16}, {256, 3001, 5, 3}, {64, 640, 16, 4}}) {
+    CAPTURE(d, n, page, ratio);
+    topkv::testing::Clustered data(d, 6, 17 + d);
+    auto keys = std::make_shared<RowStore>(d, DType::F32);
+    const auto kf = data.keys(n);
+    keys->append_f32(kf.data(), n);
+    auto index = KvIndex::create(fmt::format("quest:page={},coarse_ratio={}", page, ratio));
+    index->build(keys);
+    SummaryTables t;
+    REQUIRE(index->export_summaries(t));
+    REQUIRE(t.coarse_ratio == ratio);
+    const SummaryTables c = t.coarse_level();
+    REQUIRE(c.size() == (t.size() + ratio - 1) / ratio);
+    CHECK(c.page == (int64_t)page * ratio);
+    CHECK(std::accumulate(c.counts.begin(), c.counts.end(), int64_t{0}) == n);
+    const auto q = data.queries(3);
+    const auto fs = summary_scores_reference(t, q.data(), 3), cs = summary_scores_reference(c, q.data(), 3);
+    for (int g = 0; g < 3; ++g)
+      for (int64_t j = 0; j < t.size(); ++j) {
+        const float coarse = cs[(size_t)g * c.size() + j / ratio];
+        CHECK(coarse >= fs[(size_t)g * t.size() + j] - 1e-4f * (1 + std::fabs(coarse)));
+        for (int64_t r = j * page; r < j * page + t.counts[(size_t)j]; ++r)
+          CHECK(coarse >= keys->dot(r, q.data() + (size_t)g * d) - 1e-4f * (1 + std::fabs(coarse)));
+      }
   }
 }
 

@@ -47,7 +47,7 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
   auto& be = cuda_be();
   OpSummary scores_sum("device search scores", 1e-5), far_sum("device search far rows", 1e-5);
   OpSummary scores16("device search scores, f16 tables", 1e-3), row_sum("device rerank row scores", 1e-5);
-  int selections = 0, mismatched = 0, spread_heads = 0;
+  int selections = 0, mismatched = 0, spread_heads = 0, listed_heads = 0;
   double max_spread_term = 0;  // the largest far spread term checked (its logit less scale.x + ln N)
   // rerank R > 1: clusters until R*k tokens are candidates, each query head
   // keeps its k best rows (step 3b), rows read from an f16 or f8 store.
@@ -66,6 +66,12 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
       {"multipole:spread=0.5", DType::F32, 128, 2, 4, 4000, 256, false, 4},
       {"multipole:spread=0.5,rerank=1", DType::F16, 256, 1, 4, 9000, 512, false},
       {"multipole:spread=4,spread_clip=1.5", DType::F32, 64, 3, 12, 777, 40, true, 4},
+      // two levels: coarse pages (a partial last one), the list, then the cut at k
+      {"quest:page=4,coarse_ratio=4", DType::F32, 128, 2, 4, 1000, 100, false},
+      {"quest:page=16,coarse_ratio=16,expand=4", DType::F16, 128, 3, 4, 30001, 256, true},
+      {"quest:page=5,coarse_ratio=3,expand=1", DType::BF16, 64, 1, 7, 2003, 37, false},
+      {"quest:page=16,coarse_ratio=8", DType::F32, 256, 1, 12, 9000, 1000, false},
+      {"quest:page=16,coarse_ratio=2,expand=1000", DType::F32, 64, 2, 2, 500, 100, false},  // everything listed
   };
   for (const Case& c : cases) {
     CAPTURE(c.index, dtype_name(c.table), c.hd, c.kv, c.group, c.n, c.k, c.rerank, dtype_name(c.store));
@@ -102,6 +108,7 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
     a.q = dq.f32(), a.k = cand_k ? cand_k : c.k, a.scale = 0.09f, a.workspace = ws.mem.get();
     a.spread = tab.spread(), a.spread_clip = tab.spread_clip();
     a.rerank_k = cand_k ? c.k : 0, a.cand_cap = cand_cap;
+    a.coarse_k = tab.coarse_budget(c.k);
     auto* dl = lists.as<const void*>();
     a.k_rows = const_cast<const void**>(dl), a.v_rows = const_cast<const void**>(dl + (size_t)nkv * cap);
     a.counts = reinterpret_cast<int32_t*>(const_cast<void**>(dl + 2 * (size_t)nkv * cap)), a.cap = cap;
@@ -113,6 +120,8 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
     const auto dk = fetch<const void*>(be, a.k_rows, (size_t)nkv * cap);
     const auto dv = fetch<const void*>(be, a.v_rows, (size_t)nkv * cap);
     const auto dcount = fetch<int32_t>(be, a.counts, (size_t)nkv);
+    const auto dlist = fetch<int32_t>(be, cuda::summary_listed(a), (size_t)nkv * max_n);
+    const auto dlist_n = fetch<int32_t>(be, cuda::summary_listed_count(a), (size_t)nkv);
     std::vector<float> drows;
     std::vector<int32_t> dcand;
     if (cand_k) {
@@ -136,6 +145,32 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
       const int64_t n = t.size();
       // Scores: the twin's, from the same (rounded) tables.
       const auto want = summary_scores_reference(t, q.data() + (size_t)h * G * d, G);
+      if (a.coarse_k > 0) {
+        // Two levels: the list exactly the twin's expansion, the listed
+        // groups' scores, then cut and gather over the list.
+        const auto listed = summary_expand_reference(t, q.data() + (size_t)h * G * d, G, a.coarse_k);
+        const size_t ln = listed.size();
+        REQUIRE(dlist_n[(size_t)h] == (int32_t)ln);
+        CHECK(std::equal(listed.begin(), listed.end(), dlist.begin() + (ptrdiff_t)h * max_n));
+        std::vector<float> got(G * ln), want_l(G * ln);
+        for (int g = 0; g < G; ++g)
+          for (size_t j = 0; j < ln; ++j) {
+            got[g * ln + j] = dscores[((size_t)h * G + g) * max_n + j];
+            want_l[g * ln + j] = want[(size_t)g * n + listed[j]];
+          }
+        (c.table == DType::F32 ? scores_sum : scores16).check(rel_err(got, want_l));
+        const SummarySelection sel = summary_select_reference(t, got, G, c.k, cap, &listed);
+        for (size_t j = 0; j < ln; ++j) mismatched += sel.selected[j] != (char)dsel[(size_t)h * max_n + j];
+        ++selections, ++listed_heads;
+        REQUIRE(dcount[(size_t)h] == (int32_t)sel.rows.size());
+        for (size_t r = 0; r < sel.rows.size(); ++r) {
+          REQUIRE(dk[(size_t)h * cap + r] == L.key_store(h)->row(sel.rows[r]));
+          REQUIRE(dv[(size_t)h * cap + r] == L.value_store(h)->row(sel.rows[r]));
+        }
+        // The union of the query heads' k is covered: each head's cut holds >= k tokens.
+        CHECK(sel.rows.size() >= (size_t)std::min<int64_t>(c.k, t.covered));
+        continue;
+      }
       std::vector<float> got((size_t)G * n);
       for (int g = 0; g < G; ++g)
         std::copy_n(dscores.data() + ((size_t)h * G + g) * max_n, n, got.begin() + (ptrdiff_t)g * n);
@@ -209,6 +244,7 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
   INFO(mismatched << " group selections of " << selections << " heads differ");
   CHECK(mismatched == 0);
   CHECK(spread_heads >= 5);  // the spread cases reached the far check
+  CHECK(listed_heads >= 8);  // the two-level cases reached their check
   INFO("largest far spread term " << max_spread_term);
   CHECK(max_spread_term > 0.05);  // and their term is large enough to matter
 }
@@ -250,6 +286,8 @@ TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtim
       {"multipole:rerank=2", 256, 8, 1, 2500, 8, 2, 100, 5, false, 0},  // the spec's own factor
       {"multipole:spread=0.5", 128, 4, 1, 3000, 16, 4, 256, 1024, false, 0},  // the far rows' spread term
       {"multipole:spread=4,spread_clip=1.5", 64, 8, 2, 1200, 32, 4, 64, 40, false, 0},
+      {"quest:page=4,coarse_ratio=4,expand=2", 128, 8, 8, 700, 8, 0, 40, 7},  // two levels
+      {"quest:page=8,coarse_ratio=8", 64, 8, 2, 3000, 16, 4, 64, 40},
   };
   for (const Case& c : cases) {
     CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, c.fold, c.stage, c.rerank);
