@@ -155,7 +155,16 @@ void generate_rows(const SyntheticConfig& c, const HeadModel& M, int head, int64
   // Buffers for one super-block, or for fewer rows when fewer are asked for
   // (a sliding window's ring: a few hundred rows, not 64K, many times over).
   const size_t rows_max = (size_t)std::min(kSuperBlock, std::max<int64_t>(0, t_end - t_begin));
-  std::vector<float> x(rows_max * d), kb(rows_max * d), vb(rows_max * d);
+  // Kept per thread across calls (a fill calls this once per layer and head):
+  // fresh buffers of this size come from mmap, and faulting 96 MB of zeroed
+  // pages in per call cost a long synthetic fill seconds (perf: the
+  // kernel's clear_page). Every element is written before it is read. The
+  // references are the calling thread's buffers: inside the parallel regions
+  // below, the name of a thread_local would be each worker's own (empty) one.
+  static thread_local std::vector<float> x_mine, kb_mine, vb_mine;
+  std::vector<float>&x = x_mine, &kb = kb_mine, &vb = vb_mine;
+  for (std::vector<float>* b : {&x, &kb, &vb})
+    if (b->size() < rows_max * d) b->resize(rows_max * d);
   std::vector<float> carry = M.topic_init;  // x_{t0 - 1}
   std::vector<std::vector<float>> carry_in((size_t)(kSuperBlock / kSubBlock), std::vector<float>(d));
   for (int64_t t0 = t_begin; t0 < t_end; t0 += kSuperBlock) {

@@ -172,11 +172,8 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   const size_t ws = cuda::summary_search_workspace_bytes(nkv, G, tab.max_n(), cand_cap);
   if (search_ws_.bytes < ws) be_.synchronize(), search_ws_ = be_.alloc(ws);
 
-  // The new token: into the device mirror now, to the host for the next step.
+  // The new token: into the device mirror now (to the host after the step).
   write_mirror(mir, pd.at, k, v);
-  auto* hkv = reinterpret_cast<float*>(pd.kv.get(2 * (size_t)nkv * d * sizeof(float)));
-  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hkv, k, (size_t)nkv * d * 4, cudaMemcpyDeviceToHost, st));
-  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hkv + (size_t)nkv * d, v, (size_t)nkv * d * 4, cudaMemcpyDeviceToHost, st));
 
   // Partial slots: sinks, ring (tail_: manage_folds), retrieved rows, far rows.
   const int n_exact = exact_parts(L, tail_);
@@ -187,7 +184,7 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   cuda::carve_partials(parts_.mem.get(), (size_t)nh * parts, pm, pl, po);
   const size_t n_ptr = (size_t)nkv * cap;
   auto* dl = lists_.as<const void*>();
-  auto* dcounts = reinterpret_cast<int32_t*>(dl + 2 * n_ptr);
+  auto* dcounts = pd.dev_counts.as<int32_t>();
 
   TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[0], st));
   cuda::SummarySearchArgs s;
@@ -203,13 +200,22 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   s.part_m = pm, s.part_l = pl, s.part_o = po;
   cuda::summary_search(s, st);
   TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[1], st));
-  if (policy_.stage_rows) stage_searched_rows(cap);
+  if (policy_.stage_rows) stage_searched_rows(cap, dcounts);
 
-  attend_parts(mir, L, q, scale, parts, n_exact, ids_splits, cap, out);
+  attend_parts(mir, L, q, scale, parts, n_exact, ids_splits, cap, dcounts, out);
   TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[2], st));
+  // To the host, off the compute stream: the token's k, v from its mirror
+  // slot, and the counts (finish_pending waits for ev[3] at the next step).
+  TOPKV_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, pd.ev[2], 0));
+  auto* hkv = reinterpret_cast<float*>(pd.kv.get(2 * (size_t)nkv * d * sizeof(float)));
+  const auto [mc, slot_at] = mirror_slot(mir, pd.at);
+  for (auto [buf, dst] : {std::pair{&mc->k, hkv}, std::pair{&mc->v, hkv + (size_t)nkv * d}})
+    TOPKV_CUDA_CHECK(cudaMemcpy2DAsync(dst, (size_t)d * 4, buf->as<float>() + slot_at * d, mc->head_stride() * 4,
+                                       (size_t)d * 4, (size_t)nkv, cudaMemcpyDeviceToHost, copy_stream_));
   auto* hcounts = pd.counts.get((size_t)nkv * sizeof(int32_t));
-  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hcounts, dcounts, (size_t)nkv * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
-  TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[3], st));
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hcounts, dcounts, (size_t)nkv * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                   copy_stream_));
+  TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[3], copy_stream_));
   pd.waiting = true;
 }
 
@@ -220,14 +226,15 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
 // the host (one wait per layer), stage_listed_rows copies those rows and
 // points the lists at their device copy. Rows the ring holds are not in the
 // lists: they are on the device already.
-void GpuOffloadRuntime::stage_searched_rows(int cap) {
+void GpuOffloadRuntime::stage_searched_rows(int cap, const int32_t* dcounts) {
   const cudaStream_t st = be_.stream();
   const int nkv = cfg_.n_head_kv;
   const size_t n_ptr = (size_t)nkv * cap;
   const size_t list_bytes = 2 * n_ptr * sizeof(void*) + (size_t)nkv * sizeof(int32_t);
   auto* hl = reinterpret_cast<const void**>(host_lists_.get(list_bytes));
   auto* dl = lists_.as<const void*>();
-  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hl, dl, list_bytes, cudaMemcpyDeviceToHost, st));
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hl, dl, 2 * n_ptr * sizeof(void*), cudaMemcpyDeviceToHost, st));
+  TOPKV_CUDA_CHECK(cudaMemcpyAsync(hl + 2 * n_ptr, dcounts, (size_t)nkv * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
   Timer t_wait;
   be_.synchronize();  // also ends every earlier copy out of host_lists_ / host_rows_
   stats_.wait_s += t_wait.seconds();

@@ -85,8 +85,11 @@ void GpuOffloadRuntime::on_layer_ready(int i) {
   if (tables_.size() < layers_.size())
     tables_.resize(layers_.size()), pending_.resize(layers_.size()), folds_.resize(layers_.size());
   tables_[(size_t)i].upload(be_, L, policy_.device_table_type);
-  for (auto& e : pending_[(size_t)i].ev)
+  Pending& pd = pending_[(size_t)i];
+  for (auto& e : pd.ev)
     if (!e) TOPKV_CUDA_CHECK(cudaEventCreate(&e));
+  if (pd.dev_counts.bytes == 0) pd.dev_counts = be_.alloc((size_t)nkv * sizeof(int32_t));
+  if (!copy_stream_) TOPKV_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
 }
 
 // Grows the retrieved rows' device lists for `max_ids` rows per KV head (and
@@ -104,12 +107,10 @@ void GpuOffloadRuntime::ensure_capacity(int max_ids) {
 
 void GpuOffloadRuntime::write_mirror(Mirror& mir, const OffloadedLayer::Placement& at, const float* k,
                                      const float* v) {
-  const int nkv = cfg_.n_head_kv, d = cfg_.head_dim;
-  KvLayerCache& dst = at.sink >= 0 ? mir.sinks : mir.ring;
-  const int64_t dslot = at.sink >= 0 ? at.sink : at.pos % dst.capacity;
-  for (auto [src, buf] : {std::pair{k, &dst.k}, std::pair{v, &dst.v}})
-    TOPKV_CUDA_CHECK(cudaMemcpy2DAsync(buf->as<float>() + dslot * d, dst.head_stride() * 4, src, (size_t)d * 4,
-                                       (size_t)d * 4, (size_t)nkv, cudaMemcpyDeviceToDevice, be_.stream()));
+  const auto [dst, slot] = mirror_slot(mir, at);
+  // One kernel for k and v (two 2-D device copies cost the stream more).
+  cuda::kv_write(DType::F32, dst->k.mem.get(), dst->v.mem.get(), cfg_.n_head_kv, cfg_.head_dim, dst->capacity, k, v,
+                 /*T=*/1, slot, be_.stream());
 }
 
 void GpuOffloadRuntime::attend_exact(const Mirror& mir, const OffloadedLayer& L, const std::vector<int64_t>& tail,
@@ -133,7 +134,8 @@ void GpuOffloadRuntime::attend_exact(const Mirror& mir, const OffloadedLayer& L,
 }
 
 void GpuOffloadRuntime::attend_parts(const Mirror& mir, const OffloadedLayer& L, const float* q, float scale,
-                                     int parts, int n_exact, int ids_splits, int stride, float* out) {
+                                     int parts, int n_exact, int ids_splits, int stride, const int32_t* counts,
+                                     float* out) {
   const int nh = cfg_.n_head, nkv = cfg_.n_head_kv, d = cfg_.head_dim;
   cuda::RowListArgs a;
   a.q = q, a.n_kv = nkv, a.group = nh / nkv, a.head_dim = d, a.scale = scale, a.parts = parts;
@@ -142,7 +144,7 @@ void GpuOffloadRuntime::attend_parts(const Mirror& mir, const OffloadedLayer& L,
   const auto* dl = lists_.as<const void*>();
   const size_t n_ptr = (size_t)nkv * stride;
   a.row_type = policy_.store_dtype, a.k_rows = dl, a.v_rows = dl + n_ptr;
-  a.counts = reinterpret_cast<const int32_t*>(dl + 2 * n_ptr), a.max_rows = stride;
+  a.counts = counts, a.max_rows = stride;
   a.n_splits = ids_splits, a.part0 = n_exact;
   cuda::row_list_attention(a, be_.stream());
   cuda::merge_partials(a.part_m, a.part_l, a.part_o, nh, parts, d, out, be_.stream());
@@ -287,7 +289,7 @@ void GpuOffloadRuntime::decode_host_search(int slot, const float* q, const float
   TOPKV_CUDA_CHECK(cudaEventRecord(ev_[3], st));
 
   // 5. Partials over sinks + window and over the retrieved rows, then the merge.
-  attend_parts(mir, L, q, scale, parts, n_exact, ids_splits, ic, out);
+  attend_parts(mir, L, q, scale, parts, n_exact, ids_splits, ic, reinterpret_cast<const int32_t*>(dl + 2 * n_ptr), out);
   TOPKV_CUDA_CHECK(cudaEventRecord(ev_[4], st));
   timing_pending_ = true;
 }

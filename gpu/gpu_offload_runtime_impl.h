@@ -78,6 +78,7 @@ class GpuOffloadRuntime final : public OffloadRuntime {
     for (auto& f : folds_)
       if (f.valid()) f.wait();  // a fold thread reads the layers the base class frees
     cudaStreamSynchronize(be_.stream());
+    if (copy_stream_) cudaStreamSynchronize(copy_stream_), cudaStreamDestroy(copy_stream_);
     for (auto& e : ev_) cudaEventDestroy(e);
     for (auto& p : pending_)
       for (auto& e : p.ev) cudaEventDestroy(e);
@@ -132,11 +133,16 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   // Device search: the newest token's k, v on their way to the host (which
   // fills them into its layer at the next step), the step's row counts, and
   // the events that time the step's kernels.
+  // The copies to the host run on copy_stream_ after the step's attention,
+  // so the next layer's kernels do not wait for them: k, v from the mirror
+  // (which keeps the token's slot for ring_capacity() steps), the counts from
+  // the layer's own device counts (the row lists are shared by every layer).
   struct Pending {
     bool waiting = false;
     OffloadedLayer::Placement at;
     PinnedBuffer kv, counts;
-    cudaEvent_t ev[4] = {};  // search start, search end, attention end, everything copied
+    Buffer dev_counts;       // [n_kv] rows the search listed (the gather writes them)
+    cudaEvent_t ev[4] = {};  // search start, search end, attention end, everything copied (copy_stream_)
   };
   // The window, and with the device search the rows its tables do not cover
   // yet: fewer than device_fold, or twice that while a fold runs on a host thread.
@@ -150,6 +156,11 @@ class GpuOffloadRuntime final : public OffloadRuntime {
     return 1 + splits_for(most, kExactRowsPerSplit, kMaxExactSplits);
   }
   void write_mirror(Mirror& mir, const OffloadedLayer::Placement& at, const float* k, const float* v);
+  // The mirror's cache and slot of the token placed at `at`.
+  static std::pair<const KvLayerCache*, int64_t> mirror_slot(const Mirror& mir, const OffloadedLayer::Placement& at) {
+    const KvLayerCache& c = at.sink >= 0 ? mir.sinks : mir.ring;
+    return {&c, at.sink >= 0 ? at.sink : at.pos % c.capacity};
+  }
   // Partials of sinks (slot 0) and ring (slots 1 .. exact_parts) for every
   // query head; tail[h]: evicted rows before the window to attend too.
   void attend_exact(const Mirror& mir, const OffloadedLayer& L, const std::vector<int64_t>& tail,
@@ -158,8 +169,9 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   // window), over the rows in the pointer lists (lists_: [2][n_kv][stride]
   // then counts [n_kv]) into slots n_exact .. + ids_splits of `parts`, then
   // the exact merge of all `parts` (the search's far slots included) into out.
+  // counts: the lists' row counts [n_kv] (device).
   void attend_parts(const Mirror& mir, const OffloadedLayer& L, const float* q, float scale, int parts, int n_exact,
-                    int ids_splits, int stride, float* out);
+                    int ids_splits, int stride, const int32_t* counts, float* out);
   // stage_rows: copies the rows that the pointer lists hl ([2][n_kv][stride]
   // host addresses of store rows; hcount[h] per head) name into the pinned
   // staging buffer, points the lists at the staged rows' device copy
@@ -167,7 +179,7 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   // copies out of host_rows_ must have ended (the step's wait).
   void stage_listed_rows(const void** hl, const int32_t* hcount, int stride);
   // Device search with stage_rows: the searched lists to the host, staged.
-  void stage_searched_rows(int cap);
+  void stage_searched_rows(int cap, const int32_t* dcounts);
   void decode_host_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
   void decode_device_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
   void finish_pending(int slot);
@@ -216,6 +228,7 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   std::vector<int64_t> tail_;  // per KV head: evicted rows before the window the step attends exactly
   cudaEvent_t ev_[5] = {};
   bool timing_pending_ = false;
+  cudaStream_t copy_stream_ = nullptr;  // device search: the step's copies to the host (Pending)
 };
 
 }  // namespace topkv::gpu_offload

@@ -135,8 +135,7 @@ __global__ void __launch_bounds__(kSelectThreads) rerank_keep_kernel(const Summa
 
 void summary_rerank(const SummarySearchArgs& a, const Work& w, cudaStream_t stream) {
   const size_t rows = (size_t)a.n_kv * a.group;
-  TOPKV_CUDA_CHECK(cudaMemsetAsync(w.row_minmax, 0xff, rows * sizeof(uint32_t), stream));  // min: all ones
-  TOPKV_CUDA_CHECK(cudaMemsetAsync(w.row_minmax + rows, 0, rows * sizeof(uint32_t), stream));
+  reset_ranges(w.row_minmax, rows, stream);
   const int per_block = kWarps * kUnroll;
   const dim3 grid((unsigned)((w.cand_cap + per_block - 1) / per_block), (unsigned)a.n_kv,
                   (unsigned)((a.group + kMaxGroup - 1) / kMaxGroup));

@@ -8,6 +8,7 @@
 // Work space and the shared pieces: gpu/summary_search_work.cuh.
 #include <cub/block/block_scan.cuh>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "gpu/cuda_common.cuh"
@@ -20,31 +21,36 @@ namespace {
 
 using namespace summary_work;
 
-constexpr int kScoreWarps = 8, kScoreRows = 4, kScoreIters = 4;  // a scoring warp: kScoreIters x kScoreRows groups
+constexpr int kScoreWarps = 8, kScoreRows = 4;  // a scoring warp: `iters` x kScoreRows groups a block stride
+// A table the size of a long context's: 4 rounds a warp (fewer blocks, each
+// query head's range published fewer times); a short one (the coarse level,
+// the listed groups): 1, so that its few rows spread over more SMs.
+constexpr int kScoreItersLong = 4, kScoreItersShort = 1, kShortBlocks = 64;
 constexpr int kFarWarps = 4, kFarUnroll = 4;
 
 // 1. Scores, and each query head's lowest and highest score. Warp w of block
-// b takes kScoreIters rounds of kScoreRows groups (loads in flight
-// together); lane i owns dims [i*DPL, (i+1)*DPL) (of both halves for page
+// b takes `iters` rounds of kScoreRows groups (loads in flight together),
+// blocks striding over the table by the grid; lane i owns dims [i*DPL, (i+1)*DPL) (of both halves for page
 // bounds). The block's queries sit in shared memory, not registers: with
 // them in registers (141 per thread) one warp in eight could run, and the
 // table streamed at an eighth of the bandwidth (ncu, H100).
 // `coarse`: the coarse level's rows (two levels), else the fine groups
 // (those listed, with two levels).
 template <class E, int HD, bool PAGES>
-__global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const SummarySearchArgs a, Work w, bool coarse) {
+__global__ void __launch_bounds__(kScoreWarps * 32)
+    score_kernel(const SummarySearchArgs a, Work w, bool coarse, int iters) {
   constexpr int DPL = HD / 32, LEN = PAGES ? 2 * HD : HD;
   __shared__ __align__(16) float sq[kMaxGroup][HD];
   const int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g0 = blockIdx.z * kMaxGroup, ng = min(kMaxGroup, a.group - g0);
   const GroupView head = group_view(a, w, h, coarse);
-  if ((int)blockIdx.x * kScoreWarps * kScoreRows * kScoreIters >= head.n) return;  // the whole block: no sync after
+  const int per_block = kScoreWarps * kScoreRows * iters;
+  if ((int)blockIdx.x * per_block >= head.n) return;  // the whole block: no sync after
   load_block_queries<HD>(sq, a, h, g0, ng);
-  const int warp_first = (blockIdx.x * kScoreWarps + warp) * kScoreRows * kScoreIters;
-  if (warp_first >= head.n) return;
   float lo = INFINITY, hi = -INFINITY;  // lane g < ng: query head g's
-  for (int it = 0; it < kScoreIters; ++it) {
-    const int j0 = warp_first + it * kScoreRows;
+  for (int b = blockIdx.x; b * per_block < head.n; b += gridDim.x)
+  for (int it = 0; it < iters; ++it) {
+    const int j0 = (b * kScoreWarps + warp) * kScoreRows * iters + it * kScoreRows;
     if (j0 >= head.n) break;
     float r[kScoreRows][DPL], r2[kScoreRows][PAGES ? DPL : 1];
 #pragma unroll
@@ -172,6 +178,53 @@ __global__ void write_kernel(const SummarySearchArgs a, Work w, size_t row_bytes
   }
 }
 
+// 3'. Two levels, per KV head (one block each): mark, scan and write of the
+// listed groups in one pass over them (a list holds a few thousand groups
+// at most; three grid-wide launches cost more than the work). The same
+// prefix layout: a chosen group's slots start at the sum of the chosen
+// groups before it, and it is kept when they end within `cap` (so the kept
+// ones are a prefix of the chosen). A page's rows are one thread's.
+__global__ void __launch_bounds__(kSelectThreads) gather_listed_kernel(const SummarySearchArgs a, Work w,
+                                                                        size_t row_bytes) {
+  using Scan = cub::BlockScan<uint32_t, kSelectThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  __shared__ uint32_t s_kept;  // rows of the kept groups: the end of the last
+  const int h = blockIdx.x;
+  const SummaryHead head = a.heads[h];
+  const GroupView view = group_view(a, w, h, false);
+  const uint32_t cap = (uint32_t)a.cap;
+  if (threadIdx.x == 0) s_kept = 0;
+  const void** kr = a.k_rows + (size_t)h * a.cap;
+  const void** vr = a.v_rows + (size_t)h * a.cap;
+  uint32_t running = 0;
+  for (int t0 = 0; t0 < view.n; t0 += kSelectThreads) {
+    const int j = t0 + (int)threadIdx.x;
+    bool chosen = false;
+    for (int g = 0; g < a.group && j < view.n && !chosen; ++g) {
+      const int row = h * a.group + g;
+      chosen = score_key(w.scores[(size_t)row * a.max_n + j], w.lo[row], w.inv[row]) >= w.cut[row];
+    }
+    const int jj = j < view.n ? view.id(j) : 0;
+    const uint32_t cnt = chosen ? (uint32_t)head.counts[jj] : 0u;
+    uint32_t at, total;
+    Scan(tmp).ExclusiveSum(cnt, at, total);
+    const uint32_t start = running + at;
+    const bool fits = chosen && start + cnt <= cap;
+    if (j < view.n) w.selected[(size_t)h * a.max_n + j] = fits;
+    for (uint32_t t = 0; fits && t < cnt; ++t) {
+      const int64_t r = (int64_t)jj * head.page + t;
+      const size_t off = (size_t)(r & ((int64_t(1) << kStoreChunkShift) - 1)) * row_bytes;
+      kr[start + t] = head.k_chunks[r >> kStoreChunkShift] + off;
+      vr[start + t] = head.v_chunks[r >> kStoreChunkShift] + off;
+    }
+    if (fits) atomicMax(&s_kept, start + cnt);
+    running += total;
+    __syncthreads();  // tmp is reused by the next tile
+  }
+  __syncthreads();  // s_kept's last adds (a list of 0 tiles: its reset)
+  if (threadIdx.x == 0) a.counts[h] = (int32_t)s_kept;
+}
+
 // 1b. Two levels, per KV head (one block each): the coarse groups some
 // query head's coarse cut took, expanded in order into the list of their
 // fine groups (at most max_n: the fine groups there are).
@@ -181,6 +234,9 @@ __global__ void __launch_bounds__(kSelectThreads) expand_kernel(const SummarySea
   const int h = blockIdx.x;
   const SummaryHead head = a.heads[h];
   int32_t* list = w.list + (size_t)h * a.max_n;
+  // The coarse cut has read this KV head's ranges: empty them for the fine scores.
+  for (int g = threadIdx.x; g < a.group; g += blockDim.x)
+    w.minmax[h * a.group + g] = 0u, w.minmax[(size_t)a.n_kv * a.group + h * a.group + g] = 0u;
   uint32_t running = 0;
   for (int c0 = 0; c0 < head.coarse_n; c0 += kSelectThreads) {
     const int c = c0 + (int)threadIdx.x;
@@ -312,17 +368,21 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
   const Work w = carve_args(a);
   const unsigned gz = (unsigned)((a.group + kMaxGroup - 1) / kMaxGroup);
   using A = SummarySearchArgs;
+  // One level: the whole table, a block per 128 groups. Two levels: the
+  // coarse table and then the listed groups, each a small share of it, kShortBlocks
+  // blocks of 32 striding over them (the expand kernel empties the ranges
+  // between the two).
   const auto score = [&](bool coarse) {
-    const size_t rows = (size_t)a.n_kv * a.group;
-    TOPKV_CUDA_CHECK(cudaMemsetAsync(w.minmax, 0xff, rows * sizeof(uint32_t), stream));  // min: all ones
-    TOPKV_CUDA_CHECK(cudaMemsetAsync(w.minmax + rows, 0, rows * sizeof(uint32_t), stream));
-    const int per_block = kScoreWarps * kScoreRows * kScoreIters;
-    const dim3 grid((unsigned)((a.max_n + per_block - 1) / per_block), (unsigned)a.n_kv, gz);
+    const bool two = a.coarse_k > 0;
+    if (!two || coarse) reset_ranges(w.minmax, (size_t)a.n_kv * a.group, stream);
+    const int iters = two ? kScoreItersShort : kScoreItersLong, per_block = kScoreWarps * kScoreRows * iters;
+    const int blocks = (a.max_n + per_block - 1) / per_block;
+    const dim3 grid((unsigned)(two ? std::min(blocks, kShortBlocks) : blocks), (unsigned)a.n_kv, gz);
     with_elem_type(a.table_type, [&](auto e) {
       using E = decltype(e);
       with_head_dim(a.head_dim, [&](auto hd) {
-        if (a.page_bounds) score_kernel<E, hd(), true><<<grid, kScoreWarps * 32, 0, stream>>>(a, w, coarse);
-        else score_kernel<E, hd(), false><<<grid, kScoreWarps * 32, 0, stream>>>(a, w, coarse);
+        if (a.page_bounds) score_kernel<E, hd(), true><<<grid, kScoreWarps * 32, 0, stream>>>(a, w, coarse, iters);
+        else score_kernel<E, hd(), false><<<grid, kScoreWarps * 32, 0, stream>>>(a, w, coarse, iters);
       });
     });
     TOPKV_CUDA_CHECK_LAUNCH();
@@ -347,13 +407,18 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
     // lists, cand_cap a head), and summary_rerank keeps the best into a's.
     SummarySearchArgs into = a;
     if (a.rerank_k > 0) into.k_rows = w.cand_k, into.v_rows = w.cand_v, into.counts = w.cand_count, into.cap = a.cand_cap;
-    mark_kernel<<<grid, 256, 0, stream>>>(into, w);
-    TOPKV_CUDA_CHECK_LAUNCH();
-    scan_kernel<<<(unsigned)a.n_kv, kSelectThreads, 0, stream>>>(into, w);
-    TOPKV_CUDA_CHECK_LAUNCH();
-    write_kernel<<<grid, 256, 0, stream>>>(into, w, (size_t)a.head_dim * dtype_size(a.store_type),
-                                           a.rerank_k > 0 ? w.cand_group : nullptr);
-    TOPKV_CUDA_CHECK_LAUNCH();
+    const size_t row_bytes = (size_t)a.head_dim * dtype_size(a.store_type);
+    if (a.coarse_k > 0) {
+      gather_listed_kernel<<<(unsigned)a.n_kv, kSelectThreads, 0, stream>>>(a, w, row_bytes);
+      TOPKV_CUDA_CHECK_LAUNCH();
+    } else {
+      mark_kernel<<<grid, 256, 0, stream>>>(into, w);
+      TOPKV_CUDA_CHECK_LAUNCH();
+      scan_kernel<<<(unsigned)a.n_kv, kSelectThreads, 0, stream>>>(into, w);
+      TOPKV_CUDA_CHECK_LAUNCH();
+      write_kernel<<<grid, 256, 0, stream>>>(into, w, row_bytes, a.rerank_k > 0 ? w.cand_group : nullptr);
+      TOPKV_CUDA_CHECK_LAUNCH();
+    }
     if (a.rerank_k > 0) summary_rerank(a, w, stream);
   } else if (a.max_n == 0) {
     TOPKV_CUDA_CHECK(cudaMemsetAsync(a.counts, 0, (size_t)a.n_kv * sizeof(int32_t), stream));

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gpu/cuda_check.h"
 #include "gpu/cuda_kernels.h"
 
 namespace topkv::cuda::summary_work {
@@ -30,7 +31,8 @@ struct Work {
   float* scores;
   float *lo, *inv;
   uint32_t* cut;
-  uint32_t* minmax;  // [2][rows]: each query head's lowest and highest score (ordered keys)
+  uint32_t* minmax;  // [2][rows]: each query head's lowest score (complemented ordered key) and highest
+                     // (ordered key): both take atomicMax, so zeros are the empty range (reset_ranges)
   uint32_t* offset;  // a selected group's first slot in the row lists
   uint8_t* selected;
   int32_t* list;    // two levels: [n_kv][max_n] groups to score, in order
@@ -134,8 +136,13 @@ __device__ __forceinline__ void publish_range(uint32_t* minmax, const SummarySea
                                               int lane, float lo, float hi) {
   if (lane >= ng) return;
   const int row = h * a.group + g0 + lane;
-  atomicMin(&minmax[row], ordered(lo));
+  atomicMax(&minmax[row], ~ordered(lo));
   atomicMax(&minmax[a.n_kv * a.group + row], ordered(hi));
+}
+
+// The empty range of `rows` query heads: one memset (publish_range's keys).
+inline void reset_ranges(uint32_t* minmax, size_t rows, cudaStream_t stream) {
+  TOPKV_CUDA_CHECK(cudaMemsetAsync(minmax, 0, 2 * rows * sizeof(uint32_t), stream));
 }
 
 // Query head `row`'s score range from minmax and the keys' scale over it
@@ -144,7 +151,7 @@ struct KeyScale {
   float lo, inv;
 };
 __device__ __forceinline__ KeyScale key_scale(const uint32_t* minmax, int rows, int row, bool scored) {
-  const float lo = unordered(minmax[row]), hi = unordered(minmax[rows + row]);
+  const float lo = unordered(~minmax[row]), hi = unordered(minmax[rows + row]);
   return {lo, scored && hi > lo ? (float)kKeyMax / (hi - lo) : 0.f};  // no score: both NaN, hi > lo false
 }
 
