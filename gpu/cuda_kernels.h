@@ -279,7 +279,10 @@ inline void carve_partials(void* workspace, size_t n, float*& m, float*& l, floa
 // Ring mode (k_ring set): KV head h's rows are instead the ring slots
 // (ring_first[h] + r) % ring_cap, r < ring_count[h], of the contiguous rows
 // k_ring/v_ring [n_kv][ring_cap][head_dim] — sinks and window on the device,
-// whose ranges change every step, passed by value (no upload).
+// whose ranges change every step, passed by value (no upload). With k_prefix
+// set, the first prefix_count rows of KV head h come before its ring rows
+// from k_prefix/v_prefix [n_kv][prefix_cap][head_dim] (the attention sinks:
+// one launch for sinks and window).
 constexpr int kMaxRingHeads = 64;
 struct RowListArgs {
   const float* q = nullptr;  // [n_kv * group][head_dim], device
@@ -295,6 +298,9 @@ struct RowListArgs {
   const void* v_ring = nullptr;
   int ring_cap = 0;
   int32_t ring_first[kMaxRingHeads] = {}, ring_count[kMaxRingHeads] = {};
+  const void* k_prefix = nullptr;
+  const void* v_prefix = nullptr;
+  int prefix_cap = 0, prefix_count = 0;
 };
 void row_list_attention(const RowListArgs& a, cudaStream_t stream);
 

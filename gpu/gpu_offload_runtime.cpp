@@ -117,11 +117,11 @@ void GpuOffloadRuntime::attend_exact(const Mirror& mir, const OffloadedLayer& L,
                                     cuda::RowListArgs a) {
   const int nkv = cfg_.n_head_kv;
   const int64_t R = mir.ring.capacity;
+  // One launch: the sinks as the prefix of each head's ring rows, over the
+  // exact_parts slots (which count one for the sinks).
   a.row_type = DType::F32, a.k_rows = a.v_rows = nullptr, a.counts = nullptr, a.max_rows = 0;
-  a.k_ring = mir.sinks.k.mem.get(), a.v_ring = mir.sinks.v.mem.get(), a.ring_cap = (int)mir.sinks.capacity;
-  for (int h = 0; h < nkv; ++h) a.ring_first[h] = 0, a.ring_count[h] = L.n_sinks();
-  a.n_splits = 1, a.part0 = 0;
-  cuda::row_list_attention(a, be_.stream());
+  a.k_prefix = mir.sinks.k.mem.get(), a.v_prefix = mir.sinks.v.mem.get(), a.prefix_cap = (int)mir.sinks.capacity;
+  a.prefix_count = L.n_sinks();
   for (int h = 0; h < nkv; ++h) {
     const int64_t first = L.window_start() - tail[(size_t)h], count = tail[(size_t)h] + L.window_len();
     TOPKV_CHECK(count <= R, "internal: layer needs {} recent rows on the device, its ring holds {}", count, R);
@@ -129,7 +129,7 @@ void GpuOffloadRuntime::attend_exact(const Mirror& mir, const OffloadedLayer& L,
     stats_.exact += L.n_sinks() + count;
   }
   a.k_ring = mir.ring.k.mem.get(), a.v_ring = mir.ring.v.mem.get(), a.ring_cap = (int)R;
-  a.n_splits = exact_parts(L, tail) - 1, a.part0 = 1;
+  a.n_splits = exact_parts(L, tail), a.part0 = 0;
   cuda::row_list_attention(a, be_.stream());
 }
 

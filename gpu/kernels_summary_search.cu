@@ -47,7 +47,6 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
   const int per_block = kScoreWarps * kScoreRows * iters;
   if ((int)blockIdx.x * per_block >= head.n) return;  // the whole block: no sync after
   load_block_queries<HD>(sq, a, h, g0, ng);
-  float lo = INFINITY, hi = -INFINITY;  // lane g < ng: query head g's
   for (int b = blockIdx.x; b * per_block < head.n; b += gridDim.x)
   for (int it = 0; it < iters; ++it) {
     const int j0 = (b * kScoreWarps + warp) * kScoreRows * iters + it * kScoreRows;
@@ -73,23 +72,24 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
           else s = fmaf(q[i], r[u][i], s);
         }
         s = warp_sum(s);
-        if (lane == g) lo = fminf(lo, s), hi = fmaxf(hi, s);
         if (lane == 0) w.scores[((size_t)h * a.group + g0 + g) * a.max_n + j0 + u] = s;
       }
     }
   }
-  publish_range(w.minmax, a, h, g0, ng, lane, lo, hi);
 }
 
 // 2. Per query head (one block each): the scores' range, then the cut key by
 // a radix select over the three bytes of the keys, weighted by group size
-// (the coarse level's cut at coarse_k tokens, with two levels).
-__global__ void __launch_bounds__(kSelectThreads) threshold_kernel(const SummarySearchArgs a, Work w, bool coarse) {
+// (the coarse level's cut at coarse_k tokens, with two levels). THREADS:
+// 1024 for a whole table, 256 for the short ones (fewer threads to sync in
+// each of the passes, over a few thousand items).
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) threshold_kernel(const SummarySearchArgs a, Work w, bool coarse) {
   const int row = blockIdx.x, h = row / a.group;
   const GroupView head = group_view(a, w, h, coarse);
   const float* x = w.scores + (size_t)row * a.max_n;
-  const KeyScale ks = key_scale(w.minmax, a.n_kv * a.group, row, head.n > 0);
-  const uint32_t cut = radix_cut(
+  const KeyScale ks = block_key_scale<THREADS>(head.n, [&](int j) { return x[j]; });
+  const uint32_t cut = radix_cut<THREADS>(
       head.n, [&](int j) { return x[j]; }, [&](int j) { return (uint32_t)head.counts[head.id(j)]; },
       need_of(coarse ? a.coarse_k : a.k), ks.lo, ks.inv);
   if (threadIdx.x == 0) w.lo[row] = ks.lo, w.inv[row] = ks.inv, w.cut[row] = cut;
@@ -234,9 +234,6 @@ __global__ void __launch_bounds__(kSelectThreads) expand_kernel(const SummarySea
   const int h = blockIdx.x;
   const SummaryHead head = a.heads[h];
   int32_t* list = w.list + (size_t)h * a.max_n;
-  // The coarse cut has read this KV head's ranges: empty them for the fine scores.
-  for (int g = threadIdx.x; g < a.group; g += blockDim.x)
-    w.minmax[h * a.group + g] = 0u, w.minmax[(size_t)a.n_kv * a.group + h * a.group + g] = 0u;
   uint32_t running = 0;
   for (int c0 = 0; c0 < head.coarse_n; c0 += kSelectThreads) {
     const int c = c0 + (int)threadIdx.x;
@@ -370,11 +367,9 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
   using A = SummarySearchArgs;
   // One level: the whole table, a block per 128 groups. Two levels: the
   // coarse table and then the listed groups, each a small share of it, kShortBlocks
-  // blocks of 32 striding over them (the expand kernel empties the ranges
-  // between the two).
+  // blocks of 32 striding over them.
   const auto score = [&](bool coarse) {
     const bool two = a.coarse_k > 0;
-    if (!two || coarse) reset_ranges(w.minmax, (size_t)a.n_kv * a.group, stream);
     const int iters = two ? kScoreItersShort : kScoreItersLong, per_block = kScoreWarps * kScoreRows * iters;
     const int blocks = (a.max_n + per_block - 1) / per_block;
     const dim3 grid((unsigned)(two ? std::min(blocks, kShortBlocks) : blocks), (unsigned)a.n_kv, gz);
@@ -388,7 +383,8 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
     TOPKV_CUDA_CHECK_LAUNCH();
   };
   const auto cut = [&](bool coarse) {
-    threshold_kernel<<<(unsigned)(a.n_kv * a.group), kSelectThreads, 0, stream>>>(a, w, coarse);
+    if (a.coarse_k > 0) threshold_kernel<256><<<(unsigned)(a.n_kv * a.group), 256, 0, stream>>>(a, w, coarse);
+    else threshold_kernel<kSelectThreads><<<(unsigned)(a.n_kv * a.group), kSelectThreads, 0, stream>>>(a, w, coarse);
     TOPKV_CUDA_CHECK_LAUNCH();
   };
   // Two levels: the coarse cut lists the groups to score (1b), and the

@@ -3,7 +3,7 @@
 // 24-bit score keys and the radix select that cuts a budget over them.
 //
 // Work space: scores [n_kv][group][max_n] f32 | lo [rows] f32 | inv [rows] f32 |
-// cut [rows] u32 | minmax [2][rows] u32 | offset [n_kv][max_n] u32 |
+// cut [rows] u32 | offset [n_kv][max_n] u32 |
 // selected [n_kv][max_n] u8 | list [n_kv][max_n] i32 | list_n [n_kv] i32
 // (two levels: the groups the coarse cut expanded; the fine steps' index j
 // is then a position in the list, scores and selected among them)
@@ -31,8 +31,6 @@ struct Work {
   float* scores;
   float *lo, *inv;
   uint32_t* cut;
-  uint32_t* minmax;  // [2][rows]: each query head's lowest score (complemented ordered key) and highest
-                     // (ordered key): both take atomicMax, so zeros are the empty range (reset_ranges)
   uint32_t* offset;  // a selected group's first slot in the row lists
   uint8_t* selected;
   int32_t* list;    // two levels: [n_kv][max_n] groups to score, in order
@@ -65,7 +63,6 @@ inline Work carve(void* ws, int n_kv, int group, int max_n, int cand_cap, size_t
   w.lo = reinterpret_cast<float*>(take(rows * sizeof(float)));
   w.inv = reinterpret_cast<float*>(take(rows * sizeof(float)));
   w.cut = reinterpret_cast<uint32_t*>(take(rows * sizeof(uint32_t)));
-  w.minmax = reinterpret_cast<uint32_t*>(take(2 * rows * sizeof(uint32_t)));
   w.offset = reinterpret_cast<uint32_t*>(take((size_t)n_kv * max_n * sizeof(uint32_t)));
   w.selected = take((size_t)n_kv * max_n);
   w.list = reinterpret_cast<int32_t*>(take((size_t)n_kv * max_n * sizeof(int32_t)));
@@ -131,7 +128,9 @@ __device__ __forceinline__ void load_block_queries(float (*sq)[HD], const Summar
 }
 
 // Lane g < ng holds query head g0 + g's lowest and highest score of what its
-// warp scored: into minmax [2][n_kv * group] (ordered keys).
+// warp scored: into minmax [2][n_kv * group] (the rerank's row scores: each
+// query head's lowest as a complemented ordered key, its highest as an
+// ordered key; both take atomicMax, so zeros are the empty range).
 __device__ __forceinline__ void publish_range(uint32_t* minmax, const SummarySearchArgs& a, int h, int g0, int ng,
                                               int lane, float lo, float hi) {
   if (lane >= ng) return;
@@ -150,6 +149,22 @@ inline void reset_ranges(uint32_t* minmax, size_t rows, cudaStream_t stream) {
 struct KeyScale {
   float lo, inv;
 };
+
+// The range of x(0..n-1) and its keys' scale, by a block of THREADS (the
+// cut's own pass over its items: the scores need no range of their own).
+template <int THREADS, class Score>
+__device__ KeyScale block_key_scale(int n, Score x) {
+  __shared__ float s_lo[THREADS / 32], s_hi[THREADS / 32];
+  float lo = INFINITY, hi = -INFINITY;
+  for (int j = threadIdx.x; j < n; j += THREADS) lo = fminf(lo, x(j)), hi = fmaxf(hi, x(j));
+  for (int o = 16; o > 0; o >>= 1)
+    lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o)), hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  if (threadIdx.x % 32 == 0) s_lo[threadIdx.x / 32] = lo, s_hi[threadIdx.x / 32] = hi;
+  __syncthreads();
+  lo = INFINITY, hi = -INFINITY;
+  for (int i = 0; i < THREADS / 32; ++i) lo = fminf(lo, s_lo[i]), hi = fmaxf(hi, s_hi[i]);
+  return {lo, hi > lo ? (float)kKeyMax / (hi - lo) : 0.f};  // as summary_cut_reference
+}
 __device__ __forceinline__ KeyScale key_scale(const uint32_t* minmax, int rows, int row, bool scored) {
   const float lo = unordered(~minmax[row]), hi = unordered(minmax[rows + row]);
   return {lo, scored && hi > lo ? (float)kKeyMax / (hi - lo) : 0.f};  // no score: both NaN, hi > lo false
@@ -168,7 +183,7 @@ __device__ __forceinline__ uint32_t need_of(int64_t k) { return k < 0xffffffffll
 // 255 - 8i down to 248 - 8i, and the one lane where need is crossed walks its
 // eight (thread 0 walking all 256 was one dependent shared load after
 // another).
-template <class Score, class Weight>
+template <int THREADS = kSelectThreads, class Score, class Weight>
 __device__ uint32_t radix_cut(int n, Score x, Weight weight, uint32_t need, float lo, float inv) {
   __shared__ uint32_t hist[256];
   __shared__ uint32_t s_prefix, s_mask, s_need;
@@ -176,15 +191,15 @@ __device__ uint32_t radix_cut(int n, Score x, Weight weight, uint32_t need, floa
   if (threadIdx.x == 0) s_prefix = 0, s_mask = 0, s_all = false, s_need = need;
   __syncthreads();
   for (int shift = 16; shift >= 0; shift -= 8) {
-    for (int b = threadIdx.x; b < 256; b += kSelectThreads) hist[b] = 0;
+    for (int b = threadIdx.x; b < 256; b += THREADS) hist[b] = 0;
     __syncthreads();
     const uint32_t prefix = s_prefix, mask = s_mask;
-    for (int j0 = threadIdx.x; j0 < n; j0 += kSelectThreads * kCutLoads) {
+    for (int j0 = threadIdx.x; j0 < n; j0 += THREADS * kCutLoads) {
       float xs[kCutLoads];
       uint32_t cs[kCutLoads];
 #pragma unroll
       for (int u = 0; u < kCutLoads; ++u) {
-        const int j = j0 + u * kSelectThreads;
+        const int j = j0 + u * THREADS;
         xs[u] = j < n ? x(j) : lo;
         cs[u] = j < n ? weight(j) : 0u;
       }

@@ -226,17 +226,22 @@ TEST_CASE("GpuOffloadRuntime decodes like the CPU OffloadRuntime (synthetic llam
 
 // Ring mode of the same kernel (the runtime's sinks and window ring on the
 // device): head h attends rows ring_first[h] .. + ring_count[h] of its ring,
-// slots taken modulo the ring's capacity. Twin: partial_add over those rows.
+// slots taken modulo the ring's capacity; with a prefix (the sinks) its
+// first `pre` rows come before them. Twin: partial_add over those rows.
 TEST_CASE("row_list_attention in ring mode matches partial_add over the ring's rows, wrapping", "[offload]") {
   auto& be = cuda_be();
   OpSummary sum("row-list attention, ring mode", 1e-4);
   std::mt19937 rng(19);
-  struct Case { DType type; int hd, group, cap, splits; std::vector<int> first, count; };
+  struct Case { DType type; int hd, group, cap, splits; std::vector<int> first, count; int pre = 0, pre_cap = 1; };
   const std::vector<Case> cases = {
       {DType::F32, 256, 4, 50, 3, {45}, {20}},                        // wraps past the end
       {DType::F32, 128, 4, 1, 1, {0, 0}, {1, 0}},                      // a one-row ring; an empty head
       {DType::F16, 64, 8, 300, 8, {0, 299, 17}, {300, 300, 5}},       // full rings, one starting at the last slot
       {DType::BF16, 128, 1, 64, 2, {10, 63, 0, 32}, {54, 2, 64, 33}},  // no GQA
+      // sinks as a prefix: splits that cross from prefix to ring, an empty ring, one split
+      {DType::F32, 128, 4, 50, 4, {45, 0}, {20, 0}, 4, 4},
+      {DType::F32, 64, 7, 300, 1, {299}, {300}, 1, 3},
+      {DType::F32, 256, 2, 33, 9, {5, 30, 0}, {33, 7, 1}, 3, 5},
   };
   for (const Case& c : cases) {
     const int nkv = (int)c.first.size(), nh = nkv * c.group;
@@ -251,6 +256,8 @@ TEST_CASE("row_list_attention in ring mode matches partial_add over the ring's r
     be.from_host(raw.data(), dv, 0, raw.size());
     const std::vector<float> q = randn((size_t)nh * c.hd, rng, 0.5f);
     Buffer dq = upload(be, q);
+    const std::vector<float> pk = randn((size_t)nkv * c.pre_cap * c.hd, rng), pv = randn(pk.size(), rng);
+    Buffer dpk = upload(be, pk), dpv = upload(be, pv);
     const int parts = c.splits + 1;  // slot 0 stays empty
     std::vector<float> m0((size_t)nh * parts, -INFINITY), l0((size_t)nh * parts, 0.f),
         o0((size_t)nh * parts * c.hd, 0.f);
@@ -259,6 +266,7 @@ TEST_CASE("row_list_attention in ring mode matches partial_add over the ring's r
     a.q = dq.f32(), a.row_type = c.type, a.n_kv = nkv, a.group = c.group, a.head_dim = c.hd, a.scale = 0.125f;
     a.k_ring = dk.mem.get(), a.v_ring = dv.mem.get(), a.ring_cap = c.cap;
     for (int h = 0; h < nkv; ++h) a.ring_first[h] = c.first[(size_t)h], a.ring_count[h] = c.count[(size_t)h];
+    if (c.pre > 0) a.k_prefix = dpk.mem.get(), a.v_prefix = dpv.mem.get(), a.prefix_cap = c.pre_cap, a.prefix_count = c.pre;
     a.n_splits = c.splits, a.part0 = 1, a.parts = parts;
     a.part_m = pm.f32(), a.part_l = pl.f32(), a.part_o = po.f32();
     cuda::row_list_attention(a, be.stream());
@@ -267,14 +275,17 @@ TEST_CASE("row_list_attention in ring mode matches partial_add over the ring's r
     for (int h = 0; h < nkv; ++h)
       for (int g = 0; g < c.group; ++g) {
         const float* qr = q.data() + ((size_t)h * c.group + g) * c.hd;
-        const int n = c.count[(size_t)h];
+        const int n = c.pre + c.count[(size_t)h];
         std::vector<float> s((size_t)n), vv((size_t)n * c.hd);
         for (int j = 0; j < n; ++j) {
-          const size_t row = (size_t)h * c.cap + (size_t)((c.first[(size_t)h] + j) % c.cap);
+          const bool in_pre = j < c.pre;
+          const size_t row = in_pre ? (size_t)h * c.pre_cap + (size_t)j
+                                    : (size_t)h * c.cap + (size_t)((c.first[(size_t)h] + j - c.pre) % c.cap);
+          const float* kr = (in_pre ? pk.data() : kf.data()) + row * c.hd;
           double acc = 0;
-          for (int i = 0; i < c.hd; ++i) acc += (double)qr[i] * kf[row * c.hd + i];
+          for (int i = 0; i < c.hd; ++i) acc += (double)qr[i] * kr[i];
           s[(size_t)j] = (float)acc * a.scale;
-          std::copy_n(vf.data() + row * c.hd, c.hd, vv.data() + (size_t)j * c.hd);
+          std::copy_n((in_pre ? pv.data() : vf.data()) + row * c.hd, c.hd, vv.data() + (size_t)j * c.hd);
         }
         AttnPartial p(c.hd);
         partial_add(p, s.data(), nullptr, vv.data(), n);
