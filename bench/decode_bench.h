@@ -73,6 +73,7 @@ struct DecodeRow {
   double attn_ms = 0, search_ms = 0, gpu_ms = 0, transfer_ms = 0, wait_ms = 0, host_attn_ms = 0, model_ms = 0;
   size_t kv_backend_bytes = 0;  // the model's caches (backend memory: host on CPU, device on CUDA)
   size_t kv_host_bytes = 0;     // the override's host stores (+ indexes, sinks, window)
+  size_t peak_rss_bytes = 0;    // the process's largest resident set by the row's end (rows before included)
   // CUDA only: device memory the backend holds, by kind (after the steps).
   std::optional<size_t> gpu_weights, gpu_kv_cache, gpu_activations, gpu_scratch;
   // CUDA top-k with the device search: the store cache (--store-cache; part

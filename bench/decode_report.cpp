@@ -31,8 +31,8 @@ void print_decode_table(const DecodeBenchResult& r, std::FILE* out) {
              c.steps, c.warmup, dtype_name(c.kv_dtype),
              c.gpu_mem_budget ? ", budget " + format_bytes((double)c.gpu_mem_budget) : "");
   fmt::print(out, "{:>8} {:<22} {:>5} {:>9} {:>8} {:>8} | {:>7} {:>7} {:>7} {:>6} {:>6} {:>6} | {:>10} {:>10} {:>6} "
-             "{:>8} {:>8}\n", "context", "mode", "k", "tok/s", "p50 ms", "p99 ms", "model", "h-attn", "search", "gpu",
-             "xfer", "wait", "KV backend", "KV host", "cached", "fill s", "build s");
+             "{:>8} {:>8} {:>9}\n", "context", "mode", "k", "tok/s", "p50 ms", "p99 ms", "model", "h-attn", "search",
+             "gpu", "xfer", "wait", "KV backend", "KV host", "cached", "fill s", "build s", "peak RSS");
   for (const DecodeRow& row : r.rows) {
     if (!row.skipped.empty()) {
       fmt::print(out, "{:>8} {:<22} skipped: {}\n", row.context, label(row), row.skipped);
@@ -40,16 +40,16 @@ void print_decode_table(const DecodeBenchResult& r, std::FILE* out) {
     }
     fmt::print(out,
                "{:>8} {:<22} {:>5} {:>9.2f} {:>8.2f} {:>8.2f} | {:>7.2f} {:>7.2f} {:>7.2f} {:>6.2f} {:>6.2f} {:>6.2f} | "
-               "{:>10} {:>10} {:>6} {:>8.2f} {:>8.2f}\n",
+               "{:>10} {:>10} {:>6} {:>8.2f} {:>8.2f} {:>9}\n",
                row.context_tokens, label(row), row.k ? std::to_string(row.k) : "-", row.tok_s, row.step_ms_p50,
                row.step_ms_p99, row.model_ms, row.host_attn_ms, row.search_ms, row.gpu_ms, row.transfer_ms,
                row.wait_ms, format_bytes((double)row.kv_backend_bytes), format_bytes((double)row.kv_host_bytes),
                row.store_cache_bytes ? fmt::format("{:.0f}%", 100 * row.store_cached_share) : "-", row.fill_s,
-               row.build_s);
+               row.build_s, format_bytes((double)row.peak_rss_bytes));
   }
   fmt::print(out, "(ms per step: model = outside the override's attention; h-attn = the override's host work "
                   "besides search; xfer = host<->GPU copies; cached = share of the store's rows the device search "
-                  "reads from GPU memory, --store-cache)\n");
+                  "reads from GPU memory, --store-cache; peak RSS = the process's largest resident set so far)\n");
   std::fflush(out);
 }
 
@@ -58,10 +58,10 @@ void write_decode_csv(const DecodeBenchResult& r, const std::string& path) {
       "model,backend,fill,context,context_tokens,mode,index,k,skipped,steps,tok_s,step_ms_p50,step_ms_p99,"
       "step_ms_mean,attn_ms,search_ms,gpu_ms,transfer_ms,wait_ms,host_attn_ms,model_ms,kv_backend_bytes,"
       "kv_host_bytes,gpu_weights_bytes,gpu_kv_cache_bytes,gpu_activations_bytes,gpu_scratch_bytes,load_s,fill_s,"
-      "build_s,keys_indexed,launches_per_step,store_cache_bytes,store_cached_share\n";
+      "build_s,keys_indexed,launches_per_step,store_cache_bytes,store_cached_share,peak_rss_bytes\n";
   for (const DecodeRow& row : r.rows)
     s += fmt::format("{},{},{},{},{},{},{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},"
-                     "{:.6g},{:.6g},{},{},{},{},{},{},{:.6g},{:.6g},{:.6g},{},{},{},{:.4g}\n",
+                     "{:.6g},{:.6g},{},{},{},{},{},{},{:.6g},{:.6g},{:.6g},{},{},{},{:.4g},{}\n",
                      csv_field(r.config.model_label), r.backend_name, context_fill_name(r.config.fill), row.context,
                      row.context_tokens, row.mode, csv_field(row.index), row.k, csv_field(row.skipped), row.steps,
                      row.tok_s, row.step_ms_p50, row.step_ms_p99, row.step_ms_mean, row.attn_ms, row.search_ms,
@@ -69,7 +69,7 @@ void write_decode_csv(const DecodeBenchResult& r, const std::string& path) {
                      row.kv_host_bytes, opt_cell(row.gpu_weights), opt_cell(row.gpu_kv_cache),
                      opt_cell(row.gpu_activations), opt_cell(row.gpu_scratch), row.load_s, row.fill_s, row.build_s,
                      row.keys_indexed, row.launches_per_step ? fmt::format("{:.1f}", *row.launches_per_step) : "",
-                     row.store_cache_bytes, row.store_cached_share);
+                     row.store_cache_bytes, row.store_cached_share, row.peak_rss_bytes);
   write_text_atomic(path, s);
 }
 
@@ -136,7 +136,8 @@ json decode_json(const DecodeBenchResult& r) {
           {"kv_host_bytes", row.kv_host_bytes},
           {"gpu", gpu},
           {"store_cache_bytes", row.store_cache_bytes},
-          {"store_cached_share", row.store_cached_share}}},
+          {"store_cached_share", row.store_cached_share},
+          {"peak_rss_bytes", row.peak_rss_bytes}}},
         {"load_s", row.load_s},
         {"fill_s", row.fill_s},
         {"build_s", row.build_s},

@@ -11,6 +11,7 @@
 #include "src/session/make_runtime.h"
 #include "src/session/session.h"
 #include "src/common/error.h"
+#include "src/common/host_memory.h"
 #include "src/common/options.h"
 #include "src/common/progress.h"
 #include "src/common/timer.h"
@@ -149,6 +150,7 @@ DecodeRow DecodeRunner::run(int64_t context, DecodeMode mode, const std::string&
 
   row.kv_backend_bytes = model->kv_bytes();
   row.kv_host_bytes = rt ? rt->host_bytes() : hd ? hd->host_bytes() : 0;
+  row.peak_rss_bytes = peak_rss_bytes();
   if (cuda_) {
     const CudaMemoryUse u = cuda_memory_use(be_);
     row.gpu_weights = u.weights, row.gpu_kv_cache = u.kv_cache, row.gpu_activations = u.activations;

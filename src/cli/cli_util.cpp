@@ -138,12 +138,6 @@ void check_memory_plan(const GgufFile& file, const ModelConfig& cfg, const Offlo
   check_plan_fits(plan, host_memory_available());
 }
 
-size_t peak_rss_bytes() {
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return (size_t)ru.ru_maxrss * 1024;  // Linux reports KiB
-}
-
 std::string mib(size_t b) { return fmt::format("{:.1f} MiB", (double)b / (1024.0 * 1024.0)); }
 
 void write_json_atomic(const std::string& path, const nlohmann::json& j) {

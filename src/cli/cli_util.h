@@ -63,7 +63,6 @@ void check_memory_plan(const GgufFile& file, const ModelConfig& cfg, const Offlo
                        const ModelOptions& mo, bool from_pack, bool quiet,
                        const std::vector<std::string>& extra_indexes = {}, const OffloadRuntime* runtime = nullptr);
 
-size_t peak_rss_bytes();
 std::string mib(size_t bytes);  // "12.3 MiB"
 // Writes path.tmp and renames it to path (invalid UTF-8 in strings is written as U+FFFD).
 void write_json_atomic(const std::string& path, const nlohmann::json& j);

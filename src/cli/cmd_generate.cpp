@@ -20,6 +20,7 @@
 #include "src/cli/commands.h"
 #include "src/cli/policy_options.h"
 #include "src/common/error.h"
+#include "src/common/host_memory.h"
 #include "src/common/progress.h"
 #include "src/common/timer.h"
 #include "src/model/model.h"

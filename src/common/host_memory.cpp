@@ -92,4 +92,10 @@ void check_host_memory(double bytes, const std::string& what, const std::string&
               format_bytes(bytes), format_bytes(m.available), m.bound, hint);
 }
 
+size_t peak_rss_bytes() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return (size_t)ru.ru_maxrss * 1024;  // Linux reports KiB
+}
+
 }  // namespace topkv

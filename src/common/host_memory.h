@@ -5,6 +5,7 @@
 // current use. A run planned against MemAvailable alone is killed by a
 // container's limit, or dies in std::bad_alloc under a ulimit.
 #pragma once
+#include <cstddef>
 #include <string>
 
 namespace topkv {
@@ -19,5 +20,8 @@ double host_memory_available();  // host_memory().available
 // Error when `bytes` (what `what` will allocate) exceed what is available,
 // naming the limit and saying what to lower (`hint`). Skipped when unknown.
 void check_host_memory(double bytes, const std::string& what, const std::string& hint);
+
+// The largest resident set this process has had so far (getrusage ru_maxrss).
+size_t peak_rss_bytes();
 
 }  // namespace topkv
