@@ -178,6 +178,19 @@ TEST_CASE("a quest coarse page bounds every page and key below it (SummaryTables
   }
 }
 
+TEST_CASE("quest's two-level parameters are checked where the spec is read") {
+  for (const char* bad : {"quest:coarse_ratio=1", "quest:coarse_ratio=-3", "quest:coarse_ratio=5000",
+                          "quest:coarse_ratio=16,expand=0.5"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH(KvIndex::create(bad), Catch::Matchers::Contains("quest: "));
+  }
+  for (const char* bad : {"quest:coarse_ratio=16,expand=nan", "quest:coarse_ratio=16,expand=inf"}) {
+    CAPTURE(bad);  // the spec parser's own check
+    CHECK_THROWS_WITH(KvIndex::create(bad), Catch::Matchers::Contains("expand"));
+  }
+  CHECK_NOTHROW(KvIndex::create("quest:coarse_ratio=0"));  // one level, as without it
+}
+
 TEST_CASE("the twin's gather stops at its capacity, in group order") {
   topkv::testing::Clustered data(64, 5, 3);
   auto keys = std::make_shared<RowStore>(64, DType::F32);
