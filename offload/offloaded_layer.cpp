@@ -77,7 +77,7 @@ void OffloadedLayer::prefill_rows(const float* keys, const float* values, int64_
   // on one thread held the 8B's 512K synthetic fill to minutes (session 10:
   // 306 s f16, 548 s f8 on 16 cores).
   ParallelErrors errors;
-#pragma omp parallel for schedule(dynamic, 1) if (cfg_.kv_heads > 1 && m * (int64_t)d >= 65536)
+#pragma omp parallel for schedule(dynamic, 1) if (cfg_.kv_heads > 1 && m * (int64_t)d >= 4096)
   for (int h = 0; h < cfg_.kv_heads; ++h) errors.run([&, h] {
     Head& hd = heads_[(size_t)h];
     std::vector<float> rows;
