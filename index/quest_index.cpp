@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "index/backends.h"
 #include "index/summary_select.h"
@@ -70,7 +71,8 @@ class QuestIndex final : public KvIndex {
   size_t row_len() const { return 2 * (size_t)keys_->dim(); }
   int64_t base_pages() const { return (int64_t)(base_.size() / row_len()); }
   // Page p's bound row: in base_ (loaded from a pack, used in place) or grown_.
-  float* bounds(int64_t p) {
+  float* bounds(int64_t p) { return const_cast<float*>(std::as_const(*this).bounds(p)); }
+  const float* bounds(int64_t p) const {
     const int64_t b = base_pages();
     return p < b ? base_.data() + (size_t)p * row_len() : grown_.data() + (size_t)(p - b) * row_len();
   }
@@ -128,7 +130,7 @@ class QuestIndex final : public KvIndex {
     if (coarse_ratio_ > 0) {
       scored = expanded_pages(qx.data(), nq, p, out.stats);
       std::vector<float> rows(scored.size() * row_len()), s(scored.size() * nq);
-      for (size_t i = 0; i < scored.size(); ++i) std::copy_n(bounds_row(scored[i]), row_len(), &rows[i * row_len()]);
+      for (size_t i = 0; i < scored.size(); ++i) std::copy_n(bounds(scored[i]), row_len(), &rows[i * row_len()]);
       score_summary_rows(rows.data(), (int64_t)scored.size(), 2 * d, qx.data(), nq, s.data(), p.n_threads);
       for (size_t i = 0; i < scored.size(); ++i)
         std::copy_n(&s[i * nq], nq, bound.begin() + (size_t)scored[i] * nq);
@@ -174,7 +176,7 @@ class QuestIndex final : public KvIndex {
     const int d = keys_->dim();
     const int64_t n = indexed_, pages = n_pages(), nc = (pages + coarse_ratio_ - 1) / coarse_ratio_;
     std::vector<float> coarse((size_t)nc * row_len());
-    reduce_page_bounds([&](int64_t i) { return bounds_row(i); }, pages, d, coarse_ratio_, coarse.data(), p.n_threads);
+    reduce_page_bounds([&](int64_t i) { return bounds(i); }, pages, d, coarse_ratio_, coarse.data(), p.n_threads);
     std::vector<float> cb((size_t)nc * nq);
     score_summary_rows(coarse.data(), nc, 2 * d, qx, nq, cb.data(), p.n_threads);
     stats.summaries_scored = nc * nq;
@@ -193,7 +195,6 @@ class QuestIndex final : public KvIndex {
         out.push_back((int32_t)i);
     return out;
   }
-  const float* bounds_row(int64_t p) const { return const_cast<QuestIndex*>(this)->bounds(p); }
 
   bool export_impl(SummaryTables& out) const override {
     out.kind = SummaryTables::Kind::PageBounds;
