@@ -19,9 +19,9 @@
 // pages by bound until expand·k tokens (expand=E, default 8); only the pages
 // inside the coarse pages some head took are scored, and each head takes its
 // k from those. It reads 1/C of the bounds plus the expanded pages, which is
-// what the device search needs past ~256K (docs/AS_BUILT.md); on the host the
-// coarse bounds are reduced per search, so it saves nothing there and
-// exists to define the selection the device makes (and to measure it).
+// what the device search needs past ~256K (docs/AS_BUILT.md); the host keeps
+// the coarse bounds beside the pages (built, folded and loaded with them)
+// and searches the same way.
 //
 // Keys are read in place from the store; the index owns only the bounds
 // (8·dim bytes per page, 1/P of an fp32 key copy), and none of those it
@@ -112,6 +112,18 @@ class QuestIndex final : public KvIndex {
         }
       }
     }
+    update_coarse(first_page);
+  }
+
+  // Two levels: the coarse pages from the one holding page `from_page` to
+  // the last, reduced again from their pages (a fold touches the last few).
+  void update_coarse(int64_t from_page) {
+    if (coarse_ratio_ == 0) return;
+    const int64_t pages = (int64_t)(base_.size() / row_len()) + (int64_t)(grown_.size() / row_len());
+    const int64_t nc = (pages + coarse_ratio_ - 1) / coarse_ratio_;
+    coarse_.resize((size_t)nc * row_len());  // a new last coarse page is written below
+    reduce_page_bounds([&](int64_t i) { return std::as_const(*this).bounds(i); }, pages, keys_->dim(), coarse_ratio_,
+                       coarse_.data(), n_threads(), from_page / coarse_ratio_, nc);
   }
 
   void search_impl(const float* q, int nq, const SearchParams& p, Candidates& out) const override {
@@ -156,29 +168,31 @@ class QuestIndex final : public KvIndex {
     }
   }
 
-  double bytes_per_key_estimate(int dim) const override { return 2.0 * dim * sizeof(float) / (double)page_; }
+  double bytes_per_key_estimate(int dim) const override {
+    return 2.0 * dim * sizeof(float) / (double)page_ * (coarse_ratio_ > 0 ? 1.0 + 1.0 / (double)coarse_ratio_ : 1.0);
+  }
   double summary_groups_per_key() const override { return 1.0 / (double)page_; }
   double summary_bytes_per_key(int dim, size_t elem) const override {  // [max | min] and a count per page
     const double coarse = coarse_ratio_ > 0 ? 1.0 + 1.0 / (double)coarse_ratio_ : 1.0;  // and per coarse page
     return (2.0 * dim * (double)elem + 4.0) / (double)page_ * coarse;
   }
   MemoryReport memory_impl() const override {
-    MemoryReport m{base_.owned_bytes() + grown_.capacity() * sizeof(float), 0, 0,
-                   "per page of keys: element-wise min and max (fp32); keys read in place from the store"};
+    MemoryReport m{base_.owned_bytes() + (grown_.capacity() + coarse_.capacity()) * sizeof(float), 0, 0,
+                   "per page of keys: element-wise min and max (fp32), and per coarse page with two levels; keys "
+                   "read in place from the store"};
     m.mapped_bytes = base_.mapped_bytes();
     return m;
   }
 
-  // Two levels: the coarse bounds (reduced from the pages now), each query
-  // head's coarse pages until expand·k tokens, and the pages of those any
-  // head took, ascending.
+  // Two levels: each query head's coarse pages until expand·k tokens, and
+  // the pages of those any head took, ascending.
   std::vector<int32_t> expanded_pages(const float* qx, int nq, const SearchParams& p, SearchStats& stats) const {
     const int d = keys_->dim();
     const int64_t n = indexed_, pages = n_pages(), nc = (pages + coarse_ratio_ - 1) / coarse_ratio_;
-    std::vector<float> coarse((size_t)nc * row_len());
-    reduce_page_bounds([&](int64_t i) { return bounds(i); }, pages, d, coarse_ratio_, coarse.data(), p.n_threads);
+    TOPKV_CHECK(coarse_.size() >= (size_t)nc * row_len(), "internal: quest holds {} coarse pages of {}",
+                coarse_.size() / row_len(), nc);
     std::vector<float> cb((size_t)nc * nq);
-    score_summary_rows(coarse.data(), nc, 2 * d, qx, nq, cb.data(), p.n_threads);
+    score_summary_rows(coarse_.data(), nc, 2 * d, qx, nq, cb.data(), p.n_threads);
     stats.summaries_scored = nc * nq;
     std::vector<int32_t> all((size_t)nc);
     for (int64_t c = 0; c < nc; ++c) all[(size_t)c] = (int32_t)c;
@@ -225,6 +239,8 @@ class QuestIndex final : public KvIndex {
                 r.path(), page, page_);
     base_ = arrays.get<float>("bounds", {n_pages(), (int64_t)row_len()});
     grown_.clear();
+    coarse_.clear();
+    update_coarse(0);  // not saved: reduced from the pages
   }
 
  private:
@@ -235,6 +251,7 @@ class QuestIndex final : public KvIndex {
   // started since (grown_). A built index keeps all of them in grown_.
   HostArray<float> base_;
   std::vector<float> grown_;
+  std::vector<float> coarse_;  // two levels: [coarse page][max | min] of its pages
 };
 
 }  // namespace

@@ -22,13 +22,15 @@ namespace topkv {
 // Page bounds [M | m] (rows of 2*dim; fine page j's at row_of(j)) of n
 // pages reduced over spans of `ratio` pages: out [ceil(n / ratio)][2*dim],
 // each the element-wise max of the Ms and min of the ms (a quest coarse
-// level, SummaryTables::coarse_level).
+// level, SummaryTables::coarse_level); only coarse pages [c_begin, c_end)
+// when given (c_end < 0: to the last), out still indexed from 0.
 template <class RowOf>
-void reduce_page_bounds(RowOf row_of, int64_t n, int dim, int64_t ratio, float* out, int threads) {
+void reduce_page_bounds(RowOf row_of, int64_t n, int dim, int64_t ratio, float* out, int threads,
+                        int64_t c_begin = 0, int64_t c_end = -1) {
   const size_t w = 2 * (size_t)dim;
-  const int64_t nc = (n + ratio - 1) / ratio;
-#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static) if (threads > 1)
-  for (int64_t c = 0; c < nc; ++c) {
+  const int64_t nc = c_end < 0 ? (n + ratio - 1) / ratio : c_end;
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static) if (threads > 1 && nc - c_begin > 64)
+  for (int64_t c = c_begin; c < nc; ++c) {
     float* o = out + (size_t)c * w;
     const int64_t first = c * ratio, last = std::min(n, first + ratio);
     std::copy_n(row_of(first), w, o);

@@ -18,6 +18,7 @@
 #include "index/kv_index.h"
 #include "offload/offloaded_layer.h"
 #include "tests/clustered_keys.h"
+#include "tests/test_util.h"
 
 using namespace topkv;
 
@@ -176,6 +177,47 @@ TEST_CASE("a quest coarse page bounds every page and key below it (SummaryTables
           CHECK(coarse >= keys->dot(r, q.data() + (size_t)g * d) - 1e-4f * (1 + std::fabs(coarse)));
       }
   }
+}
+
+TEST_CASE("two-level quest selects as its twin through folds and a save and load") {
+  // The host keeps its coarse bounds beside the pages: built, then grown by
+  // folds of a few rows (the last coarse page's last page grows; new ones
+  // start), then reduced again on load. After each, the host search's rows
+  // are the twin's on the exported tables.
+  const int d = 64, G = 3;
+  const int64_t k = 40;
+  topkv::testing::Clustered data(d, 10, 31);
+  auto keys = std::make_shared<RowStore>(d, DType::F32);
+  const auto kf = data.keys(1300);
+  keys->append_f32(kf.data(), 700);
+  BuildOptions bo;
+  bo.n_threads = 2;
+  auto index = KvIndex::create("quest:page=8,coarse_ratio=4,expand=2", bo);
+  index->build(keys);
+  const auto check = [&](const KvIndex& idx) {
+    SummaryTables t;
+    REQUIRE(idx.export_summaries(t));
+    for (int trial = 0; trial < 4; ++trial) {
+      const auto q = data.queries(G);
+      const auto sel = twin_select(idx, t, *keys, q.data(), G, k, t.covered);
+      SearchParams p;
+      p.k = k;
+      const SearchResult r = idx.search(q.data(), G, p);
+      CHECK(std::set<int64_t>(r.ids.begin(), r.ids.end()) == std::set<int64_t>(sel.rows.begin(), sel.rows.end()));
+    }
+  };
+  check(*index);
+  for (int64_t at = 700; at < 1300;) {  // folds of 1, 7, 29, ... rows
+    const int64_t m = std::min<int64_t>(1300 - at, 1 + (at % 37));
+    keys->append_f32(kf.data() + (size_t)at * d, m);
+    at += m;
+    CHECK(index->add_new_rows() == m);
+    if (at % 5 == 0 || at == 1300) check(*index);
+  }
+  topkv::test::TempDir tmp;
+  index->save(tmp.file("quest.idx"));
+  const auto loaded = KvIndex::load(tmp.file("quest.idx"), keys);
+  check(*loaded);
 }
 
 TEST_CASE("quest's two-level parameters are checked where the spec is read") {
