@@ -50,6 +50,8 @@ void bench_device_search(CudaBackend& be, EventTimer& tm, Report& rep, int reps)
       {"llama8b 512K/layer multipole k=256", 8, 4, 128, 32768, 256, false, true},
       {"llama8b 512K/layer quest:page=16 k=256", 8, 4, 128, 32768, 256, true, false},
       {"llama8b 512K/layer quest:page=16,coarse_ratio=16 k=256", 8, 4, 128, 32768, 256, true, false, 16},
+      {"llama8b 512K/layer quest:page=16,coarse_ratio=16,expand=16 k=256", 8, 4, 128, 32768, 256, true, false, 16,
+       16.0},
       {"llama8b 1M/layer quest:page=16 k=256", 8, 4, 128, 65536, 256, true, false},
       {"llama8b 1M/layer quest:page=16,coarse_ratio=16 k=256", 8, 4, 128, 65536, 256, true, false, 16},
       {"gemma270m 1M quest:page=16 k=1024", 1, 4, 256, 65536, 1024, true, false},
