@@ -111,11 +111,14 @@ int64_t KvDumpReader::query_position0(int layer) const {
                    : parse_position(path(), "query_position0", v);
 }
 
-AttentionHead KvDumpReader::load_head(int layer, int kv_head, std::optional<DType> dtype, int max_queries) const {
+AttentionHead KvDumpReader::load_head(int layer, int kv_head, std::optional<DType> dtype, int max_queries,
+                                      int64_t skip_keys) const {
   const KvDumpLayerShape s = layer_shape(layer);
   TOPKV_CHECK(kv_head >= 0 && kv_head < s.kv_heads, "KV dump '{}' layer {} has KV heads 0..{}; head {} asked for",
               path(), layer, s.kv_heads - 1, kv_head);
   TOPKV_CHECK(max_queries >= 0, "the number of queries must be >= 0 (0 = all)");
+  TOPKV_CHECK(skip_keys >= 0 && skip_keys < s.n_keys, "KV dump '{}' layer {} holds {} keys: {} skipped leaves none "
+              "(skip 0 .. {})", path(), layer, s.n_keys, skip_keys, s.n_keys - 1);
   const DType file_type = row_dtype_of(s.key_dtype), store_type = dtype.value_or(file_type);
   const int d = s.head_dim;
   AttentionHead h;
@@ -130,7 +133,7 @@ AttentionHead KvDumpReader::load_head(int layer, int kv_head, std::optional<DTyp
     const int64_t batch = 4096;
     const size_t file_row = (size_t)d * dtype_size(file_type);
     std::vector<float> buf((size_t)batch * d);
-    for (int64_t i = 0; i < s.n_keys; i += batch) {
+    for (int64_t i = skip_keys; i < s.n_keys; i += batch) {
       const int64_t m = std::min(batch, s.n_keys - i);
       to_f32(file_type, rows + (size_t)i * file_row, buf.data(), (size_t)(m * d));
       for (int64_t e = 0; e < m * d; ++e)
@@ -156,11 +159,12 @@ AttentionHead KvDumpReader::load_head(int layer, int kv_head, std::optional<DTyp
 }
 
 AttentionData KvDumpReader::load(int layer, const std::vector<int>& kv_heads, std::optional<DType> dtype,
-                                 int max_queries) const {
+                                 int max_queries, int64_t skip_keys) const {
   AttentionData out;
   out.scale = scale(layer);
-  for (int h : kv_heads) out.heads.push_back(load_head(layer, h, dtype, max_queries));
-  out.source = fmt::format("dump {} (model {}) layer {}", path(), model(), layer);
+  for (int h : kv_heads) out.heads.push_back(load_head(layer, h, dtype, max_queries, skip_keys));
+  out.source = fmt::format("dump {} (model {}) layer {}{}", path(), model(), layer,
+                           skip_keys ? fmt::format(", its first {} keys left out", skip_keys) : "");
   return out;
 }
 

@@ -55,12 +55,14 @@ class KvDumpReader {
 
   // One KV head of one layer: its keys and values in new RowStores of
   // `dtype` (default: the file's type) and the queries of its G query heads
-  // (the first `max_queries` decode steps; 0 = all).
-  AttentionHead load_head(int layer, int kv_head, std::optional<DType> dtype = std::nullopt,
-                          int max_queries = 0) const;
+  // (the first `max_queries` decode steps; 0 = all). skip_keys: the first
+  // rows are left out (the attention sinks, which the offloaded runtime
+  // attends exactly beside its index).
+  AttentionHead load_head(int layer, int kv_head, std::optional<DType> dtype = std::nullopt, int max_queries = 0,
+                          int64_t skip_keys = 0) const;
   // Several KV heads of a layer, with the scale and a description filled in.
   AttentionData load(int layer, const std::vector<int>& kv_heads, std::optional<DType> dtype = std::nullopt,
-                     int max_queries = 0) const;
+                     int max_queries = 0, int64_t skip_keys = 0) const;
 
  private:
   SafetensorsReader file_;

@@ -68,7 +68,7 @@ AttentionData load_data(RecallRunOptions& a) {
   const int n = a.heads == 0 ? kvh : std::min(a.heads, kvh);
   std::vector<int> heads;  // the measured head first, then the ones after it
   for (int i = 0; i < n; ++i) heads.push_back((a.head + i) % kvh);
-  AttentionData d = r.load(layer, heads, dtype, a.queries);
+  AttentionData d = r.load(layer, heads, dtype, a.queries, a.skip_keys);
   d.source += fmt::format(" head {}", a.head);
   return d;
 }
@@ -84,6 +84,8 @@ void run_recall(RecallRunOptions& a) {
     TOPKV_CHECK(a.save_dump.empty(), "--save-dump writes synthetic data: it needs --synthetic");
   } else {
     TOPKV_CHECK(a.layer < 0, "--layer selects a layer of a --dump file");
+    TOPKV_CHECK(a.skip_keys == 0, "--skip-keys leaves keys of a --dump file out (synthetic data: --sinks shapes its "
+                "sink keys)");
     a.syn.validate();
   }
   TOPKV_CHECK(a.k >= 1, "--k must be at least 1 (got {})", a.k);

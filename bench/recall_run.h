@@ -14,6 +14,7 @@ struct RecallRunOptions {
   bool synthetic = false;
   std::string dump;
   int layer = -1, head = 0, heads = 1, queries = 0;
+  int64_t skip_keys = 0;  // dump: the first keys left out (the runtime's exact sinks)
   std::string dtype;
   float scale = 0.f;
   SyntheticConfig syn;

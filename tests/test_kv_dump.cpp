@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <cstring>
 #include <filesystem>
 
@@ -88,6 +89,39 @@ TEST_CASE("KV dump: write -> read round trip for f32, f16 and bf16, two layers, 
     CHECK(data.scale == r.scale(5));
     CHECK(data.source.find("layer 5") != std::string::npos);
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("KV dump: the first keys are left out on request, and skipping them all is an error") {
+  auto dir = temp_dir();
+  auto src = tiny(DType::F16, 2, 301, 64, 2, 2);
+  KvDumpWriter w("m");
+  w.add_layer(3, src.data);
+  auto path = (dir / "skip.safetensors").string();
+  w.write(path);
+  KvDumpReader r(path);
+  for (int64_t skip : {int64_t{0}, int64_t{1}, int64_t{4}, int64_t{300}}) {
+    CAPTURE(skip);
+    auto data = r.load(3, {0, 1}, std::nullopt, 0, skip);
+    for (int h = 0; h < 2; ++h) {
+      const auto& got = data.heads[(size_t)h];
+      const auto& ref = src.data.heads[(size_t)h];
+      REQUIRE(got.keys->size() == 301 - skip);
+      std::vector<float> a(64), b(64);
+      for (int64_t i : {int64_t{0}, 300 - skip}) {
+        got.keys->row_f32(i, a.data());
+        ref.keys->row_f32(i + skip, b.data());
+        CHECK(a == b);
+        got.values->row_f32(i, a.data());
+        ref.values->row_f32(i + skip, b.data());
+        CHECK(a == b);
+      }
+      CHECK(got.queries == ref.queries);
+    }
+    if (skip) CHECK(data.source.find(fmt::format("first {} keys left out", skip)) != std::string::npos);
+  }
+  CHECK_THROWS_WITH(r.load_head(3, 0, std::nullopt, 0, 301), Catch::Matchers::Contains("leaves none"));
+  CHECK_THROWS_WITH(r.load_head(3, 0, std::nullopt, 0, -1), Catch::Matchers::Contains("skipped"));
   fs::remove_all(dir);
 }
 

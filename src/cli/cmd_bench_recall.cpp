@@ -28,6 +28,12 @@ void register_bench_recall(CLI::App& bench) {
   cmd->add_flag("--synthetic", a->synthetic, "Generate synthetic attention data (bench/synthetic.h)");
   cmd->add_option("--dump", a->dump, "KV dump to read (safetensors, convention in bench/kv_dump.h)");
   cmd->add_option("--layer", a->layer, "Layer of the dump (default: its first)");
+  cmd->add_option("--skip-keys", a->skip_keys,
+                  "Dump: leave its first N keys out of the index and the ground truth, as the offloaded runtime does "
+                  "with its attention sinks (attended exactly beside the index; --sinks, default 4). Without it a "
+                  "far-field index (multipole) folds a sink into a cluster, which the runtime never does")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--head", a->head, "KV head of the dump whose recall is measured")->capture_default_str();
   cmd->add_option("--heads", a->heads,
                   "KV heads searched in parallel for the layer latency (synthetic: heads generated; dump: 0 = "
