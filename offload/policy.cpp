@@ -24,7 +24,17 @@ AttnMode parse_attn_mode(const std::string& s) {
 KSchedule parse_k_schedule(const std::string& s) {
   if (s == "uniform") return KSchedule::Uniform;
   if (s == "linear") return KSchedule::Linear;
-  fail("unknown k schedule '{}': use uniform or linear", s);
+  if (s == "ends") return KSchedule::Ends;
+  fail("unknown k schedule '{}': use uniform, linear or ends", s);
+}
+
+const char* k_schedule_name(KSchedule s) {
+  switch (s) {
+    case KSchedule::Uniform: return "uniform";
+    case KSchedule::Linear: return "linear";
+    case KSchedule::Ends: return "ends";
+  }
+  return "?";
 }
 
 std::vector<int> offloaded_layers(const ModelConfig& cfg, int dense_layers) {
@@ -40,20 +50,23 @@ std::vector<int64_t> k_per_layer(int64_t k_mean, int n_layers, KSchedule schedul
   TOPKV_CHECK(k_mean >= 1, "k must be at least 1 (got {})", k_mean);
   std::vector<int64_t> k((size_t)std::max(n_layers, 0), k_mean);
   if (schedule == KSchedule::Uniform || n_layers <= 1) return k;
-  // Linear: k_l proportional to (l + 1), sum = k_mean * L.
-  const double total = (double)k_mean * n_layers, denom = n_layers * (n_layers + 1) / 2.0;
+  // k_l proportional to the layer's weight, sum = k_mean * L.
+  std::vector<double> weight((size_t)n_layers);
+  for (int l = 0; l < n_layers; ++l)
+    weight[(size_t)l] = schedule == KSchedule::Linear ? l + 1.0 : 1.0 + std::fabs(2.0 * l / (n_layers - 1) - 1.0);
+  const double total = (double)k_mean * n_layers, denom = std::accumulate(weight.begin(), weight.end(), 0.0);
   std::vector<double> exact((size_t)n_layers);
   int64_t assigned = 0;
   for (int l = 0; l < n_layers; ++l) {
-    exact[(size_t)l] = total * (l + 1) / denom;
+    exact[(size_t)l] = total * weight[(size_t)l] / denom;
     k[(size_t)l] = std::max<int64_t>(1, (int64_t)std::floor(exact[(size_t)l]));
     assigned += k[(size_t)l];
   }
   std::vector<int> order((size_t)n_layers);
   std::iota(order.begin(), order.end(), 0);
   // Hand the remainder to the layers furthest below their exact share (later
-  // layers first on ties); this keeps k non-decreasing even where the floor of
-  // 1 token per layer lifted early layers above their share.
+  // layers first on ties); this keeps a linear schedule non-decreasing even
+  // where the floor of 1 token per layer lifted early layers above their share.
   std::sort(order.begin(), order.end(), [&](int a, int b) {
     double da = exact[(size_t)a] - (double)k[(size_t)a], db = exact[(size_t)b] - (double)k[(size_t)b];
     return da > db || (da == db && a > b);
@@ -232,7 +245,7 @@ std::string OffloadPolicy::to_json() const {
                       {"index", index},
                       {"k", search.k},
                       {"k_fraction", k_fraction},
-                      {"k_schedule", k_schedule == KSchedule::Uniform ? "uniform" : "linear"},
+                      {"k_schedule", k_schedule_name(k_schedule)},
                       {"ef", search.ef},
                       {"nprobe", search.nprobe},
                       {"threshold", search.threshold},

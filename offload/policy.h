@@ -13,7 +13,7 @@
 namespace topkv {
 
 enum class AttnMode : uint8_t { Dense, TopK };
-enum class KSchedule : uint8_t { Uniform, Linear };
+enum class KSchedule : uint8_t { Uniform, Linear, Ends };
 enum class SearchOn : uint8_t { Auto, Host, Gpu };
 
 struct OffloadPolicy {
@@ -69,6 +69,7 @@ struct OffloadPolicy {
 const char* attn_mode_name(AttnMode m);
 AttnMode parse_attn_mode(const std::string& s);
 KSchedule parse_k_schedule(const std::string& s);
+const char* k_schedule_name(KSchedule s);  // as parse_k_schedule reads it
 const char* search_on_name(SearchOn s);
 SearchOn parse_search_on(const std::string& s);  // auto | host | gpu
 int64_t parse_store_cache(const std::string& s);  // auto (-1) | off (0) | a size ("16G")
@@ -81,9 +82,12 @@ int64_t parse_store_cache(const std::string& s);  // auto (-1) | off (0) | a siz
 std::vector<int> offloaded_layers(const ModelConfig& cfg, int dense_layers);
 
 // Per-layer k for `n_layers` retrieval layers with the same total as
-// k_mean x n_layers: uniform, or rising linearly from the first to the last
-// layer (top-k paper, Sec. 4, Fig. 8). Every layer gets at least 1; the total is
-// exact (largest-remainder rounding).
+// k_mean x n_layers: uniform; rising linearly from the first to the last layer
+// (top-k paper, Sec. 4, Fig. 8); or ends: twice as much at the first and last
+// layer as in the middle, linear between (weight 1 + |2l/(L-1) - 1|): on the
+// Qwen2.5-Coder models exact top-k holds the least attention in the first and
+// last few layers (bench/results/qwen05_topk_mass_per_layer/). Every layer
+// gets at least 1; the total is exact (largest-remainder rounding).
 std::vector<int64_t> k_per_layer(int64_t k_mean, int n_layers, KSchedule schedule);
 
 }  // namespace topkv

@@ -19,6 +19,20 @@ TEST_CASE("k schedules keep the total and rise linearly") {
     }
   auto l = k_per_layer(100, 4, KSchedule::Linear);
   CHECK(l == std::vector<int64_t>{40, 80, 120, 160});
+  // ends: weights 2, 1.5, 1, 1.5, 2 (sum 8) over five layers, 20 x 5 = 100 tokens
+  CHECK(k_per_layer(20, 5, KSchedule::Ends) == std::vector<int64_t>{25, 19, 12, 19, 25});
+  for (int L : {2, 3, 7, 24, 28})
+    for (int64_t k : {1, 9, 64, 655}) {
+      CAPTURE(L, k);
+      auto e = k_per_layer(k, L, KSchedule::Ends);
+      if (k >= L) CHECK(std::accumulate(e.begin(), e.end(), int64_t(0)) == k * L);
+      for (auto x : e) CHECK(x >= 1);
+      for (int i = 0; i < L; ++i) CHECK(std::abs(e[(size_t)i] - e[(size_t)(L - 1 - i)]) <= 1);  // symmetric
+      if (k >= 4 * L) CHECK(e.front() >= e[(size_t)(L / 2)]);  // the ends hold the most
+    }
+  for (KSchedule s : {KSchedule::Uniform, KSchedule::Linear, KSchedule::Ends})
+    CHECK(parse_k_schedule(k_schedule_name(s)) == s);
+  CHECK_THROWS_WITH(parse_k_schedule("u-shaped"), Catch::Contains("uniform, linear or ends"));
   CHECK_THROWS_WITH(k_per_layer(0, 4, KSchedule::Uniform), Catch::Contains("at least 1"));
 }
 

@@ -18,7 +18,7 @@ void add_method_options(CLI::App* cmd, MethodArgs& a) {
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--methods-dense-layers", a.dense_layers, "Dense first layers per method, e.g. 0,2 (default: "
                   "--dense-layers)")->delimiter(',');
-  cmd->add_option("--methods-k-schedule", a.schedules, "k schedules per method: uniform, linear (default: "
+  cmd->add_option("--methods-k-schedule", a.schedules, "k schedules per method: uniform, linear, ends (default: "
                   "--k-schedule)")->delimiter(',');
 }
 

@@ -23,8 +23,9 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
   cmd->add_option("--k-fraction", p.k_fraction, "k as a fraction of the prompt length (e.g. 0.01 = 1%); overrides "
                   "--k")->group(g);
   cmd->add_option("--k-schedule", a->k_schedule, "uniform: the same k on every retrieval layer; linear: rising "
-                  "from first to last with the same total (top-k paper)")
-      ->group(g)->check(CLI::IsMember({"uniform", "linear"}));
+                  "from first to last with the same total (top-k paper); ends: twice as much at the first and last "
+                  "layer as in the middle, the same total")
+      ->group(g)->check(CLI::IsMember({"uniform", "linear", "ends"}));
   cmd->add_option("--ef", p.search.ef, "HNSW search list size (0 = max(k, 64))")->group(g);
   cmd->add_option("--nprobe", p.search.nprobe, "IVF lists probed (0 = backend default)")->group(g);
   cmd->add_option("--threshold", p.search.threshold, "centroid/multipole: keep clusters whose estimated attention "
