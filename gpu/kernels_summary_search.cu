@@ -3,7 +3,12 @@
 // radix select, gather the selected groups' rows, and attend to the rest as
 // Multipole far rows. RetroInfer-style: the centroid table lives on the GPU,
 // only the chosen rows are read from host memory, and the host is not in the
-// loop at all.
+// loop at all. Two levels (page bounds, quest:coarse_ratio): the coarse
+// table is scored and cut first, and the steps after walk the list of the
+// pages below the coarse pages taken (1b, 3').
+//
+// Launches a layer: one level score, cut, mark, scan, write (+ rerank, far);
+// two levels coarse score, coarse cut, expand, score, cut, gather.
 //
 // Work space and the shared pieces: gpu/summary_search_work.cuh.
 #include <cub/block/block_scan.cuh>
@@ -22,13 +27,13 @@ namespace {
 using namespace summary_work;
 
 constexpr int kScoreWarps = 8, kScoreRows = 4;  // a scoring warp: `iters` x kScoreRows groups a block stride
-// A table the size of a long context's: 4 rounds a warp (fewer blocks, each
-// query head's range published fewer times); a short one (the coarse level,
-// the listed groups): 1, so that its few rows spread over more SMs.
+// A table the size of a long context's: 4 rounds a warp (fewer blocks); a
+// short one (the coarse level, the listed groups): 1, so that its few rows
+// spread over more SMs.
 constexpr int kScoreItersLong = 4, kScoreItersShort = 1, kShortBlocks = 64;
 constexpr int kFarWarps = 4, kFarUnroll = 4;
 
-// 1. Scores, and each query head's lowest and highest score. Warp w of block
+// 1. Scores (the cut finds their range itself). Warp w of block
 // b takes `iters` rounds of kScoreRows groups (loads in flight together),
 // blocks striding over the table by the grid; lane i owns dims [i*DPL, (i+1)*DPL) (of both halves for page
 // bounds). The block's queries sit in shared memory, not registers: with
