@@ -86,8 +86,9 @@ std::vector<int> offloaded_layers(const ModelConfig& cfg, int dense_layers);
 // (top-k paper, Sec. 4, Fig. 8); or ends: twice as much at the first and last
 // layer as in the middle, linear between (weight 1 + |2l/(L-1) - 1|): on the
 // Qwen2.5-Coder models exact top-k holds the least attention in the first and
-// last few layers (bench/results/qwen05_topk_mass_per_layer/). Every layer
-// gets at least 1; the total is exact (largest-remainder rounding).
+// last few layers (bench/results/qwen05_topk_mass_per_layer/); on RULER it
+// scored below uniform there (ruler_qwen2.5_0.5b_cpu/ends_schedule_8k/). Every
+// layer gets at least 1; the total is exact (largest-remainder rounding).
 std::vector<int64_t> k_per_layer(int64_t k_mean, int n_layers, KSchedule schedule);
 
 }  // namespace topkv
