@@ -63,6 +63,10 @@ struct SearchStats {
   int64_t tail_scanned = 0;      // rows past indexed_rows() scanned exactly
 };
 
+// Two-level searches: the tokens a query head's coarse cut covers at budget
+// k, expand * k (the one formula of the host search, the tables and the device).
+inline int64_t expanded_budget(double expand, int64_t k) { return (int64_t)std::min(expand * (double)k, 4.0e18); }
+
 // Per-cluster summaries kept by centroid-type backends (Squeezed Attention's
 // centroids; Multipole Attention's far-field terms). Rows [0, n_fine) are the
 // clusters of keys; a hierarchical index (levels=2) appends its coarse
@@ -119,9 +123,8 @@ struct SummaryTables {
   // the sums.
   SummaryTables coarse_level() const;
   // Tokens a query head's coarse cut covers at budget k.
-  int64_t coarse_budget(int64_t k) const { return (int64_t)std::min(expand * (double)k, 4.0e18); }
+  int64_t coarse_budget(int64_t k) const { return expanded_budget(expand, k); }
 };
-
 
 // The spread term of a far group with per-dimension key variance `var`, for
 // query q and logit scale s: min(a s^2/2 sum_i q_i^2 var_i, ln clip). For keys

@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <utility>
 
 #include "index/backends.h"
@@ -137,30 +138,34 @@ class QuestIndex final : public KvIndex {
         qx[(size_t)g * 2 * d + j] = std::max(x, 0.f);
         qx[(size_t)g * 2 * d + d + j] = std::min(x, 0.f);
       }
-    std::vector<float> bound((size_t)pages * nq);
-    std::vector<int32_t> scored;  // the pages to take from: all, or the expanded coarse pages'
+    // The pages taken from, ascending (all, or those of the expanded coarse
+    // pages), and bound[i][g]: the i-th one's bound for query head g.
+    std::vector<int32_t> scored;
+    std::vector<float> bound;
     if (coarse_ratio_ > 0) {
       scored = expanded_pages(qx.data(), nq, p, out.stats);
-      std::vector<float> rows(scored.size() * row_len()), s(scored.size() * nq);
+      std::vector<float> rows(scored.size() * row_len());
       for (size_t i = 0; i < scored.size(); ++i) std::copy_n(bounds(scored[i]), row_len(), &rows[i * row_len()]);
-      score_summary_rows(rows.data(), (int64_t)scored.size(), 2 * d, qx.data(), nq, s.data(), p.n_threads);
-      for (size_t i = 0; i < scored.size(); ++i)
-        std::copy_n(&s[i * nq], nq, bound.begin() + (size_t)scored[i] * nq);
+      bound.resize(scored.size() * nq);
+      score_summary_rows(rows.data(), (int64_t)scored.size(), 2 * d, qx.data(), nq, bound.data(), p.n_threads);
       out.stats.summaries_scored += (int64_t)scored.size() * nq;
     } else {
+      bound.resize((size_t)pages * nq);
       score_summary_rows(base_.data(), base, 2 * d, qx.data(), nq, bound.data(), p.n_threads);
       score_summary_rows(grown_.data(), pages - base, 2 * d, qx.data(), nq, bound.data() + (size_t)base * nq,
                          p.n_threads);
       out.stats.summaries_scored = pages * nq;
       scored.resize((size_t)pages);
-      for (int64_t i = 0; i < pages; ++i) scored[(size_t)i] = (int32_t)i;
+      std::iota(scored.begin(), scored.end(), 0);
     }
+    std::vector<int32_t> at(scored.size());  // positions in scored (ascending with the pages: the same ties)
+    std::iota(at.begin(), at.end(), 0);
     std::vector<char> taken((size_t)pages, 0);
     for (int g = 0; g < nq; ++g) {
       auto chosen = take_best_until(
-          scored, p.k, [&](int32_t i) { return bound[(size_t)i * nq + g]; },
-          [&](int32_t i) { return page_rows(i, n); });
-      for (int32_t i : chosen) taken[(size_t)i] = 1;
+          at, p.k, [&](int32_t i) { return bound[(size_t)i * nq + g]; },
+          [&](int32_t i) { return page_rows(scored[(size_t)i], n); });
+      for (int32_t i : chosen) taken[(size_t)scored[(size_t)i]] = 1;
     }
     for (int64_t i = 0; i < pages; ++i) {
       if (!taken[(size_t)i]) continue;
@@ -195,8 +200,8 @@ class QuestIndex final : public KvIndex {
     score_summary_rows(coarse_.data(), nc, 2 * d, qx, nq, cb.data(), p.n_threads);
     stats.summaries_scored = nc * nq;
     std::vector<int32_t> all((size_t)nc);
-    for (int64_t c = 0; c < nc; ++c) all[(size_t)c] = (int32_t)c;
-    const int64_t budget = (int64_t)std::min(expand_ * (double)p.k, 4.0e18);
+    std::iota(all.begin(), all.end(), 0);
+    const int64_t budget = expanded_budget(expand_, p.k);
     std::vector<char> expanded((size_t)nc, 0);
     for (int g = 0; g < nq; ++g)
       for (int32_t c : take_best_until(

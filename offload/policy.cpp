@@ -13,29 +13,19 @@
 
 namespace topkv {
 
-const char* attn_mode_name(AttnMode m) { return m == AttnMode::Dense ? "dense" : "topk"; }
+namespace {
+constexpr Named<AttnMode> kAttnModes[] = {{AttnMode::Dense, "dense"}, {AttnMode::TopK, "topk"}};
+constexpr Named<KSchedule> kKSchedules[] = {
+    {KSchedule::Uniform, "uniform"}, {KSchedule::Linear, "linear"}, {KSchedule::Ends, "ends"}};
+constexpr Named<SearchOn> kSearchOn[] = {{SearchOn::Auto, "auto"}, {SearchOn::Host, "host"}, {SearchOn::Gpu, "gpu"}};
+}  // namespace
 
-AttnMode parse_attn_mode(const std::string& s) {
-  if (s == "dense") return AttnMode::Dense;
-  if (s == "topk") return AttnMode::TopK;
-  fail("unknown attention mode '{}': use dense or topk", s);
-}
-
-KSchedule parse_k_schedule(const std::string& s) {
-  if (s == "uniform") return KSchedule::Uniform;
-  if (s == "linear") return KSchedule::Linear;
-  if (s == "ends") return KSchedule::Ends;
-  fail("unknown k schedule '{}': use uniform, linear or ends", s);
-}
-
-const char* k_schedule_name(KSchedule s) {
-  switch (s) {
-    case KSchedule::Uniform: return "uniform";
-    case KSchedule::Linear: return "linear";
-    case KSchedule::Ends: return "ends";
-  }
-  return "?";
-}
+const char* attn_mode_name(AttnMode m) { return name_of(kAttnModes, m); }
+AttnMode parse_attn_mode(const std::string& s) { return parse_named(kAttnModes, s, "attention mode"); }
+const char* k_schedule_name(KSchedule s) { return name_of(kKSchedules, s); }
+KSchedule parse_k_schedule(const std::string& s) { return parse_named(kKSchedules, s, "k schedule"); }
+const char* search_on_name(SearchOn s) { return name_of(kSearchOn, s); }
+SearchOn parse_search_on(const std::string& s) { return parse_named(kSearchOn, s, "search place"); }
 
 std::vector<int> offloaded_layers(const ModelConfig& cfg, int dense_layers) {
   std::vector<int> out;
@@ -73,22 +63,6 @@ std::vector<int64_t> k_per_layer(int64_t k_mean, int n_layers, KSchedule schedul
   });
   for (int i = 0; assigned < (int64_t)total && i < n_layers; ++i, ++assigned) ++k[(size_t)order[(size_t)i]];
   return k;
-}
-
-const char* search_on_name(SearchOn s) {
-  switch (s) {
-    case SearchOn::Auto: return "auto";
-    case SearchOn::Host: return "host";
-    case SearchOn::Gpu: return "gpu";
-  }
-  return "?";
-}
-
-SearchOn parse_search_on(const std::string& s) {
-  if (s == "auto") return SearchOn::Auto;
-  if (s == "host") return SearchOn::Host;
-  if (s == "gpu") return SearchOn::Gpu;
-  fail("unknown search place '{}': use auto, host or gpu", s);
 }
 
 int64_t parse_store_cache(const std::string& s) {

@@ -190,4 +190,15 @@ std::string format_bytes(double b) {
   return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.2f} {}", b, units[u]);
 }
 
+std::string list_choices(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return out;
+}
+
+void throw_unknown_name(const char* what, const std::string& s, const std::string& choices) {
+  fail("unknown {} '{}': use {}", what, s, choices);
+}
+
 }  // namespace topkv

@@ -54,4 +54,27 @@ int64_t parse_count(std::string_view s, int64_t min = 1);
 std::vector<int64_t> parse_count_list(std::string_view s, int64_t min = 1);  // "8K,32K,1M"
 std::string format_bytes(double bytes);        // "1.50 GiB"
 
+// An enum's spellings, one table per enum, so that its parser and its name
+// cannot drift apart: name_of(table, v), and parse_named(table, s, what),
+// which fails with "unknown <what> '<s>': use a, b or c".
+template <class E> struct Named {
+  E value;
+  const char* name;
+};
+std::string list_choices(const std::vector<std::string>& names);  // "a, b or c"
+[[noreturn]] void throw_unknown_name(const char* what, const std::string& s, const std::string& choices);
+template <class E, size_t N> const char* name_of(const Named<E> (&table)[N], E v) {
+  for (const Named<E>& n : table)
+    if (n.value == v) return n.name;
+  return "?";
+}
+template <class E, size_t N> E parse_named(const Named<E> (&table)[N], const std::string& s, const char* what) {
+  std::vector<std::string> names;
+  for (const Named<E>& n : table) {
+    if (s == n.name) return n.value;
+    names.push_back(n.name);
+  }
+  throw_unknown_name(what, s, list_choices(names));
+}
+
 }  // namespace topkv

@@ -1,0 +1,1 @@
+./build/bin/topkv bench recall --synthetic --n-keys 524288 --head-dim 128 --gqa-group 4 --queries 50 --k 256 --threads 2 --index quest:page=16 --index quest:page=16,coarse_ratio=16 --index quest:page=16,coarse_ratio=16,expand=16 --quiet
