@@ -11,7 +11,6 @@
 //
 // CUDA builds only.
 #pragma once
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -70,7 +69,7 @@ class DeviceSearchTables {
   float spread_clip() const { return (float)spread_clip_; }
   // Two levels: tokens each query head's coarse cut covers at budget k
   // (SummarySearchArgs::coarse_k); 0 with one level.
-  int64_t coarse_budget(int64_t k) const { return (int64_t)std::min(expand_ * (double)k, 4.0e18); }
+  int64_t coarse_budget(int64_t k) const { return expanded_budget(expand_, k); }
   // Row-list capacity per KV head for budget k and `group` query heads: the
   // union of the heads' takes, each at most k plus its last group.
   int row_cap(int64_t k, int group) const;

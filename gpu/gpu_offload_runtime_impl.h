@@ -132,11 +132,11 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   };
   // Device search: the newest token's k, v on their way to the host (which
   // fills them into its layer at the next step), the step's row counts, and
-  // the events that time the step's kernels.
-  // The copies to the host run on copy_stream_ after the step's attention,
-  // so the next layer's kernels do not wait for them: k, v from the mirror
-  // (which keeps the token's slot for ring_capacity() steps), the counts from
-  // the layer's own device counts (the row lists are shared by every layer).
+  // the events that time the step's kernels. The copies run on copy_stream_
+  // after the step's attention, so the next layer's kernels do not wait for
+  // them: k, v from the mirror (which keeps the token's slot for
+  // ring_capacity() steps), the counts from the layer's own device counts
+  // (the row lists are shared by every layer).
   struct Pending {
     bool waiting = false;
     OffloadedLayer::Placement at;
@@ -161,13 +161,14 @@ class GpuOffloadRuntime final : public OffloadRuntime {
     const KvLayerCache& c = at.sink >= 0 ? mir.sinks : mir.ring;
     return {&c, at.sink >= 0 ? at.sink : at.pos % c.capacity};
   }
-  // Partials of sinks (slot 0) and ring (slots 1 .. exact_parts) for every
-  // query head; tail[h]: evicted rows before the window to attend too.
+  // Partials of sinks and ring, in one launch (the sinks a prefix of each
+  // head's ring rows), into slots 0 .. exact_parts - 1 for every query head;
+  // tail[h]: evicted rows before the window to attend too.
   void attend_exact(const Mirror& mir, const OffloadedLayer& L, const std::vector<int64_t>& tail,
                    cuda::RowListArgs a);
   // The end of either step: partials over sinks + ring (tail_ rows before the
-  // window), over the rows in the pointer lists (lists_: [2][n_kv][stride]
-  // then counts [n_kv]) into slots n_exact .. + ids_splits of `parts`, then
+  // window), over the rows in the pointer lists (lists_: [2][n_kv][stride])
+  // into slots n_exact .. + ids_splits of `parts`, then
   // the exact merge of all `parts` (the search's far slots included) into out.
   // counts: the lists' row counts [n_kv] (device).
   void attend_parts(const Mirror& mir, const OffloadedLayer& L, const float* q, float scale, int parts, int n_exact,

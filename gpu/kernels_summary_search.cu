@@ -110,11 +110,7 @@ __global__ void mark_kernel(const SummarySearchArgs a, Work w) {
   const int h = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
   const GroupView head = group_view(a, w, h, false);
   if (j >= head.n) return;
-  bool chosen = false;
-  for (int g = 0; g < a.group && !chosen; ++g) {
-    const int row = h * a.group + g;
-    chosen = score_key(w.scores[(size_t)row * a.max_n + j], w.lo[row], w.inv[row]) >= w.cut[row];
-  }
+  const bool chosen = taken_by_any(a, w.scores, w.lo, w.inv, w.cut, h, j);
   w.selected[(size_t)h * a.max_n + j] = chosen;
   w.offset[(size_t)h * a.max_n + j] = chosen ? (uint32_t)head.counts[head.id(j)] : 0u;
 }
@@ -204,11 +200,7 @@ __global__ void __launch_bounds__(kSelectThreads) gather_listed_kernel(const Sum
   uint32_t running = 0;
   for (int t0 = 0; t0 < view.n; t0 += kSelectThreads) {
     const int j = t0 + (int)threadIdx.x;
-    bool chosen = false;
-    for (int g = 0; g < a.group && j < view.n && !chosen; ++g) {
-      const int row = h * a.group + g;
-      chosen = score_key(w.scores[(size_t)row * a.max_n + j], w.lo[row], w.inv[row]) >= w.cut[row];
-    }
+    const bool chosen = j < view.n && taken_by_any(a, w.scores, w.lo, w.inv, w.cut, h, j);
     const int jj = j < view.n ? view.id(j) : 0;
     const uint32_t cnt = chosen ? (uint32_t)head.counts[jj] : 0u;
     uint32_t at, total;
@@ -242,11 +234,7 @@ __global__ void __launch_bounds__(kSelectThreads) expand_kernel(const SummarySea
   uint32_t running = 0;
   for (int c0 = 0; c0 < head.coarse_n; c0 += kSelectThreads) {
     const int c = c0 + (int)threadIdx.x;
-    bool chosen = false;
-    for (int g = 0; g < a.group && c < head.coarse_n && !chosen; ++g) {
-      const int row = h * a.group + g;
-      chosen = score_key(w.scores[(size_t)row * a.max_n + c], w.lo[row], w.inv[row]) >= w.cut[row];
-    }
+    const bool chosen = c < head.coarse_n && taken_by_any(a, w.scores, w.lo, w.inv, w.cut, h, c);
     const uint32_t first = (uint32_t)c * (uint32_t)head.coarse_ratio;
     const uint32_t kids = chosen ? min((uint32_t)head.coarse_ratio, (uint32_t)head.n - first) : 0u;
     uint32_t at, total;

@@ -108,6 +108,17 @@ __device__ __forceinline__ uint32_t score_key(float x, float lo, float inv) {
   return t >= (float)kKeyMax ? kKeyMax : (t > 0.f ? (uint32_t)t : 0u);
 }
 
+// Whether some query head of KV head h took position j (its score's key at
+// or above the head's cut): the GQA union of the mark, expand and gather steps.
+__device__ __forceinline__ bool taken_by_any(const SummarySearchArgs& a, const float* scores, const float* lo,
+                                             const float* inv, const uint32_t* cut, int h, int j) {
+  for (int g = 0; g < a.group; ++g) {
+    const int row = h * a.group + g;
+    if (score_key(scores[(size_t)row * a.max_n + j], lo[row], inv[row]) >= cut[row]) return true;
+  }
+  return false;
+}
+
 // Order-preserving map of a float to uint32 (larger float, larger key), for
 // atomicMin/Max on scores.
 __device__ __forceinline__ uint32_t ordered(float x) {
