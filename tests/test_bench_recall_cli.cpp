@@ -174,6 +174,21 @@ TEST_CASE("bench recall: synthetic data saved as a dump benchmarks the same thro
   CHECK(jb["data"]["scale"].get<double>() == Approx(ja["data"]["scale"].get<double>()));
   CHECK(jb["results"][0]["recall"]["mean"] == 1.0);
   CHECK(jb["data"]["source"].get<std::string>().find("head 1") != std::string::npos);
+  // --skip-keys: the runtime's sinks left out of the index and the ground truth
+  auto c = dir / "c.json";
+  auto r3 = run_topkv("bench recall --dump " + dump.string() + " --skip-keys 4 --k 8 --quiet --json " + c.string());
+  INFO(r3.err);
+  REQUIRE(r3.rc == 0);
+  const json jc = json::parse(slurp(c));
+  CHECK(jc["data"]["n_keys"] == 2996);
+  CHECK(jc["data"]["source"].get<std::string>().find("first 4 keys left out") != std::string::npos);
+  for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
+           {" --skip-keys 3000", "leaves none"}, {" --skip-keys -1", "skip-keys"}}) {
+    auto bad = run_topkv("bench recall --dump " + dump.string() + args + " --k 8 --quiet");
+    INFO(args << "\n" << bad.err);
+    CHECK(bad.rc != 0);
+    CHECK(bad.err.find(needle) != std::string::npos);
+  }
   fs::remove_all(dir);
 }
 
@@ -217,6 +232,7 @@ TEST_CASE("bench recall: bad input is a clear error, a non-zero exit, and no out
   bad(kTiny + " --png-metric speed", "--png-metric");
   bad(kTiny + " --dtype f8", "unknown element type");
   bad(kTiny + " --layer 2", "--layer selects a layer");
+  bad(kTiny + " --skip-keys 4", "--skip-keys leaves keys of a --dump file out");
   bad("bench recall --quiet", "exactly one data source");
   bad("bench recall --dump " + (dir / "missing.safetensors").string(), "cannot open");
   bad("bench recall --dump x.safetensors --n-keys 10", "needs --synthetic");
