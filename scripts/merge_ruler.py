@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Merge several `topkv eval ruler --json` results of one model into one
-document: the rows of every file, one per (method, task, length, sample),
-a later file's row replacing an earlier one's. Prompts are seeded by task,
-length and sample, so runs of different methods on the same lengths share
-their prompts and their dense rows. Prints the table `eval ruler` prints
-(score per length, ratio to dense, agreement, KL, tok/s); the merged JSON
+document: the rows of every file, one per (method, task, length, sample,
+prompt seed), a later file's row replacing an earlier one's. Prompts are
+seeded by the run's --seed, task, length and sample, so runs of different
+methods on the same lengths and seed share their prompts and their dense
+rows, and a run with another --seed adds new prompts (more samples). Prints the table `eval ruler` prints
+(score per length, ratio to dense over the same prompts, agreement, KL,
+tok/s); the merged JSON
 draws with scripts/plot_ruler.py.
 
     scripts/merge_ruler.py out.json a.json b.json ...
@@ -37,7 +39,7 @@ def main():
         model = doc.get("model", model)
         tasks += [t for t in doc.get("tasks", []) if t not in tasks]
         for r in part:
-            rows[(r["method"], r["task"], r["length"], r["sample"])] = r
+            rows[(r["method"], r["task"], r["length"], r["sample"], r.get("seed"))] = r
     merged = list(rows.values())
     with open(a.out, "w") as f:
         json.dump({"model": model, "model_summary": seen_model, "tasks": tasks, "sources": a.inputs,
@@ -49,11 +51,18 @@ def main():
     for r in merged:
         by[(r["method"], r["length"])].append(r)
 
-    def score(m, L):  # RULER's: the mean over tasks of the mean over samples
+    def prompt(r):
+        return (r["task"], r["sample"], r.get("seed"))
+
+    def score(m, L, only=None):  # RULER's: the mean over tasks of the mean over samples
         per = defaultdict(list)
         for r in by.get((m, L), []):
-            per[r["task"]].append(r["score"])
+            if only is None or prompt(r) in only:
+                per[r["task"]].append(r["score"])
         return sum(sum(v) / len(v) for v in per.values()) / len(per) if per else None
+
+    def dense_on(m, L):  # dense over the prompts method m ran (runs may cover different seeds)
+        return score("dense", L, {prompt(r) for r in by.get((m, L), [])})
 
     def mean(m, key):
         v = [r[key] for L in lengths for r in by.get((m, L), []) if m != "dense" and key in r]
@@ -63,7 +72,7 @@ def main():
     print(head + "  /dense per length" + " " * 12 + "agree   KL mean  tok/s")
     for m in methods:
         s = [score(m, L) for L in lengths]
-        d = [score("dense", L) for L in lengths]
+        d = [dense_on(m, L) for L in lengths]
         cells = "".join(f"{x:8.1f}" if x is not None else "       -" for x in s)
         ratios = " ".join(f"{x / y:.2f}" if x is not None and y else "  - " for x, y in zip(s, d))
         ag, kl, tps = mean(m, "agreement"), mean(m, "kl_mean"), mean(m, "decode_tok_per_s")
