@@ -40,7 +40,9 @@ const std::vector<Entry>& registry() {
         "ratio=16 (keys per centroid), iters=10, block=8192, max_train=65536, levels=1|2, coarse_ratio=5, expand=4, "
         "rerank=4 (as centroid; the rows of selected clusters not kept are dropped, clusters with none kept are "
         "far), spread=0 (a > 0: far rows' mass raised by min(a s^2/2 q^2.var, ln spread_clip) for their keys' "
-        "spread), spread_clip=4; needs the value store"},
+        "spread), spread_clip=4, rerank_far=0 (1: the rows rerank drops are one more far row per cluster with "
+        "their exact mass; host search only), far_mass=estimate|oracle (oracle, for evaluation: every far row's "
+        "exact mass, a dense pass on the host); needs the value store"},
        make_multipole_index},
       {{"hnswlib",
         "hnswlib 0.6.2 HNSW graph over inner product (own fp32 key copy); ef per search call",

@@ -29,6 +29,21 @@
 // cluster, of the keys' squares, kept like the centroids (+ d floats a
 // cluster). The device search adds the same term in its far kernel from the
 // exported variance table (SummaryTables::key_var, far_spread_logit).
+//
+// far_mass=oracle (for evaluation only; host search, the device search
+// refuses it) gives each far row its exact mass: the far score becomes
+// (ln sum_i exp(s q.k_i) - ln N_j) / s over the row's member keys, so
+// N_j exp(s x) is what dense attention gives those keys, and only the value
+// stays the mean. It reads every far key for every query head (a dense pass),
+// and answers whether the estimated mass, rather than the mean value or the
+// selection, is what a task loses (eval ruler's fwe, docs/AS_BUILT.md).
+//
+// rerank_far=1 (host search; the device search does not have it yet): with
+// rerank, the rows of a selected cluster that no head keeps are neither
+// attended nor far, so their attention is lost, and they are the best-scored
+// clusters' rows. Here each such cluster adds one more far row for them: the
+// exact mass of its dropped rows (their scores are the rerank's dot products)
+// with the cluster's mean value.
 #include <algorithm>
 #include <cmath>
 
@@ -46,7 +61,9 @@ class MultipoleIndex final : public ClusterIndex {
   MultipoleIndex(const Params& p, const BuildOptions& opt)
       : ClusterIndex("multipole", p, opt, 16),
         spread_(p.get_double("spread", 0.0)),
-        spread_clip_(p.get_double("spread_clip", 4.0)) {
+        spread_clip_(p.get_double("spread_clip", 4.0)),
+        oracle_mass_(parse_far_mass(p.get_str("far_mass", "estimate"))),
+        rerank_far_(p.get_bool("rerank_far", false)) {
     TOPKV_CHECK(std::isfinite(spread_) && spread_ >= 0.0 && spread_ <= 4.0,
                 "multipole: spread={} must be in [0, 4] (0 = off; 0.5 = half the Gaussian spread term)", spread_);
     TOPKV_CHECK(std::isfinite(spread_clip_) && spread_clip_ >= 1.0 && spread_clip_ <= 1e6,
@@ -54,6 +71,10 @@ class MultipoleIndex final : public ClusterIndex {
                 spread_clip_);
   }
   bool needs_values() const override { return true; }
+  // The oracle's exact far mass and rerank_far exist only in the host search.
+  std::optional<SummaryTables::Kind> summary_kind() const override {
+    return oracle_mass_ || rerank_far_ ? std::nullopt : ClusterIndex::summary_kind();
+  }
   // With spread, an fp32 mean of squares per summary row besides the centroid.
   double bytes_per_key_estimate(int dim) const override {
     const double rows_per_key = (levels_ == 2 ? 1.0 + 1.0 / (double)coarse_ratio_ : 1.0) / (double)ratio_;
@@ -137,6 +158,11 @@ class MultipoleIndex final : public ClusterIndex {
           x = dot_f32(centroid(r), q + (size_t)g * d, (size_t)d);
           ++extra;
         }
+        if (oracle_mass_) {
+          x = oracle_far_score(r, q + (size_t)g * d, lk.scale);
+          out.far_scores[(size_t)g * n_far + t] = x;
+          continue;
+        }
         // The term is a logit; the far score is multiplied by s later.
         if (spread_ > 0.0)
           x += (float)(far_spread_logit(q + (size_t)g * d, var.data(), d, spread_, spread_clip_, lk.scale) / lk.scale);
@@ -144,6 +170,53 @@ class MultipoleIndex final : public ClusterIndex {
       }
     }
     out.stats.summaries_scored += extra;
+    if (rerank_far_ && nc == 0) add_dropped_rows(q, nq, lk, out);
+  }
+
+  // rerank_far: a far row per selected fine cluster for its rows that no
+  // head kept, scored so that N_j exp(s x) is their exact mass for head g.
+  void add_dropped_rows(const float* q, int nq, const Lookup& lk, Candidates& out) const {
+    std::vector<int64_t> kept(out.ids.begin(), out.ids.end());
+    std::sort(kept.begin(), kept.end());
+    const int d = sum_.dim;
+    std::vector<int32_t> dropped;
+    std::vector<std::pair<int32_t, std::vector<float>>> rows;  // (cluster, [nq] far scores)
+    for (int64_t j = 0; j < n_fine(); ++j) {
+      if (!lk.fine_selected[(size_t)j]) continue;
+      dropped.clear();
+      for_each_member_run(j, [&](const int32_t* r, size_t m) {
+        for (size_t i = 0; i < m; ++i)
+          if (!std::binary_search(kept.begin(), kept.end(), (int64_t)r[i])) dropped.push_back(r[i]);
+      });
+      if (dropped.empty()) continue;
+      std::vector<float> x((size_t)nq);
+      const double n = (double)sum_.counts[(size_t)j];
+      for (int g = 0; g < nq; ++g)
+        x[(size_t)g] = (float)((log_sum_exp(dropped, q + (size_t)g * d, lk.scale) - std::log(n)) / lk.scale);
+      out.stats.keys_scored += (int64_t)dropped.size() * nq;
+      rows.emplace_back((int32_t)j, std::move(x));
+    }
+    if (rows.empty()) return;
+    // far_scores is [nq][n_far]: widen every head's row.
+    const size_t n_old = out.far_clusters.size(), n_new = n_old + rows.size();
+    std::vector<float> scores((size_t)nq * n_new);
+    for (int g = 0; g < nq; ++g) {
+      std::copy_n(out.far_scores.data() + (size_t)g * n_old, n_old, scores.data() + (size_t)g * n_new);
+      for (size_t t = 0; t < rows.size(); ++t) scores[(size_t)g * n_new + n_old + t] = rows[t].second[(size_t)g];
+    }
+    for (const auto& r : rows) out.far_clusters.push_back(r.first);
+    out.far_scores = std::move(scores);
+  }
+
+  // ln sum_i exp(s q.k_i) over `rows`, without overflow.
+  double log_sum_exp(const std::vector<int32_t>& rows, const float* qg, double s) const {
+    double m = -INFINITY, sum = 0.0;
+    for (int32_t r : rows) {
+      const double z = s * (double)keys_->dot(r, qg);
+      if (z > m) sum = sum * std::exp(m - z) + 1.0, m = z;
+      else sum += std::exp(z - m);
+    }
+    return m + std::log(sum);
   }
 
   // Array value_means [nf + nc][value_dim] (after ClusterIndex's); with
@@ -165,7 +238,30 @@ class MultipoleIndex final : public ClusterIndex {
   }
 
  private:
+  static bool parse_far_mass(const std::string& v) {
+    TOPKV_CHECK(v == "estimate" || v == "oracle",
+                "multipole: far_mass={} is not known: 'estimate' (the default: N_j exp(s q.C_j)) or 'oracle' "
+                "(evaluation only: each far row's exact mass over its keys, a dense pass on the host)", v);
+    return v == "oracle";
+  }
+  // The far score x of summary row r for query qg such that N_r exp(s x) is
+  // the exact sum of exp(s q.k) over r's keys (fine row: its members; coarse
+  // row: its children's), by a running log-sum-exp.
+  float oracle_far_score(int64_t r, const float* qg, double s) const {
+    std::vector<int32_t> rows;
+    const auto add_run = [&](const int32_t* run, size_t n) { rows.insert(rows.end(), run, run + n); };
+    if (r < n_fine())
+      for_each_member_run(r, add_run);
+    else
+      for (int32_t j : children_[(size_t)(r - n_fine())]) for_each_member_run(j, add_run);
+    const double n = (double)sum_.counts[(size_t)r];
+    if (rows.empty() || n <= 0.0) return -INFINITY;
+    return (float)((log_sum_exp(rows, qg, s) - std::log(n)) / s);
+  }
+
   const double spread_, spread_clip_;
+  const bool oracle_mass_;  // far_mass=oracle
+  const bool rerank_far_;   // rerank_far=1
   HostArray<float> key_squares_;  // [nf + nc][dim] mean of the keys' squares (spread only)
 };
 

@@ -607,3 +607,105 @@ TEST_CASE("split_search_params: rerank= of a reranking backend is a search param
   CHECK_THROWS_WITH(KvIndex::split_search_params("multipole:rerank=-1", p), Catch::Contains("rerank"));
   CHECK_THROWS_WITH(KvIndex::split_search_params("nosuch", p), Catch::Contains("nosuch"));
 }
+
+TEST_CASE("multipole far_mass=oracle: each far row's mass is the exact sum over its keys (fine and coarse rows)") {
+  // rerank=1: the selected clusters' keys and the far rows partition the keys.
+  for (const char* tail : {"rerank=1", "levels=2,ratio=7"}) {
+    INFO(tail);
+    const Clustered c = make_clustered(1100, 3, 43, 12);
+    auto idx = KvIndex::create(std::string("multipole:far_mass=oracle,") + tail, opts(2));
+    CHECK(!idx->summary_kind());  // host search only: the device search has no exact far mass
+    idx->build(c.keys, c.keys);  // values of the key dimension, so that the tables export; only masses are checked
+    // The same build with the estimated mass: its tables give the fine clusters' members.
+    auto estimate = KvIndex::create(std::string("multipole:") + tail, opts(2));
+    estimate->build(c.keys, c.keys);
+    SummaryTables t;
+    const bool fine_members = estimate->export_summaries(t);
+    SearchParams p;
+    p.k = 48, p.scale = c.scale();
+    const double s = p.scale;
+    int checked = 0, coarse = 0;
+    std::vector<float> k((size_t)c.d);
+    for (int g = 0; g < c.nq; ++g) {
+      const float* q = c.queries.data() + (size_t)g * c.d;
+      std::vector<double> e((size_t)c.n);  // exp(s q.k) of every key
+      double all = 0;
+      for (int64_t i = 0; i < c.n; ++i) {
+        c.keys->row_f32(i, k.data());
+        double dot = 0;
+        for (int a = 0; a < c.d; ++a) dot += (double)q[a] * k[(size_t)a];
+        all += e[(size_t)i] = std::exp(s * dot);
+      }
+      const SearchResult r = idx->search(q, 1, p), est = estimate->search(q, 1, p);
+      CHECK(r.ids == est.ids);  // the same selection; only the far scores differ
+      REQUIRE(r.far_clusters == est.far_clusters);
+      REQUIRE(!r.far_clusters.empty());
+      const ClusterSummaries& sum = *r.summaries;
+      double parts = 0;
+      for (int64_t id : r.ids) parts += e[(size_t)id];
+      for (size_t f = 0; f < r.far_clusters.size(); ++f) {
+        const int32_t j = r.far_clusters[f];
+        const double got = (double)sum.counts[(size_t)j] * std::exp(s * r.far_scores[f]);
+        parts += got;
+        coarse += j >= sum.n_fine;
+        if (!fine_members || j >= sum.n_fine) continue;
+        double exact = 0;
+        for (int32_t m = 0; m < t.counts[(size_t)j]; ++m) exact += e[(size_t)t.members[(size_t)t.offsets[(size_t)j] + m]];
+        CHECK(got == Approx(exact).epsilon(1e-4));
+        ++checked;
+      }
+      CHECK(parts == Approx(all).epsilon(1e-4));  // every key once: exactly, or in its far row's exact mass
+    }
+    INFO(checked << " far rows checked one by one, " << coarse << " coarse far rows");
+    if (fine_members) CHECK(checked > 50);
+    else CHECK(coarse > 0);
+  }
+  CHECK_THROWS_WITH(KvIndex::create("multipole:far_mass=exact"), Catch::Contains("far_mass=exact is not known"));
+}
+
+TEST_CASE("multipole rerank_far=1: the rows a rerank drops come back as far rows with their exact mass") {
+  const Clustered c = make_clustered(1300, 8, 47, 12);
+  // With the oracle's exact far mass the parts add up to every key's exp(s q.k)
+  // for each head of a GQA group: exactly when rerank_far keeps the dropped
+  // rows, short of it without.
+  auto with = KvIndex::create("multipole:far_mass=oracle,rerank_far=1", opts(2));
+  auto without = KvIndex::create("multipole:far_mass=oracle", opts(2));
+  CHECK(!KvIndex::create("multipole:rerank_far=1", opts(2))->summary_kind());  // host search only
+  with->build(c.keys, c.keys);
+  without->build(c.keys, c.keys);
+  SearchParams p;
+  p.k = 40, p.scale = c.scale();
+  const double s = p.scale;
+  std::vector<float> k((size_t)c.d);
+  int lost = 0, heads = 0;
+  for (int g = 0; g + 1 < c.nq; g += 2) {
+    const float* q = c.queries.data() + (size_t)g * c.d;
+    const SearchResult a = with->search(q, 2, p), b = without->search(q, 2, p);
+    CHECK(a.ids == b.ids);  // the same rows attended exactly
+    CHECK(a.far_clusters.size() > b.far_clusters.size());
+    for (int h = 0; h < 2; ++h) {
+      const float* qh = q + (size_t)h * c.d;
+      std::vector<double> e((size_t)c.n);
+      double all = 0;
+      for (int64_t i = 0; i < c.n; ++i) {
+        c.keys->row_f32(i, k.data());
+        double dot = 0;
+        for (int t = 0; t < c.d; ++t) dot += (double)qh[t] * k[(size_t)t];
+        all += e[(size_t)i] = std::exp(s * dot);
+      }
+      const auto parts = [&](const SearchResult& r) {
+        double sum = 0;
+        for (int64_t id : r.ids) sum += e[(size_t)id];
+        const size_t nf = r.far_clusters.size();
+        for (size_t f = 0; f < nf; ++f)
+          sum += (double)r.summaries->counts[(size_t)r.far_clusters[f]] * std::exp(s * r.far_scores[(size_t)h * nf + f]);
+        return sum;
+      };
+      CHECK(parts(a) == Approx(all).epsilon(1e-4));
+      lost += parts(b) < 0.999 * all;
+      ++heads;
+    }
+  }
+  INFO(lost << " of " << heads << " heads lose mass without rerank_far");
+  CHECK(lost > heads / 2);
+}
