@@ -1,0 +1,1 @@
+topkv eval ruler -m q15.gguf --lengths 16K --tasks fwe --backend cuda --chat --samples 3 --seed 2 --answer-tokens 48 --agreement-tokens 64 --error-steps 4 --chunk 4096 --kv-type f16 --threads 16 --methods-index multipole,multipole:far_mass=oracle --methods-k 2%
