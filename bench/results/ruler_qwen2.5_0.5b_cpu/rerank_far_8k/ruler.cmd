@@ -1,0 +1,1 @@
+topkv eval ruler -m .models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf --backend cpu --chat --lengths 8K --tasks niah_multikey_2,niah_multikey_3,vt,cwe --samples 2 --answer-tokens 48 --agreement-tokens 32 --error-steps 8 --methods-index multipole --methods-index multipole:rerank_far=1 --methods-k 2% --json ruler.json --csv ruler.csv -q
