@@ -42,8 +42,10 @@
 // rerank, the rows of a selected cluster that no head keeps are neither
 // attended nor far, so their attention is lost, and they are the best-scored
 // clusters' rows. Here each such cluster adds one more far row for them: the
-// exact mass of its dropped rows (their scores are the rerank's dot products)
-// with the cluster's mean value.
+// exact mass of its dropped rows with the cluster's mean value. Their dot
+// products are taken again here (the rerank scores each head's own
+// candidates only, and a union-selected cluster may not be among them), about
+// the rerank's own cost again.
 #include <algorithm>
 #include <cmath>
 
@@ -143,80 +145,45 @@ class MultipoleIndex final : public ClusterIndex {
           if (!lk.fine_selected[(size_t)j]) far.push_back(j);
       }
     }
-    // [nq][n_far] q_g·C_j. A fine cluster that only another head expanded was
-    // not scored for this head yet: score it now.
+    // rerank_far: after those, a far row per selected cluster for its rows
+    // that no head kept (dropped[t - n_estimated]).
+    const size_t n_estimated = far.size();
+    std::vector<std::vector<int32_t>> dropped;
+    if (rerank_far_ && nc == 0) add_dropped(lk, out.ids, far, dropped);
+    // [nq][n_far] q_g·C_j, or the exact score. A fine cluster that only
+    // another head expanded was not scored for this head yet: score it now.
     const size_t n_far = far.size();
     out.far_scores.resize((size_t)nq * n_far);
     int64_t extra = 0;
     std::vector<float> var(spread_ > 0.0 ? (size_t)d : 0);
+    std::vector<int32_t> members;
     for (size_t t = 0; t < n_far; ++t) {
-      int64_t r = far[t];
-      if (spread_ > 0.0) key_var(r, var.data());
+      const int64_t r = far[t];
+      // The rows whose exact mass the far row carries, if it does.
+      const std::vector<int32_t>* exact = nullptr;
+      if (t >= n_estimated)
+        exact = &dropped[t - n_estimated];
+      else if (oracle_mass_)
+        exact = &(members = rows_below(r));
+      if (spread_ > 0.0 && !exact) key_var(r, var.data());
       for (int g = 0; g < nq; ++g) {
-        float x = r < nf ? lk.fine_score[(size_t)r * nq + g] : lk.coarse_score[(size_t)(r - nf) * nq + g];
-        if (std::isnan(x)) {
-          x = dot_f32(centroid(r), q + (size_t)g * d, (size_t)d);
-          ++extra;
-        }
-        if (oracle_mass_) {
-          x = oracle_far_score(r, q + (size_t)g * d, lk.scale);
-          out.far_scores[(size_t)g * n_far + t] = x;
+        const float* qg = q + (size_t)g * d;
+        float& x = out.far_scores[(size_t)g * n_far + t];
+        if (exact) {
+          x = exact_far_score(*exact, r, qg, lk.scale);
           continue;
         }
+        x = r < nf ? lk.fine_score[(size_t)r * nq + g] : lk.coarse_score[(size_t)(r - nf) * nq + g];
+        if (std::isnan(x)) {
+          x = dot_f32(centroid(r), qg, (size_t)d);
+          ++extra;
+        }
         // The term is a logit; the far score is multiplied by s later.
-        if (spread_ > 0.0)
-          x += (float)(far_spread_logit(q + (size_t)g * d, var.data(), d, spread_, spread_clip_, lk.scale) / lk.scale);
-        out.far_scores[(size_t)g * n_far + t] = x;
+        if (spread_ > 0.0) x += (float)(far_spread_logit(qg, var.data(), d, spread_, spread_clip_, lk.scale) / lk.scale);
       }
+      if (exact) out.stats.keys_scored += (int64_t)exact->size() * nq;
     }
     out.stats.summaries_scored += extra;
-    if (rerank_far_ && nc == 0) add_dropped_rows(q, nq, lk, out);
-  }
-
-  // rerank_far: a far row per selected fine cluster for its rows that no
-  // head kept, scored so that N_j exp(s x) is their exact mass for head g.
-  void add_dropped_rows(const float* q, int nq, const Lookup& lk, Candidates& out) const {
-    std::vector<int64_t> kept(out.ids.begin(), out.ids.end());
-    std::sort(kept.begin(), kept.end());
-    const int d = sum_.dim;
-    std::vector<int32_t> dropped;
-    std::vector<std::pair<int32_t, std::vector<float>>> rows;  // (cluster, [nq] far scores)
-    for (int64_t j = 0; j < n_fine(); ++j) {
-      if (!lk.fine_selected[(size_t)j]) continue;
-      dropped.clear();
-      for_each_member_run(j, [&](const int32_t* r, size_t m) {
-        for (size_t i = 0; i < m; ++i)
-          if (!std::binary_search(kept.begin(), kept.end(), (int64_t)r[i])) dropped.push_back(r[i]);
-      });
-      if (dropped.empty()) continue;
-      std::vector<float> x((size_t)nq);
-      const double n = (double)sum_.counts[(size_t)j];
-      for (int g = 0; g < nq; ++g)
-        x[(size_t)g] = (float)((log_sum_exp(dropped, q + (size_t)g * d, lk.scale) - std::log(n)) / lk.scale);
-      out.stats.keys_scored += (int64_t)dropped.size() * nq;
-      rows.emplace_back((int32_t)j, std::move(x));
-    }
-    if (rows.empty()) return;
-    // far_scores is [nq][n_far]: widen every head's row.
-    const size_t n_old = out.far_clusters.size(), n_new = n_old + rows.size();
-    std::vector<float> scores((size_t)nq * n_new);
-    for (int g = 0; g < nq; ++g) {
-      std::copy_n(out.far_scores.data() + (size_t)g * n_old, n_old, scores.data() + (size_t)g * n_new);
-      for (size_t t = 0; t < rows.size(); ++t) scores[(size_t)g * n_new + n_old + t] = rows[t].second[(size_t)g];
-    }
-    for (const auto& r : rows) out.far_clusters.push_back(r.first);
-    out.far_scores = std::move(scores);
-  }
-
-  // ln sum_i exp(s q.k_i) over `rows`, without overflow.
-  double log_sum_exp(const std::vector<int32_t>& rows, const float* qg, double s) const {
-    double m = -INFINITY, sum = 0.0;
-    for (int32_t r : rows) {
-      const double z = s * (double)keys_->dot(r, qg);
-      if (z > m) sum = sum * std::exp(m - z) + 1.0, m = z;
-      else sum += std::exp(z - m);
-    }
-    return m + std::log(sum);
   }
 
   // Array value_means [nf + nc][value_dim] (after ClusterIndex's); with
@@ -244,19 +211,47 @@ class MultipoleIndex final : public ClusterIndex {
                 "(evaluation only: each far row's exact mass over its keys, a dense pass on the host)", v);
     return v == "oracle";
   }
-  // The far score x of summary row r for query qg such that N_r exp(s x) is
-  // the exact sum of exp(s q.k) over r's keys (fine row: its members; coarse
-  // row: its children's), by a running log-sum-exp.
-  float oracle_far_score(int64_t r, const float* qg, double s) const {
+  // rerank_far: each selected fine cluster with rows outside `ids` (the rows
+  // attended exactly, in any order, repeats allowed) joins `far`, and its
+  // dropped rows `dropped`.
+  void add_dropped(const Lookup& lk, const std::vector<int64_t>& ids, std::vector<int32_t>& far,
+                   std::vector<std::vector<int32_t>>& dropped) const {
+    std::vector<int64_t> kept(ids);
+    std::sort(kept.begin(), kept.end());
+    for (int64_t j = 0; j < n_fine(); ++j) {
+      if (!lk.fine_selected[(size_t)j]) continue;
+      std::vector<int32_t> rows;
+      for_each_member_run(j, [&](const int32_t* r, size_t m) {
+        for (size_t i = 0; i < m; ++i)
+          if (!std::binary_search(kept.begin(), kept.end(), (int64_t)r[i])) rows.push_back(r[i]);
+      });
+      if (rows.empty()) continue;
+      far.push_back((int32_t)j);
+      dropped.push_back(std::move(rows));
+    }
+  }
+  // The keys below summary row r: a fine row's members, a coarse row's children's.
+  std::vector<int32_t> rows_below(int64_t r) const {
     std::vector<int32_t> rows;
     const auto add_run = [&](const int32_t* run, size_t n) { rows.insert(rows.end(), run, run + n); };
     if (r < n_fine())
       for_each_member_run(r, add_run);
     else
       for (int32_t j : children_[(size_t)(r - n_fine())]) for_each_member_run(j, add_run);
+    return rows;
+  }
+  // The far score x of summary row r for query qg such that N_r exp(s x) is
+  // the exact sum of exp(s q.k) over `rows`, by a running log-sum-exp.
+  float exact_far_score(const std::vector<int32_t>& rows, int64_t r, const float* qg, double s) const {
     const double n = (double)sum_.counts[(size_t)r];
     if (rows.empty() || n <= 0.0) return -INFINITY;
-    return (float)((log_sum_exp(rows, qg, s) - std::log(n)) / s);
+    double m = -INFINITY, sum = 0.0;
+    for (int32_t i : rows) {
+      const double z = s * (double)keys_->dot(i, qg);
+      if (z > m) sum = sum * std::exp(m - z) + 1.0, m = z;
+      else sum += std::exp(z - m);
+    }
+    return (float)((m + std::log(sum) - std::log(n)) / s);
   }
 
   const double spread_, spread_clip_;

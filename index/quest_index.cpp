@@ -120,7 +120,8 @@ class QuestIndex final : public KvIndex {
   // the last, reduced again from their pages (a fold touches the last few).
   void update_coarse(int64_t from_page) {
     if (coarse_ratio_ == 0) return;
-    const int64_t pages = (int64_t)(base_.size() / row_len()) + (int64_t)(grown_.size() / row_len());
+    // The pages held (n_pages() follows indexed_, which a fold sets after it).
+    const int64_t pages = base_pages() + (int64_t)(grown_.size() / row_len());
     const int64_t nc = (pages + coarse_ratio_ - 1) / coarse_ratio_;
     coarse_.resize((size_t)nc * row_len());  // a new last coarse page is written below
     reduce_page_bounds([&](int64_t i) { return std::as_const(*this).bounds(i); }, pages, keys_->dim(), coarse_ratio_,

@@ -22,10 +22,13 @@ constexpr Named<SearchOn> kSearchOn[] = {{SearchOn::Auto, "auto"}, {SearchOn::Ho
 
 const char* attn_mode_name(AttnMode m) { return name_of(kAttnModes, m); }
 AttnMode parse_attn_mode(const std::string& s) { return parse_named(kAttnModes, s, "attention mode"); }
+std::vector<std::string> attn_mode_names() { return names_of(kAttnModes); }
 const char* k_schedule_name(KSchedule s) { return name_of(kKSchedules, s); }
 KSchedule parse_k_schedule(const std::string& s) { return parse_named(kKSchedules, s, "k schedule"); }
+std::vector<std::string> k_schedule_names() { return names_of(kKSchedules); }
 const char* search_on_name(SearchOn s) { return name_of(kSearchOn, s); }
 SearchOn parse_search_on(const std::string& s) { return parse_named(kSearchOn, s, "search place"); }
+std::vector<std::string> search_on_names() { return names_of(kSearchOn); }
 
 std::vector<int> offloaded_layers(const ModelConfig& cfg, int dense_layers) {
   std::vector<int> out;

@@ -68,10 +68,13 @@ struct OffloadPolicy {
 
 const char* attn_mode_name(AttnMode m);
 AttnMode parse_attn_mode(const std::string& s);
+std::vector<std::string> attn_mode_names();
 KSchedule parse_k_schedule(const std::string& s);
 const char* k_schedule_name(KSchedule s);  // as parse_k_schedule reads it
+std::vector<std::string> k_schedule_names();  // every spelling parse_k_schedule reads
 const char* search_on_name(SearchOn s);
 SearchOn parse_search_on(const std::string& s);  // auto | host | gpu
+std::vector<std::string> search_on_names();
 int64_t parse_store_cache(const std::string& s);  // auto (-1) | off (0) | a size ("16G")
 
 // The layers whose KV leaves the model for host memory (the top-k runtime's

@@ -102,6 +102,10 @@ TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
       {"-m " + model() + " -p hi --attn topk --index multipole:spread=nan", "spread='nan' is not a number"},
       {"-m " + model() + " -p hi --attn topk --index multipole:spread_clip=0.5", "spread_clip=0.5 must be in"},
       {"-m " + model() + " -p hi --attn topk --index centroid:spread=0.5", "unknown parameter 'spread'"},
+      {"-m " + model() + " -p hi --attn topk --k-schedule steep", "--k-schedule"},
+      {"-m " + model() + " -p hi --attn topk --search-on device", "--search-on"},
+      {"-m " + model() + " -p hi --attn topk --index multipole:rerank_far=2", "rerank_far"},
+      {"-m " + model() + " -p hi --attn topk --index multipole:far_mass=exact", "far_mass=exact is not known"},
   };
   if (cuda_device_count() == 0)  // without a device, asking for one is refused with the reason
     cases.push_back({"-m " + model() + " -p hi --backend cuda", "CUDA"});

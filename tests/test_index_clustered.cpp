@@ -608,6 +608,20 @@ TEST_CASE("split_search_params: rerank= of a reranking backend is a search param
   CHECK_THROWS_WITH(KvIndex::split_search_params("nosuch", p), Catch::Contains("nosuch"));
 }
 
+// exp(s q.k) of every key of c (double), and their sum in `all`.
+std::vector<double> exp_scores(const Clustered& c, const float* q, double s, double& all) {
+  std::vector<double> e((size_t)c.n);
+  std::vector<float> k((size_t)c.d);
+  all = 0;
+  for (int64_t i = 0; i < c.n; ++i) {
+    c.keys->row_f32(i, k.data());
+    double dot = 0;
+    for (int a = 0; a < c.d; ++a) dot += (double)q[a] * k[(size_t)a];
+    all += e[(size_t)i] = std::exp(s * dot);
+  }
+  return e;
+}
+
 TEST_CASE("multipole far_mass=oracle: each far row's mass is the exact sum over its keys (fine and coarse rows)") {
   // rerank=1: the selected clusters' keys and the far rows partition the keys.
   for (const char* tail : {"rerank=1", "levels=2,ratio=7"}) {
@@ -625,17 +639,10 @@ TEST_CASE("multipole far_mass=oracle: each far row's mass is the exact sum over 
     p.k = 48, p.scale = c.scale();
     const double s = p.scale;
     int checked = 0, coarse = 0;
-    std::vector<float> k((size_t)c.d);
     for (int g = 0; g < c.nq; ++g) {
       const float* q = c.queries.data() + (size_t)g * c.d;
-      std::vector<double> e((size_t)c.n);  // exp(s q.k) of every key
       double all = 0;
-      for (int64_t i = 0; i < c.n; ++i) {
-        c.keys->row_f32(i, k.data());
-        double dot = 0;
-        for (int a = 0; a < c.d; ++a) dot += (double)q[a] * k[(size_t)a];
-        all += e[(size_t)i] = std::exp(s * dot);
-      }
+      const std::vector<double> e = exp_scores(c, q, s, all);
       const SearchResult r = idx->search(q, 1, p), est = estimate->search(q, 1, p);
       CHECK(r.ids == est.ids);  // the same selection; only the far scores differ
       REQUIRE(r.far_clusters == est.far_clusters);
@@ -676,7 +683,6 @@ TEST_CASE("multipole rerank_far=1: the rows a rerank drops come back as far rows
   SearchParams p;
   p.k = 40, p.scale = c.scale();
   const double s = p.scale;
-  std::vector<float> k((size_t)c.d);
   int lost = 0, heads = 0;
   for (int g = 0; g + 1 < c.nq; g += 2) {
     const float* q = c.queries.data() + (size_t)g * c.d;
@@ -685,14 +691,8 @@ TEST_CASE("multipole rerank_far=1: the rows a rerank drops come back as far rows
     CHECK(a.far_clusters.size() > b.far_clusters.size());
     for (int h = 0; h < 2; ++h) {
       const float* qh = q + (size_t)h * c.d;
-      std::vector<double> e((size_t)c.n);
       double all = 0;
-      for (int64_t i = 0; i < c.n; ++i) {
-        c.keys->row_f32(i, k.data());
-        double dot = 0;
-        for (int t = 0; t < c.d; ++t) dot += (double)qh[t] * k[(size_t)t];
-        all += e[(size_t)i] = std::exp(s * dot);
-      }
+      const std::vector<double> e = exp_scores(c, qh, s, all);
       const auto parts = [&](const SearchResult& r) {
         double sum = 0;
         for (int64_t id : r.ids) sum += e[(size_t)id];
@@ -708,4 +708,5 @@ TEST_CASE("multipole rerank_far=1: the rows a rerank drops come back as far rows
   }
   INFO(lost << " of " << heads << " heads lose mass without rerank_far");
   CHECK(lost > heads / 2);
+  CHECK_THROWS_WITH(KvIndex::create("multipole:rerank_far=2"), Catch::Contains("rerank_far"));
 }

@@ -30,6 +30,15 @@ SyntheticData tiny(DType t, uint64_t seed, int64_t n = 777, int d = 64, int grou
   return generate_synthetic(c, 2);
 }
 
+// `data` written as layer `layer` of a one-layer dump `name` in `dir`; its path.
+std::string write_one_layer(const fs::path& dir, const char* name, int layer, const AttentionData& data) {
+  KvDumpWriter w("m");
+  w.add_layer(layer, data);
+  auto path = (dir / name).string();
+  w.write(path);
+  return path;
+}
+
 bool same_rows(const RowStore& a, const RowStore& b) {
   if (a.size() != b.size() || a.dtype() != b.dtype() || a.dim() != b.dim()) return false;
   for (int64_t i = 0; i < a.size(); ++i)
@@ -103,11 +112,7 @@ TEST_CASE("KV dump: write -> read round trip for f32, f16 and bf16, two layers, 
 TEST_CASE("KV dump: the first keys are left out on request, and skipping them all is an error") {
   auto dir = temp_dir();
   auto src = tiny(DType::F16, 2, 301, 64, 2, 2);
-  KvDumpWriter w("m");
-  w.add_layer(3, src.data);
-  auto path = (dir / "skip.safetensors").string();
-  w.write(path);
-  KvDumpReader r(path);
+  KvDumpReader r(write_one_layer(dir, "skip.safetensors", 3, src.data));
   for (int64_t skip : {int64_t{0}, int64_t{1}, int64_t{4}, int64_t{300}}) {
     CAPTURE(skip);
     auto data = r.load(3, {0, 1}, std::nullopt, 0, skip);
@@ -132,11 +137,7 @@ TEST_CASE("KV dump: the first keys are left out on request, and skipping them al
 TEST_CASE("KV dump: heads load into another element type on request") {
   auto dir = temp_dir();
   auto src = tiny(DType::BF16, 3, 4097, 128, 1, 1);
-  KvDumpWriter w("m");
-  w.add_layer(2, src.data);
-  auto path = (dir / "conv.safetensors").string();
-  w.write(path);
-  KvDumpReader r(path);
+  KvDumpReader r(write_one_layer(dir, "conv.safetensors", 2, src.data));
   auto h = r.load_head(2, 0, DType::F32);
   REQUIRE(h.keys->dtype() == DType::F32);
   for (int64_t i : {0L, 1L, 4096L}) {  // bf16 -> f32 is exact

@@ -12,7 +12,7 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
   const std::string g = "Attention policy";
   cmd->add_option("--attn", a->attn, "dense: all KV in the model's cache; topk: retrieval layers keep their KV in a "
                   "host store behind per-head indexes and attend to the top-k keys + sinks + window")
-      ->group(g)->check(CLI::IsMember({"dense", "topk"}));
+      ->group(g)->check(CLI::IsMember(attn_mode_names()));
   cmd->add_option("--index", a->indexes, fmt::format("Index backend with build parameters, e.g. flat, hnswlib:M=32, "
                   "faiss-ivf:nlist=1024, quest:page=16, centroid, multipole (topkv info lists them; default {}). "
                   "With a context pack: one of the indexes built into it (index build and bench decode take several: "
@@ -25,7 +25,7 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
   cmd->add_option("--k-schedule", a->k_schedule, "uniform: the same k on every retrieval layer; linear: rising "
                   "from first to last with the same total (top-k paper); ends: twice as much at the first and last "
                   "layer as in the middle, the same total")
-      ->group(g)->check(CLI::IsMember({"uniform", "linear", "ends"}));
+      ->group(g)->check(CLI::IsMember(k_schedule_names()));
   cmd->add_option("--ef", p.search.ef, "HNSW search list size (0 = max(k, 64))")->group(g);
   cmd->add_option("--nprobe", p.search.nprobe, "IVF lists probed (0 = backend default)")->group(g);
   cmd->add_option("--threshold", p.search.threshold, "centroid/multipole: keep clusters whose estimated attention "
@@ -53,7 +53,7 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
                   "tables (cluster centroids, Quest page bounds) live on the device and the whole search runs "
                   "there, budget mode (multipole, centroid, quest); host: the host cores search; auto (default): "
                   "gpu where the index and options allow it")
-      ->group(g)->check(CLI::IsMember({"auto", "host", "gpu"}));
+      ->group(g)->check(CLI::IsMember(search_on_names()));
   cmd->add_option("--device-table-type", a->device_table_type, "CUDA, --search-on gpu: element type of the "
                   "device summary tables (f16 default, bf16, f32)")
       ->group(g)->check(CLI::IsMember({"f16", "bf16", "f32"}));

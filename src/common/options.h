@@ -55,8 +55,9 @@ std::vector<int64_t> parse_count_list(std::string_view s, int64_t min = 1);  // 
 std::string format_bytes(double bytes);        // "1.50 GiB"
 
 // An enum's spellings, one table per enum, so that its parser and its name
-// cannot drift apart: name_of(table, v), and parse_named(table, s, what),
-// which fails with "unknown <what> '<s>': use a, b or c".
+// cannot drift apart: name_of(table, v), names_of(table) (for a CLI's
+// check), and parse_named(table, s, what), which fails with "unknown <what>
+// '<s>': use a, b or c".
 template <class E> struct Named {
   E value;
   const char* name;
@@ -68,13 +69,15 @@ template <class E, size_t N> const char* name_of(const Named<E> (&table)[N], E v
     if (n.value == v) return n.name;
   return "?";
 }
-template <class E, size_t N> E parse_named(const Named<E> (&table)[N], const std::string& s, const char* what) {
+template <class E, size_t N> std::vector<std::string> names_of(const Named<E> (&table)[N]) {
   std::vector<std::string> names;
-  for (const Named<E>& n : table) {
+  for (const Named<E>& n : table) names.push_back(n.name);
+  return names;
+}
+template <class E, size_t N> E parse_named(const Named<E> (&table)[N], const std::string& s, const char* what) {
+  for (const Named<E>& n : table)
     if (s == n.name) return n.value;
-    names.push_back(n.name);
-  }
-  throw_unknown_name(what, s, list_choices(names));
+  throw_unknown_name(what, s, list_choices(names_of(table)));
 }
 
 }  // namespace topkv
