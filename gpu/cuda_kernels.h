@@ -332,11 +332,16 @@ void row_list_attention(const RowListArgs& a, cudaStream_t stream);
 //      partials per query head (part0 .., as row_list_attention). With a
 //      spread term (spread > 0, key_var set) the logit gains
 //      min(spread scale^2/2 q^2.var_j, ln spread_clip) (far_spread_logit,
-//      index/kv_index.h).
+//      index/kv_index.h). With far_dropped (and rerank), also the rows of
+//      a selected group that 3b did not put in the lists, each as a row of
+//      its own: logit scale.q.k (the candidate's exact score, taken for
+//      every query head in 3b), value V̄_j of its group (multipole:rerank_far,
+//      index/multipole_index.cpp).
 // Twins: summary_scores_reference, summary_select_reference,
-// summary_rerank_reference and summary_far_logit_reference
-// (gpu/summary_search_ref.h); the far rows: partial_add_gather over the
-// unselected groups with those logits.
+// summary_rerank_reference, summary_far_logit_reference and
+// summary_dropped_reference (gpu/summary_search_ref.h); the far rows:
+// partial_add_gather over the unselected groups with those logits (and the
+// dropped rows with theirs).
 constexpr int kStoreChunkShift = 16;  // RowStore::kChunkShift: row r is in chunk r >> 16 (checked where tables are built)
 struct SummaryHead {
   const void* rows = nullptr;          // [n][row_len] of table_type
@@ -379,13 +384,14 @@ struct SummarySearchArgs {
   // candidates (k is then the candidates' budget), cand_cap rows a head.
   int64_t rerank_k = 0;
   int cand_cap = 0;
+  bool far_dropped = false;  // step 4: the rows 3b drops from selected groups are far rows (needs rerank)
   int far_splits = 0, part0 = 0, parts = 1;
   float *part_m = nullptr, *part_l = nullptr, *part_o = nullptr;
   // Which steps run (benchmarks time them cumulatively): all by default.
   unsigned phases = kSearchScore | kSearchCut | kSearchGather | kSearchFar;
   static constexpr unsigned kSearchScore = 1, kSearchCut = 2, kSearchGather = 4, kSearchFar = 8;
 };
-size_t summary_search_workspace_bytes(int n_kv, int group, int max_n, int cand_cap = 0);
+size_t summary_search_workspace_bytes(int n_kv, int group, int max_n, int cand_cap = 0, bool far_dropped = false);
 // Two levels, for tests: the listed groups of each KV head, in order
 // (list [n_kv][max_n], list_n [n_kv]); scores and selected then index them.
 const int32_t* summary_listed(const SummarySearchArgs& a);
@@ -398,6 +404,10 @@ const uint8_t* summary_selected(const SummarySearchArgs& a);
 // With rerank: row_scores [n_kv][group][cand_cap] (-inf: not a candidate of
 // that query head) and the candidates per KV head [n_kv].
 const float* summary_row_scores(const SummarySearchArgs& a);
+// With far_dropped: each candidate's q.k for every query head
+// [n_kv][group][cand_cap], and whether 3b put it in the lists [n_kv][cand_cap].
+const float* summary_row_dots(const SummarySearchArgs& a);
+const uint8_t* summary_candidate_listed(const SummarySearchArgs& a);
 const int32_t* summary_candidate_counts(const SummarySearchArgs& a);
 
 // ---- sampling (kernels_sampling.cu) ------------------------------------------

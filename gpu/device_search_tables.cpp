@@ -58,6 +58,7 @@ DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, DT
     sh.value_means = typed(t.value_means);
     sh.key_var = typed(t.key_var);
     if (!t.key_var.empty()) s.spread = t.spread, s.spread_clip = t.spread_clip;  // one spec: every head the same
+    s.far_dropped = t.far_dropped && !t.value_means.empty();
     if (t.coarse_ratio > 0) {  // two levels: the coarse bounds, reduced here (one spec: every head the same)
       const SummaryTables c = t.coarse_level();
       s.expand = t.expand;
@@ -84,6 +85,7 @@ void DeviceSearchTables::upload(cuda::CudaBackend& be, const OffloadedLayer& L, 
   page_bounds_ = s.page_bounds;
   far_field_ = false;
   spread_ = s.spread, spread_clip_ = s.spread_clip;
+  far_dropped_ = s.far_dropped;
   expand_ = s.expand;
   auto put = [&](const void* src, size_t bytes) -> const void* {
     if (bytes == 0) return nullptr;

@@ -44,6 +44,7 @@ class DeviceSearchTables {
     bool page_bounds = false;
     double spread = 0.0, spread_clip = 1.0;  // SummaryTables' far spread term (key_var set)
     double expand = 0.0;                     // two levels: SummaryTables::expand; 0: one level
+    bool far_dropped = false;                // SummaryTables::far_dropped
   };
   static Staged stage(const OffloadedLayer& L, DType table_type);
   // (Re)uploads every head's tables; waits for queued work first (the old
@@ -67,6 +68,9 @@ class DeviceSearchTables {
   // The far rows' spread term (SummarySearchArgs::spread, spread_clip): 0 without one.
   float spread() const { return (float)spread_; }
   float spread_clip() const { return (float)spread_clip_; }
+  // With a rerank, the rows it drops from selected groups are far rows too
+  // (SummarySearchArgs::far_dropped; SummaryTables::far_dropped).
+  bool far_dropped() const { return far_dropped_; }
   // Two levels: tokens each query head's coarse cut covers at budget k
   // (SummarySearchArgs::coarse_k); 0 with one level.
   int64_t coarse_budget(int64_t k) const { return expanded_budget(expand_, k); }
@@ -89,7 +93,7 @@ class DeviceSearchTables {
   int max_n_ = 0;
   int32_t max_count_ = 0;
   int64_t max_covered_ = 0;
-  bool page_bounds_ = false, far_field_ = false;
+  bool page_bounds_ = false, far_field_ = false, far_dropped_ = false;
   double spread_ = 0.0, spread_clip_ = 1.0, expand_ = 0.0;
   size_t bytes_ = 0;
 };

@@ -74,8 +74,10 @@ size_t GpuOffloadRuntime::search_workspace_bytes(const KvIndex& index, int64_t n
   int64_t cand_cap = 0;
   if (rerank_ > 1.0)
     cand_cap = std::min<int64_t>(n, (int64_t)(rerank_ * (double)k + 2.0 / per_key) * G);
+  // An index with a far field may keep the rows rerank drops as far rows
+  // (SummaryTables::far_dropped): planned as if it does.
   return cuda::summary_search_workspace_bytes(cfg_.n_head_kv, G, (int)std::min<int64_t>(max_n, INT32_MAX),
-                                              (int)std::min<int64_t>(cand_cap, INT32_MAX));
+                                              (int)std::min<int64_t>(cand_cap, INT32_MAX), index.needs_values());
 }
 
 void GpuOffloadRuntime::manage_folds(int slot) {
@@ -169,7 +171,8 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   const int64_t cand_k = rerank_ > 1.0 ? (int64_t)std::min(rerank_ * (double)budget, 2.0e9) : 0;
   const int cap = tab.row_cap(budget, G), cand_cap = cand_k ? tab.row_cap(cand_k, G) : 0;
   ensure_capacity(cap);
-  const size_t ws = cuda::summary_search_workspace_bytes(nkv, G, tab.max_n(), cand_cap);
+  const bool far_dropped = cand_cap > 0 && tab.far_dropped() && tab.far_field();
+  const size_t ws = cuda::summary_search_workspace_bytes(nkv, G, tab.max_n(), cand_cap, far_dropped);
   if (search_ws_.bytes < ws) be_.synchronize(), search_ws_ = be_.alloc(ws);
 
   // The new token: into the device mirror now (to the host after the step).
@@ -193,7 +196,7 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   s.q = q, s.k = cand_k ? cand_k : budget, s.scale = scale, s.workspace = search_ws_.mem.get();
   s.coarse_k = tab.coarse_budget(budget);
   s.spread = tab.spread(), s.spread_clip = tab.spread_clip();
-  s.rerank_k = cand_k ? budget : 0, s.cand_cap = cand_cap;
+  s.rerank_k = cand_k ? budget : 0, s.cand_cap = cand_cap, s.far_dropped = far_dropped;
   s.k_rows = const_cast<const void**>(dl), s.v_rows = const_cast<const void**>(dl + n_ptr), s.counts = dcounts;
   s.cap = cap;
   s.far_splits = far_splits, s.part0 = n_exact + ids_splits, s.parts = parts;

@@ -52,8 +52,8 @@ bool wants_device_search(const OffloadPolicy& p) {
   const bool able = p.search.threshold == 0.0 && p.search.gqa == GqaMode::Union && supported && !(rerank && p.stage_rows);
   TOPKV_CHECK(able || p.search_on == SearchOn::Auto,
               "--search-on gpu runs the budget-mode search of multipole, centroid and quest indexes with GQA "
-              "union (rerank: not with --stage-rows; multipole's rerank_far and far_mass=oracle are host-search "
-              "only); this run has index '{}'{}{}{}: use --search-on host", p.index,
+              "union (rerank: not with --stage-rows; multipole's far_mass=oracle is host-search only); this "
+              "run has index '{}'{}{}{}: use --search-on host", p.index,
               p.search.threshold != 0.0 ? ", --threshold" : "", p.search.gqa != GqaMode::Union ? ", --gqa mean" : "",
               rerank && p.stage_rows ? ", rerank (the default of one-level centroid/multipole; --rerank 1 turns "
                                        "it off) with --stage-rows" : "");

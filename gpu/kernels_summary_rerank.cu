@@ -15,6 +15,9 @@
 // (radix select, summary_search_work.cuh), and keep (per KV head, a block
 // scan of the kept flags writes the lists in candidate order and marks the
 // groups with a kept row as selected, so the far field takes the others).
+// With far_dropped the scores kernel also keeps every query head's q.k of
+// every candidate (row_dots; the far kernel's logits for the rows no head
+// keeps) and keep marks each candidate listed or not (cand_listed).
 #include <cub/block/block_scan.cuh>
 
 #include "gpu/cuda_common.cuh"
@@ -70,6 +73,7 @@ __global__ void __launch_bounds__(kWarps * 32) rerank_score_kernel(const Summary
       const bool mine = taken(a, w, row, j[u]);  // the same for the whole warp
       if (mine && lane == g) lo = fminf(lo, s), hi = fmaxf(hi, s);
       if (lane == 0) w.row_scores[(size_t)row * w.cand_cap + r0 + u] = mine ? s : -INFINITY;
+      if (lane == 0 && w.row_dots) w.row_dots[(size_t)row * w.cand_cap + r0 + u] = s;
     }
   }
   publish_range(w.row_minmax, a, h, g0, ng, lane, lo, hi);
@@ -119,8 +123,9 @@ __global__ void __launch_bounds__(kSelectThreads) rerank_keep_kernel(const Summa
 #pragma unroll
     for (int i = 0; i < kScanItems; ++i) {
       const uint32_t at = running + x[i];
-      if (!v[i] || at >= cap) continue;
       const size_t from = (size_t)h * w.cand_cap + first + i, to = (size_t)h * a.cap + at;
+      if (w.cand_listed && first + i < n) w.cand_listed[from] = v[i] && at < cap;
+      if (!v[i] || at >= cap) continue;
       a.k_rows[to] = w.cand_k[from];
       a.v_rows[to] = w.cand_v[from];
       sel[grp[first + i]] = 1;

@@ -246,6 +246,44 @@ __global__ void __launch_bounds__(kSelectThreads) expand_kernel(const SummarySea
   if (threadIdx.x == 0) w.list_n[h] = (int32_t)running;
 }
 
+// 4b. far_dropped: this split's share of the KV head's candidates (3b); a
+// candidate not listed whose group is selected (a row of it was) is a far
+// row of its own, logit scale * q.k (row_dots: every query head's), value
+// V̄_j of its group. No spread term: the score is the row's own.
+template <class E, int HD>
+__device__ __forceinline__ void add_dropped_rows(const SummarySearchArgs& a, const Work& w, int h, int split, int g0,
+                                                 int ng, float (&m)[kMaxGroup], float (&l)[kMaxGroup],
+                                                 float (&o)[kMaxGroup][HD / 32]) {
+  constexpr int DPL = HD / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n = w.cand_count[h], per = (n + a.far_splits - 1) / a.far_splits;
+  const int first = split * per, last = min(n, first + per);
+  const size_t base = (size_t)h * w.cand_cap;
+  const uint8_t* sel = w.selected + (size_t)h * a.max_n;
+  const E* means = static_cast<const E*>(a.heads[h].value_means);
+  for (int t0 = first + warp * kFarUnroll; t0 < last; t0 += kFarWarps * kFarUnroll) {
+    float v[kFarUnroll][DPL];
+    bool use[kFarUnroll];
+#pragma unroll
+    for (int u = 0; u < kFarUnroll; ++u) {  // the same for the whole warp
+      const int t = t0 + u;
+      const uint32_t j = t < last ? w.cand_group[base + t] : 0u;
+      use[u] = t < last && !w.cand_listed[base + t] && sel[j];
+      if (use[u]) load_lane<E, DPL>(means + (size_t)j * HD + lane * DPL, v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kFarUnroll; ++u) {
+      if (!use[u]) continue;
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g >= ng) break;
+        const float x = w.row_dots[((size_t)h * a.group + g0 + g) * w.cand_cap + t0 + u] * a.scale;
+        online_add(x, v[u], m[g], l[g], o[g]);
+      }
+    }
+  }
+}
+
 // 4. Far rows: every group not selected, logit scale * x + ln N_j, value V̄_j;
 // SPREAD: plus min(spread s^2/2 q^2.var_j, ln clip) (far_spread_logit), from
 // the block's queries in shared memory (load_block_queries) and var_j, a
@@ -318,21 +356,23 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
       }
     }
   }
+  if (w.cand_listed) add_dropped_rows<E, HD>(a, w, h, split, g0, ng, m, l, o);
   store_block_partials(sm, m, l, o, ng, (size_t)h * a.group + g0, a.part0 + split, a.parts, a.part_m, a.part_l,
                        a.part_o);
 }
 
 }  // namespace
 
-size_t summary_search_workspace_bytes(int n_kv, int group, int max_n, int cand_cap) {
+size_t summary_search_workspace_bytes(int n_kv, int group, int max_n, int cand_cap, bool far_dropped) {
   size_t bytes = 0;
-  carve(nullptr, n_kv, group, max_n, cand_cap, &bytes);
+  carve(nullptr, n_kv, group, max_n, cand_cap, far_dropped && cand_cap > 0, &bytes);
   return bytes;
 }
 
 namespace {
 Work carve_args(const SummarySearchArgs& a) {
-  return carve(a.workspace, a.n_kv, a.group, a.max_n, a.rerank_k > 0 ? a.cand_cap : 0);
+  const bool rerank = a.rerank_k > 0;
+  return carve(a.workspace, a.n_kv, a.group, a.max_n, rerank ? a.cand_cap : 0, rerank && a.far_dropped);
 }
 }  // namespace
 
@@ -342,6 +382,8 @@ const float* summary_row_scores(const SummarySearchArgs& a) { return carve_args(
 const int32_t* summary_listed(const SummarySearchArgs& a) { return carve_args(a).list; }
 const int32_t* summary_listed_count(const SummarySearchArgs& a) { return carve_args(a).list_n; }
 const int32_t* summary_candidate_counts(const SummarySearchArgs& a) { return carve_args(a).cand_count; }
+const float* summary_row_dots(const SummarySearchArgs& a) { return carve_args(a).row_dots; }
+const uint8_t* summary_candidate_listed(const SummarySearchArgs& a) { return carve_args(a).cand_listed; }
 
 void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
   TOPKV_CHECK(a.n_kv >= 1 && a.group >= 1 && a.group <= 64 && a.max_n >= 0 && a.k >= 1 && a.cap >= 0,
@@ -353,6 +395,8 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
               a.spread, a.spread_clip);
   TOPKV_CHECK(a.rerank_k == 0 || (a.rerank_k >= 1 && a.cand_cap >= 1),
               "device search rerank: keep {} rows of {} candidates a head", a.rerank_k, a.cand_cap);
+  TOPKV_CHECK(!a.far_dropped || a.rerank_k == 0 || a.far_splits > 0,
+              "device search: far_dropped needs the far rows (far_splits > 0)");
   TOPKV_CHECK(a.coarse_k == 0 || (a.page_bounds && a.rerank_k == 0 && a.far_splits == 0),
               "device search: two levels are for page bounds without rerank or far rows");
   const Work w = carve_args(a);

@@ -138,6 +138,16 @@ SummarySelection summary_rerank_reference(const SummaryTables& t, const SummaryS
   return sel;
 }
 
+std::vector<int64_t> summary_dropped_reference(const SummarySelection& cand, const SummarySelection& kept) {
+  std::vector<int64_t> listed(kept.rows);
+  std::sort(listed.begin(), listed.end());
+  std::vector<int64_t> dropped;
+  for (size_t r = 0; r < cand.rows.size(); ++r)
+    if (kept.selected[(size_t)cand.row_group[r]] && !std::binary_search(listed.begin(), listed.end(), cand.rows[r]))
+      dropped.push_back((int64_t)r);
+  return dropped;
+}
+
 float summary_far_logit_reference(const SummaryTables& t, int64_t j, const float* q, float x, float scale) {
   double logit = (double)x * scale + std::log((double)t.counts[(size_t)j]);
   if (!t.key_var.empty())

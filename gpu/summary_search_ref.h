@@ -55,6 +55,11 @@ SummarySelection summary_rerank_reference(const SummaryTables& t, const SummaryS
                                           const std::vector<float>& scores, const std::vector<float>& row_scores,
                                           int group, int64_t k, int64_t cap);
 
+// far_dropped (step 4): the candidates (positions in `candidates.rows`)
+// that the rerank `kept` did not list but whose group it selected; each is a
+// far row of its own, logit scale.q.k, value V̄ of its group.
+std::vector<int64_t> summary_dropped_reference(const SummarySelection& candidates, const SummarySelection& kept);
+
 // The far logit of group j for one query head q (step 4): scale * x + ln N_j,
 // x the group's score, plus the spread term where the tables carry one
 // (SummaryTables::key_var, far_spread_logit).

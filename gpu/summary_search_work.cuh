@@ -10,7 +10,9 @@
 // (rows = n_kv * group); with rerank (cand_cap > 0) then
 // cand_k, cand_v [n_kv][cand_cap] pointers | cand_group [n_kv][cand_cap] u32 |
 // cand_count [n_kv] i32 | row_scores [n_kv][group][cand_cap] f32 |
-// row_lo, row_inv [rows] f32 | row_cut [rows] u32 | row_minmax [2][rows] u32.
+// row_lo, row_inv [rows] f32 | row_cut [rows] u32 | row_minmax [2][rows] u32;
+// with far_dropped too, row_dots [n_kv][group][cand_cap] f32 (q.k for every
+// query head) | cand_listed [n_kv][cand_cap] u8 (3b put the row in the lists).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -46,11 +48,15 @@ struct Work {
   uint32_t* row_cut;
   uint32_t* row_minmax;
   int cand_cap;
+  // far_dropped only (null without).
+  float* row_dots;
+  uint8_t* cand_listed;
 };
 
 // The layout above over the work space at `ws` (null: offsets only);
 // `bytes` gets its size (summary_search_workspace_bytes).
-inline Work carve(void* ws, int n_kv, int group, int max_n, int cand_cap, size_t* bytes = nullptr) {
+inline Work carve(void* ws, int n_kv, int group, int max_n, int cand_cap, bool far_dropped,
+                  size_t* bytes = nullptr) {
   const size_t rows = (size_t)n_kv * group;
   size_t at = 0;
   const auto take = [&](size_t n) {
@@ -79,6 +85,10 @@ inline Work carve(void* ws, int n_kv, int group, int max_n, int cand_cap, size_t
     w.row_inv = reinterpret_cast<float*>(take(rows * sizeof(float)));
     w.row_cut = reinterpret_cast<uint32_t*>(take(rows * sizeof(uint32_t)));
     w.row_minmax = reinterpret_cast<uint32_t*>(take(2 * rows * sizeof(uint32_t)));
+    if (far_dropped) {
+      w.row_dots = reinterpret_cast<float*>(take(rows * cand_cap * sizeof(float)));
+      w.cand_listed = take(nc);
+    }
   }
   if (bytes) *bytes = at;
   return w;

@@ -41,7 +41,7 @@ const std::vector<Entry>& registry() {
         "rerank=4 (as centroid; the rows of selected clusters not kept are dropped, clusters with none kept are "
         "far), spread=0 (a > 0: far rows' mass raised by min(a s^2/2 q^2.var, ln spread_clip) for their keys' "
         "spread), spread_clip=4, rerank_far=0 (1: the rows rerank drops are one more far row per cluster with "
-        "their exact mass; host search only), far_mass=estimate|oracle (oracle, for evaluation: every far row's "
+        "their exact mass), far_mass=estimate|oracle (oracle, for evaluation: every far row's "
         "exact mass, a dense pass on the host); needs the value store"},
        make_multipole_index},
       {{"hnswlib",

@@ -107,6 +107,11 @@ struct SummaryTables {
   // empty (no term); a far group's logit gains far_spread_logit(...) below.
   std::vector<float> key_var;
   double spread = 0.0, spread_clip = 1.0;
+  // With a rerank (SearchParams::rerank > 1), the rows of a selected group
+  // that no query head keeps are far rows too, each with its exact logit
+  // s q.k and the group's mean value (multipole:rerank_far,
+  // index/multipole_index.cpp); false: they are dropped.
+  bool far_dropped = false;
   // Two levels (PageBounds only; quest:coarse_ratio): coarse group c bounds
   // the fine groups [c*coarse_ratio, (c+1)*coarse_ratio) (coarse_level()).
   // Each query head first takes coarse groups until expand*k tokens; the

@@ -38,14 +38,16 @@
 // and answers whether the estimated mass, rather than the mean value or the
 // selection, is what a task loses (eval ruler's fwe, docs/AS_BUILT.md).
 //
-// rerank_far=1 (host search; the device search does not have it yet): with
-// rerank, the rows of a selected cluster that no head keeps are neither
-// attended nor far, so their attention is lost, and they are the best-scored
-// clusters' rows. Here each such cluster adds one more far row for them: the
-// exact mass of its dropped rows with the cluster's mean value. Their dot
-// products are taken again here (the rerank scores each head's own
-// candidates only, and a union-selected cluster may not be among them), about
-// the rerank's own cost again.
+// rerank_far=1: with rerank, the rows of a selected cluster that no head
+// keeps are neither attended nor far, so their attention is lost, and they
+// are the best-scored clusters' rows. Here each such cluster adds one more
+// far row for them: the exact mass of its dropped rows with the cluster's
+// mean value. In the host search their dot products are taken again (the
+// rerank scores each head's own candidates only, and a union-selected
+// cluster may not be among them), about the rerank's own cost again. The
+// device search (SummaryTables::far_dropped) has every candidate's dot
+// product for every query head already and adds the dropped rows one by one
+// (the same sum: exp of the row-wise log-sum-exp).
 #include <algorithm>
 #include <cmath>
 
@@ -73,9 +75,9 @@ class MultipoleIndex final : public ClusterIndex {
                 spread_clip_);
   }
   bool needs_values() const override { return true; }
-  // The oracle's exact far mass and rerank_far exist only in the host search.
+  // The oracle's exact far mass exists only in the host search.
   std::optional<SummaryTables::Kind> summary_kind() const override {
-    return oracle_mass_ || rerank_far_ ? std::nullopt : ClusterIndex::summary_kind();
+    return oracle_mass_ ? std::nullopt : ClusterIndex::summary_kind();
   }
   // With spread, an fp32 mean of squares per summary row besides the centroid.
   double bytes_per_key_estimate(int dim) const override {
@@ -125,6 +127,7 @@ class MultipoleIndex final : public ClusterIndex {
       for (int64_t j = 0; j < nf; ++j) key_var(j, out.key_var.data() + (size_t)j * sum_.dim);
       out.spread = spread_, out.spread_clip = spread_clip_;
     }
+    out.far_dropped = rerank_far_;
     return true;
   }
 

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <tuple>
 #include <random>
+#include <map>
 #include <set>
 
 #include "offload/partial_attention.h"
@@ -28,8 +29,9 @@ namespace {
 // rerank (the default of one-level centroid/multipole) the cut at R*k, the
 // candidates' exact scores (the store's own dot product, as the index
 // computes them) and the rerank cut at k.
+// `candidates` gets the rerank's candidates (the cut at R*k) where given.
 SummarySelection twin_select(const KvIndex& index, const SummaryTables& t, const RowStore& keys, const float* q,
-                             int group, int64_t k, int64_t cap) {
+                             int group, int64_t k, int64_t cap, SummarySelection* candidates = nullptr) {
   const auto scores = summary_scores_reference(t, q, group);
   if (t.coarse_ratio > 0) {  // two levels: the listed groups' scores, cut at k
     const std::vector<int32_t> listed = summary_expand_reference(t, q, group, t.coarse_budget(k));
@@ -45,6 +47,7 @@ SummarySelection twin_select(const KvIndex& index, const SummaryTables& t, const
   std::vector<float> row_scores((size_t)group * nc);
   for (int g = 0; g < group; ++g)
     for (size_t r = 0; r < nc; ++r) row_scores[(size_t)g * nc + r] = keys.dot(cand.rows[r], q + (size_t)g * t.dim);
+  if (candidates) *candidates = cand;
   return summary_rerank_reference(t, cand, scores, row_scores, group, k, cap);
 }
 
@@ -148,6 +151,75 @@ TEST_CASE("summary tables partition the indexed rows, the twin's cut selects wha
       }
     }
   }
+}
+
+TEST_CASE("the twin's dropped rows are the host search's rerank_far rows, with the same mass") {
+  // multipole:rerank_far=1: the host search adds one far row per selected
+  // cluster whose exact score x gives N_j exp(s x) = sum over its dropped
+  // rows of exp(s q.k); the device search adds those rows one by one
+  // (summary_dropped_reference). Both must name the same rows.
+  struct Case { int d, group; int64_t n, k; };
+  int64_t far_rows = 0;
+  for (const Case& c : {Case{64, 4, 3001, 200}, Case{128, 6, 2001, 33}, Case{256, 2, 1500, 64}, Case{64, 7, 999, 1}}) {
+    CAPTURE(c.d, c.group, c.n, c.k);
+    topkv::testing::Clustered data(c.d, 12, 7);
+    auto keys = std::make_shared<RowStore>(c.d, DType::F32), values = std::make_shared<RowStore>(c.d, DType::F32);
+    const auto kf = data.keys(c.n), vf = data.keys(c.n);
+    keys->append_f32(kf.data(), c.n);
+    values->append_f32(vf.data(), c.n);
+    BuildOptions bo;
+    bo.n_threads = 1;
+    auto index = KvIndex::create("multipole:rerank_far=1", bo);
+    index->build(keys, values);
+    SummaryTables t;
+    REQUIRE(index->export_summaries(t));
+    REQUIRE(t.far_dropped);
+    const double s = 1.0 / std::sqrt((double)c.d);
+    for (int trial = 0; trial < 4; ++trial) {
+      const auto q = data.queries(c.group);
+      SummarySelection cand;
+      const SummarySelection sel = twin_select(*index, t, *keys, q.data(), c.group, c.k, c.n, &cand);
+      const std::vector<int64_t> dropped = summary_dropped_reference(cand, sel);
+      // Per selected group: the log of the twin's dropped rows' mass, per query head.
+      std::map<int32_t, std::vector<double>> lse;
+      for (int64_t r : dropped) {
+        const int32_t j = (int32_t)cand.row_group[(size_t)r];
+        REQUIRE(sel.selected[(size_t)j]);
+        auto& v = lse.try_emplace(j, (size_t)c.group, -INFINITY).first->second;
+        for (int g = 0; g < c.group; ++g) {
+          const double z = s * keys->dot(cand.rows[(size_t)r], q.data() + (size_t)g * c.d);
+          const double m = std::max(v[(size_t)g], z);
+          v[(size_t)g] = m + std::log(std::exp(v[(size_t)g] - m) + std::exp(z - m));
+        }
+      }
+      SearchParams p;
+      p.k = c.k;
+      const SearchResult r = index->search(q.data(), c.group, p);
+      const size_t nf = r.far_clusters.size();
+      REQUIRE(r.far_scores.size() == (size_t)c.group * nf);
+      // The host's rows for selected clusters are its dropped-rows rows.
+      std::set<int32_t> host;
+      for (size_t f = 0; f < nf; ++f) {
+        const int32_t j = r.far_clusters[f];
+        if (!sel.selected[(size_t)j]) continue;
+        host.insert(j);
+        REQUIRE(lse.count(j));
+        for (int g = 0; g < c.group; ++g) {
+          const double got = s * r.far_scores[(size_t)g * nf + f] + std::log((double)t.counts[(size_t)j]);
+          CHECK(got == Approx(lse[j][(size_t)g]).margin(1e-4));
+        }
+        ++far_rows;
+      }
+      CHECK(host.size() == lse.size());
+      // Every candidate row of a selected group is listed or dropped.
+      const std::set<int64_t> listed(sel.rows.begin(), sel.rows.end());
+      for (size_t i = 0; i < cand.rows.size(); ++i)
+        if (sel.selected[(size_t)cand.row_group[i]])
+          CHECK((listed.count(cand.rows[i]) == 1) !=
+                std::binary_search(dropped.begin(), dropped.end(), (int64_t)i));
+    }
+  }
+  CHECK(far_rows > 50);
 }
 
 TEST_CASE("a quest coarse page bounds every page and key below it (SummaryTables::coarse_level)") {

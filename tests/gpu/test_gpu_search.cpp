@@ -47,7 +47,9 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
   auto& be = cuda_be();
   OpSummary scores_sum("device search scores", 1e-5), far_sum("device search far rows", 1e-5);
   OpSummary scores16("device search scores, f16 tables", 1e-3), row_sum("device rerank row scores", 1e-5);
+  OpSummary dots_sum("device rerank dots for every query head", 1e-5);
   int selections = 0, mismatched = 0, spread_heads = 0, listed_heads = 0;
+  int64_t dropped_rows = 0;  // far_dropped: candidates checked as far rows of their own
   double max_spread_term = 0;  // the largest far spread term checked (its logit less scale.x + ln N)
   // rerank R > 1: clusters until R*k tokens are candidates, each query head
   // keeps its k best rows (step 3b), rows read from an f16 or f8 store.
@@ -62,6 +64,12 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
       {"centroid:ratio=9", DType::F32, 256, 2, 1, 1301, 1, false, 3},
       {"multipole", DType::F32, 128, 2, 6, 2501, 50, false, 4, DType::F8E4M3},
       {"multipole", DType::F32, 64, 1, 2, 300, 1000, false, 4},  // fewer rows than R*k: every row a candidate
+      // the rows rerank drops from selected groups as far rows (rerank_far; with rerank=1 nothing is dropped)
+      {"multipole:rerank_far=1", DType::F32, 128, 2, 4, 4000, 64, false, 4},
+      {"multipole:rerank_far=1,spread=0.5", DType::F16, 64, 3, 12, 777, 9, true, 8},
+      {"multipole:rerank_far=1", DType::F32, 256, 1, 6, 2501, 50, false, 4, DType::F8E4M3},
+      {"multipole:rerank_far=1", DType::BF16, 128, 1, 7, 1001, 1, false, 3},
+      {"multipole:rerank_far=1", DType::F32, 128, 1, 4, 2000, 64, false},
       // the far rows' spread term (damped; the clip binding; 12 query heads: two grid.z chunks)
       {"multipole:spread=0.5", DType::F32, 128, 2, 4, 4000, 256, false, 4},
       {"multipole:spread=0.5,rerank=1", DType::F16, 256, 1, 4, 9000, 512, false},
@@ -96,7 +104,8 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
     const int cand_cap = cand_k ? tab.row_cap(cand_k, G) : 0;
     const auto q = data.queries(nkv * G);
     Buffer dq = upload(be, q);
-    Buffer ws = be.alloc(cuda::summary_search_workspace_bytes(nkv, G, max_n, cand_cap));
+    const bool far_dropped = tab.far_dropped() && cand_k > 0;
+    Buffer ws = be.alloc(cuda::summary_search_workspace_bytes(nkv, G, max_n, cand_cap, far_dropped));
     Buffer lists = be.alloc(2 * (size_t)nkv * cap * sizeof(void*) + nkv * 4);
     const int far_splits = 5, parts = far_splits + 1;
     Buffer part = be.alloc((size_t)nkv * G * parts * (2 + d) * 4);
@@ -107,7 +116,7 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
     a.page_bounds = tab.page_bounds(), a.table_type = c.table, a.store_type = cfg.store_dtype;
     a.q = dq.f32(), a.k = cand_k ? cand_k : c.k, a.scale = 0.09f, a.workspace = ws.mem.get();
     a.spread = tab.spread(), a.spread_clip = tab.spread_clip();
-    a.rerank_k = cand_k ? c.k : 0, a.cand_cap = cand_cap;
+    a.rerank_k = cand_k ? c.k : 0, a.cand_cap = cand_cap, a.far_dropped = tab.far_dropped();
     a.coarse_k = tab.coarse_budget(c.k);
     auto* dl = lists.as<const void*>();
     a.k_rows = const_cast<const void**>(dl), a.v_rows = const_cast<const void**>(dl + (size_t)nkv * cap);
@@ -122,11 +131,16 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
     const auto dcount = fetch<int32_t>(be, a.counts, (size_t)nkv);
     const auto dlist = fetch<int32_t>(be, cuda::summary_listed(a), (size_t)nkv * max_n);
     const auto dlist_n = fetch<int32_t>(be, cuda::summary_listed_count(a), (size_t)nkv);
-    std::vector<float> drows;
+    std::vector<float> drows, ddots;
     std::vector<int32_t> dcand;
+    std::vector<uint8_t> dlisted;
     if (cand_k) {
       drows = fetch<float>(be, cuda::summary_row_scores(a), (size_t)nkv * G * cand_cap);
       dcand = fetch<int32_t>(be, cuda::summary_candidate_counts(a), (size_t)nkv);
+    }
+    if (far_dropped) {
+      ddots = fetch<float>(be, cuda::summary_row_dots(a), (size_t)nkv * G * cand_cap);
+      dlisted = fetch<uint8_t>(be, cuda::summary_candidate_listed(a), (size_t)nkv * cand_cap);
     }
     const auto hm = fetch<float>(be, pm, (size_t)nkv * G * parts), hl = fetch<float>(be, pl, (size_t)nkv * G * parts);
     const auto ho = fetch<float>(be, po, (size_t)nkv * G * parts * d);
@@ -177,6 +191,9 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
       (c.table == DType::F32 ? scores_sum : scores16).check(rel_err(got, want));
       // Cut, union and gather: exactly the twin's on the device's scores.
       SummarySelection sel = summary_select_reference(t, got, G, cand_k ? cand_k : c.k, cand_k ? cand_cap : cap);
+      const SummarySelection cands = sel;
+      // far_dropped: each candidate's q.k for every query head (exact, double).
+      std::vector<double> dots;
       if (cand_k) {
         // Rerank: the candidates' exact scores against q.k of the store's
         // rows (-inf where the query head's cut did not take the group),
@@ -185,6 +202,8 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
         REQUIRE(dcand[(size_t)h] == (int32_t)nc);
         std::vector<float> rows_got((size_t)G * nc), rows_want, rows_dev;
         std::vector<float> key(d);
+        std::vector<float> dots_got, dots_want;
+        dots.resize((size_t)G * nc);
         for (int g = 0; g < G; ++g)
           for (int64_t r = 0; r < nc; ++r) {
             const float x = drows[((size_t)h * G + g) * cand_cap + r];
@@ -192,13 +211,17 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
             const ScoreCut& gc = sel.cuts[(size_t)g];
             const bool in = gc.key(got[(size_t)g * n + sel.row_group[(size_t)r]]) >= gc.cut;
             CHECK((x == -INFINITY) == !in);
-            if (!in) continue;
             L.key_store(h)->row_f32(sel.rows[(size_t)r], key.data());
             double dot = 0;
             for (int i = 0; i < d; ++i) dot += (double)q[((size_t)h * G + g) * d + i] * key[(size_t)i];
+            dots[(size_t)g * nc + r] = dot;
+            if (far_dropped)
+              dots_got.push_back(ddots[((size_t)h * G + g) * cand_cap + r]), dots_want.push_back((float)dot);
+            if (!in) continue;
             rows_want.push_back((float)dot), rows_dev.push_back(x);
           }
         row_sum.check(rel_err(rows_dev, rows_want));
+        if (far_dropped) dots_sum.check(rel_err(dots_got, dots_want));
         sel = summary_rerank_reference(t, sel, got, rows_got, G, c.k, cap);
       }
       for (int64_t j = 0; j < n; ++j) mismatched += sel.selected[(size_t)j] != (char)dsel[(size_t)h * max_n + j];
@@ -209,6 +232,19 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
         REQUIRE(dv[(size_t)h * cap + r] == L.value_store(h)->row(sel.rows[r]));
       }
       if (!tab.far_field()) continue;
+      // far_dropped: the rows of selected groups that the lists do not hold.
+      std::vector<int64_t> dropped;
+      if (far_dropped) {
+        dropped = summary_dropped_reference(cands, sel);
+        std::vector<int64_t> listed(sel.rows);
+        std::sort(listed.begin(), listed.end());
+        int listed_mismatch = 0;
+        for (size_t r = 0; r < cands.rows.size(); ++r)
+          listed_mismatch += (dlisted[(size_t)h * cand_cap + r] != 0) !=
+                             std::binary_search(listed.begin(), listed.end(), cands.rows[r]);
+        CHECK(listed_mismatch == 0);
+        dropped_rows += (int64_t)dropped.size();
+      }
       // Far rows: every unselected group, logit scale.x + ln N (+ the spread
       // term), value mean.
       if (!t.key_var.empty()) ++spread_heads;
@@ -226,6 +262,11 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
             logw.push_back(0.f);  // ln N_j is in the logit
             idx.push_back((int32_t)j);
           }
+        for (int64_t r : dropped) {  // one far row each: its exact logit, its group's mean value
+          s.push_back((float)(dots[(size_t)g * cands.rows.size() + (size_t)r] * a.scale));
+          logw.push_back(0.f);
+          idx.push_back((int32_t)cands.row_group[(size_t)r]);
+        }
         partial_add_gather(ref, s.data(), logw.data(), t.value_means.data(), idx.data(), (int64_t)idx.size());
         const size_t row = (size_t)h * G + g;
         for (int p = 1; p < parts; ++p) {
@@ -245,6 +286,8 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
   CHECK(mismatched == 0);
   CHECK(spread_heads >= 5);  // the spread cases reached the far check
   CHECK(listed_heads >= 8);  // the two-level cases reached their check
+  INFO(dropped_rows << " dropped rows checked as far rows");
+  CHECK(dropped_rows > 1000);  // the far_dropped cases dropped rows, and the far check took them
   INFO("largest far spread term " << max_spread_term);
   CHECK(max_spread_term > 0.05);  // and their term is large enough to matter
 }
