@@ -181,7 +181,12 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   // Partial slots: sinks, ring (tail_: manage_folds), retrieved rows, far rows.
   const int n_exact = exact_parts(L, tail_);
   const int ids_splits = splits_for(cap, kIdsRowsPerSplit, kMaxIdsSplits);
-  const int far_splits = tab.far_field() ? splits_for(tab.max_n(), kFarGroupsPerSplit, kMaxFarSplits) : 0;
+  // Far splits: one per kFarGroupsPerSplit groups; with far_dropped the far
+  // kernel also walks the candidates (thousands a KV head), so one per as
+  // many of those too. (With splits by groups alone, 8 at 16K, rerank_far's
+  // step was 22% slower than the default's: bench/results/gpu_session15/.)
+  const int64_t far_items = std::max<int64_t>(tab.max_n(), far_dropped ? cand_cap : 0);
+  const int far_splits = tab.far_field() ? splits_for(far_items, kFarGroupsPerSplit, kMaxFarSplits) : 0;
   const int parts = n_exact + ids_splits + far_splits;
   float *pm, *pl, *po;
   cuda::carve_partials(parts_.mem.get(), (size_t)nh * parts, pm, pl, po);

@@ -329,6 +329,9 @@ TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtim
       {"multipole:rerank=2", 256, 8, 1, 2500, 8, 2, 100, 5, false, 0},  // the spec's own factor
       {"multipole:spread=0.5", 128, 4, 1, 3000, 16, 4, 256, 1024, false, 0},  // the far rows' spread term
       {"multipole:spread=4,spread_clip=1.5", 64, 8, 2, 1200, 32, 4, 64, 40, false, 0},
+      // the rows rerank drops as far rows: the device's one by one, the host's one per cluster
+      {"multipole:rerank_far=1", 128, 4, 1, 3000, 16, 4, 256, 1024, false, 0},
+      {"multipole:rerank_far=1,spread=0.5", 64, 8, 2, 1200, 32, 4, 64, 40, false, 3},
       {"quest:page=4,coarse_ratio=4,expand=2", 128, 8, 8, 700, 8, 0, 40, 7},  // two levels
       {"quest:page=8,coarse_ratio=8", 64, 8, 2, 3000, 16, 4, 64, 40},
   };
