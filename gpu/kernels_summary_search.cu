@@ -356,7 +356,8 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
       }
     }
   }
-  if (w.cand_listed) add_dropped_rows<E, HD>(a, w, h, split, g0, ng, m, l, o);
+  // (max_n 0: no gather ran, so no candidates were written.)
+  if (w.cand_listed && a.max_n > 0) add_dropped_rows<E, HD>(a, w, h, split, g0, ng, m, l, o);
   store_block_partials(sm, m, l, o, ng, (size_t)h * a.group + g0, a.part0 + split, a.parts, a.part_m, a.part_l,
                        a.part_o);
 }
