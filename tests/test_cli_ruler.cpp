@@ -43,7 +43,8 @@ TEST_CASE("eval ruler: rows for dense and each method, flat at k = 100% decodes 
 
   const std::string text = test::slurp(csv);
   const std::vector<std::string> cols = csv_header(text);
-  for (const char* want : {"task", "length", "prompt_tokens", "method", "k_tokens", "score", "agreement", "kl_mean",
+  for (const char* want : {"task", "length", "prompt_tokens", "method", "k_tokens", "rows_attended", "score",
+                           "agreement", "kl_mean",
                            "kl_max", "attn_err_per_layer", "decode_tok_s", "index_build_s", "answers", "generated"})
     CHECK(std::find(cols.begin(), cols.end(), want) != cols.end());
   CHECK(std::count(text.begin(), text.end(), '\n') >= 1 + 2 * 3);  // header + 2 tasks x (dense + 2 methods)
@@ -82,6 +83,9 @@ TEST_CASE("eval ruler: rows for dense and each method, flat at k = 100% decodes 
     CHECK(row["index_build_s"].get<double>() >= 0.0);
     if (row["method"] == "topk:flat@100%") {  // every stored key retrieved: dense up to the f16 store
       CHECK(row["k_tokens"].get<double>() == Approx(row["prompt_tokens"].get<double>()).epsilon(0.01));
+      // every store row each step: the prompt and the answer's tokens less sinks and window
+      CHECK(row["rows_attended"].get<double>() >= row["prompt_tokens"].get<double>() - 2 - 8);
+      CHECK(row["rows_attended"].get<double>() <= row["prompt_tokens"].get<double>() + 128);
       CHECK(row["agreement"].get<double>() == 1.0);
       CHECK(row["kl_mean"].get<double>() < 1e-3);
       for (const auto& e : row["attention_rel_error_per_layer"]) CHECK(e.get<double>() < 1e-5);
@@ -91,6 +95,9 @@ TEST_CASE("eval ruler: rows for dense and each method, flat at k = 100% decodes 
       CHECK(row["score"] == dense[row["task"]]["score"]);
     } else {
       CHECK(row["k_tokens"].get<double>() == 4.0);
+      // each query head's 4, their union per KV head: 4 .. 4 x group (tiny-gemma3: 2)
+      CHECK(row["rows_attended"].get<double>() >= 4.0);
+      CHECK(row["rows_attended"].get<double>() <= 8.0);
       double err = 0;  // 4 keys of ~1000: attention leaves most out
       for (const auto& e : row["attention_rel_error_per_layer"]) err += e.get<double>();
       CHECK(err > 1e-4);

@@ -18,6 +18,13 @@ struct RulerRow {
   uint64_t seed = 0;                 // the prompt's own seed
   int dense_layers = 0;
   std::vector<int64_t> k_per_layer;  // tokens, per retrieval layer
+  // Store rows attended per KV head, retrieval layer and step of the free run
+  // (OffloadStats::retrieved): with GQA union the union of the query heads'
+  // picks (<= group x k), under --threshold what the threshold kept, plus
+  // the store rows not folded into the index yet (attended exactly). With the
+  // device search the last step's counts arrive with the next step, so this
+  // is low by at most 1 / decode_steps.
+  double rows_attended = 0;
   double score = 0;                  // string_match_all x 100
   std::vector<std::string> answers;
   std::string generated;

@@ -135,18 +135,19 @@ void print_ruler_summary(const RulerReport& r, const json& summary) {
 
 void write_ruler_csv(const RulerReport& r, const std::string& path) {
   std::ostringstream f;
-  f << "task,length,prompt_tokens,sample,seed,method,index,k,dense_layers,k_schedule,k_tokens,score,agreement,"
-       "kl_mean,kl_max,attn_err_mean,attn_err_per_layer,decode_tok_s,decode_steps,index_build_s,restore_s,answers,"
-       "generated\n";
+  f << "task,length,prompt_tokens,sample,seed,method,index,k,dense_layers,k_schedule,k_tokens,rows_attended,score,"
+       "agreement,kl_mean,kl_max,attn_err_mean,attn_err_per_layer,decode_tok_s,decode_steps,index_build_s,restore_s,"
+       "answers,generated\n";
   for (const RulerRow& row : r.rows) {
     std::string errs, answers;
     for (double e : row.attn_err) errs += fmt::format("{}{:.5f}", errs.empty() ? "" : ";", e);
     for (const std::string& a : row.answers) answers += (answers.empty() ? "" : "|") + a;
-    f << fmt::format("{},{},{},{},{},{},{},{},{},{},{:.1f},{:.2f},{:.4f},{:.6f},{:.6f},{:.5f},{},{:.2f},{},{:.3f},{:.3f},"
-                     "{},{}\n", row.task, row.length, row.prompt_tokens, row.sample, row.seed, csv_field(row.method),
+    f << fmt::format("{},{},{},{},{},{},{},{},{},{},{:.1f},{:.1f},{:.2f},{:.4f},{:.6f},{:.6f},{:.5f},{},{:.2f},{},"
+                     "{:.3f},{:.3f},{},{}\n", row.task, row.length, row.prompt_tokens, row.sample, row.seed, csv_field(row.method),
                      csv_field(row.index), csv_field(row.k), row.dense_layers, row.k_schedule, row.k_mean(),
-                     row.score, row.agreement, row.kl_mean, row.kl_max, row.attn_err_mean(), errs, row.tok_per_s(),
-                     row.decode_steps, row.build_s, row.restore_s, csv_field(answers), csv_field(row.generated));
+                     row.rows_attended, row.score, row.agreement, row.kl_mean, row.kl_max, row.attn_err_mean(), errs,
+                     row.tok_per_s(), row.decode_steps, row.build_s, row.restore_s, csv_field(answers),
+                     csv_field(row.generated));
   }
   write_file_atomic(path, f.str(), "--csv report");
 }
@@ -157,7 +158,8 @@ void write_ruler_json(const RulerReport& r, const json& summary, const std::stri
     rows.push_back({{"task", row.task}, {"length", row.length}, {"prompt_tokens", row.prompt_tokens},
                     {"sample", row.sample}, {"seed", row.seed}, {"method", row.method}, {"index", row.index},
                     {"k", row.k}, {"dense_layers", row.dense_layers}, {"k_schedule", row.k_schedule},
-                    {"k_per_layer", row.k_per_layer}, {"k_tokens", row.k_mean()}, {"score", row.score},
+                    {"k_per_layer", row.k_per_layer}, {"k_tokens", row.k_mean()},
+                    {"rows_attended", row.rows_attended}, {"score", row.score},
                     {"answers", row.answers}, {"generated", row.generated}, {"depths", row.depths},
                     {"agreement", row.agreement}, {"kl_mean", row.kl_mean}, {"kl_max", row.kl_max},
                     {"attention_rel_error_per_layer", row.attn_err}, {"oracle_topk_mass_per_layer", row.topk_mass},
