@@ -25,6 +25,25 @@ using namespace topkv;
 
 namespace {
 
+// An index of `spec` built on one thread over n of `data`'s keys, with as
+// many of its keys again as values.
+struct ClusteredIndex {
+  std::shared_ptr<RowStore> keys, values;
+  std::unique_ptr<KvIndex> index;
+};
+ClusteredIndex build_clustered(const std::string& spec, topkv::testing::Clustered& data, int64_t n) {
+  ClusteredIndex b;
+  b.keys = std::make_shared<RowStore>(data.d, DType::F32), b.values = std::make_shared<RowStore>(data.d, DType::F32);
+  const auto kf = data.keys(n), vf = data.keys(n);
+  b.keys->append_f32(kf.data(), n);
+  b.values->append_f32(vf.data(), n);
+  BuildOptions bo;
+  bo.n_threads = 1;
+  b.index = KvIndex::create(spec, bo);
+  b.index->build(b.keys, b.values);
+  return b;
+}
+
 // The twin's selection for the index's own search: the cut at k, or with
 // rerank (the default of one-level centroid/multipole) the cut at R*k, the
 // candidates' exact scores (the store's own dot product, as the index
@@ -69,14 +88,9 @@ TEST_CASE("summary tables partition the indexed rows, the twin's cut selects wha
   for (const Case& c : cases) {
     CAPTURE(c.spec, c.d, c.group, c.n, c.k);
     topkv::testing::Clustered data(c.d, 12, 99);
-    auto keys = std::make_shared<RowStore>(c.d, DType::F32), values = std::make_shared<RowStore>(c.d, DType::F32);
-    const auto kf = data.keys(c.n), vf = data.keys(c.n);
-    keys->append_f32(kf.data(), c.n);
-    values->append_f32(vf.data(), c.n);
-    BuildOptions bo;
-    bo.n_threads = 1;
-    auto index = KvIndex::create(c.spec, bo);
-    index->build(keys, values);
+    const ClusteredIndex built = build_clustered(c.spec, data, c.n);
+    const auto& keys = built.keys;
+    KvIndex* index = built.index.get();
 
     SummaryTables t;
     REQUIRE(index->export_summaries(t));
@@ -163,14 +177,9 @@ TEST_CASE("the twin's dropped rows are the host search's rerank_far rows, with t
   for (const Case& c : {Case{64, 4, 3001, 200}, Case{128, 6, 2001, 33}, Case{256, 2, 1500, 64}, Case{64, 7, 999, 1}}) {
     CAPTURE(c.d, c.group, c.n, c.k);
     topkv::testing::Clustered data(c.d, 12, 7);
-    auto keys = std::make_shared<RowStore>(c.d, DType::F32), values = std::make_shared<RowStore>(c.d, DType::F32);
-    const auto kf = data.keys(c.n), vf = data.keys(c.n);
-    keys->append_f32(kf.data(), c.n);
-    values->append_f32(vf.data(), c.n);
-    BuildOptions bo;
-    bo.n_threads = 1;
-    auto index = KvIndex::create("multipole:rerank_far=1", bo);
-    index->build(keys, values);
+    const ClusteredIndex built = build_clustered("multipole:rerank_far=1", data, c.n);
+    const auto& keys = built.keys;
+    KvIndex* index = built.index.get();
     SummaryTables t;
     REQUIRE(index->export_summaries(t));
     REQUIRE(t.far_dropped);
