@@ -171,7 +171,7 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   const int64_t cand_k = rerank_ > 1.0 ? (int64_t)std::min(rerank_ * (double)budget, 2.0e9) : 0;
   const int cap = tab.row_cap(budget, G), cand_cap = cand_k ? tab.row_cap(cand_k, G) : 0;
   ensure_capacity(cap);
-  const bool far_dropped = cand_cap > 0 && tab.far_dropped() && tab.far_field();
+  const bool far_dropped = cand_cap > 0 && tab.far_dropped();  // staged only with value means (a far field)
   const size_t ws = cuda::summary_search_workspace_bytes(nkv, G, tab.max_n(), cand_cap, far_dropped);
   if (search_ws_.bytes < ws) be_.synchronize(), search_ws_ = be_.alloc(ws);
 

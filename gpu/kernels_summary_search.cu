@@ -356,8 +356,7 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
       }
     }
   }
-  // (max_n 0: no gather ran, so no candidates were written.)
-  if (w.cand_listed && a.max_n > 0) add_dropped_rows<E, HD>(a, w, h, split, g0, ng, m, l, o);
+  if (w.cand_listed) add_dropped_rows<E, HD>(a, w, h, split, g0, ng, m, l, o);
   store_block_partials(sm, m, l, o, ng, (size_t)h * a.group + g0, a.part0 + split, a.parts, a.part_m, a.part_l,
                        a.part_o);
 }
@@ -454,8 +453,9 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
       TOPKV_CUDA_CHECK_LAUNCH();
     }
     if (a.rerank_k > 0) summary_rerank(a, w, stream);
-  } else if (a.max_n == 0) {
+  } else if (a.max_n == 0) {  // nothing to search: empty lists (and no candidates, which the far rows read)
     TOPKV_CUDA_CHECK(cudaMemsetAsync(a.counts, 0, (size_t)a.n_kv * sizeof(int32_t), stream));
+    if (a.rerank_k > 0) TOPKV_CUDA_CHECK(cudaMemsetAsync(w.cand_count, 0, (size_t)a.n_kv * sizeof(int32_t), stream));
   }
   if (a.far_splits > 0 && (a.phases & A::kSearchFar)) {
     const dim3 grid((unsigned)a.n_kv, (unsigned)a.far_splits, gz);

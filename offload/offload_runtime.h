@@ -85,6 +85,12 @@ class OffloadRuntime : public AttentionOverride {
   const std::vector<int>& retrieval_layers() const { return retrieval_layers_; }
   const std::vector<int64_t>& k_per_layer() const { return k_; }
   const OffloadStats& stats() const { return stats_; }
+  // A count of stats() (retrieved, exact) per retrieval layer, KV head and
+  // decode step, on average; 0 before the first step.
+  double per_head_step(int64_t count) const {
+    const double slots = (double)stats_.steps * (double)retrieval_layers_.size() * cfg_.n_head_kv;
+    return slots > 0 ? (double)count / slots : 0.0;
+  }
   // Fidelity measurement: each decode step also computes exact attention over
   // everything the layer holds and accumulates the relative L2 error of the
   // served output (slow: a full scan per layer and step; for evaluation).

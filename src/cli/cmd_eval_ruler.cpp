@@ -117,8 +117,7 @@ RulerRow run_method(Session& ss, SharedContext& ctx, const EvalMethod& m, const 
     const GreedyRun run = greedy_run(ss.model, first, ss.a.answer_of(p.task), &ss.tok);
     ctx.detach();
     row.k_per_layer = rt->k_per_layer();
-    const double slots = (double)rt->stats().steps * (double)row.k_per_layer.size() * ss.model.config().n_head_kv;
-    row.rows_attended = slots > 0 ? (double)rt->stats().retrieved / slots : 0.0;
+    row.rows_attended = rt->per_head_step(rt->stats().retrieved);
     row.generated = ss.tok.decode(run.ids);
     row.decode_steps = run.decode_steps, row.decode_s = run.decode_s;
     time.method_decode_s += run.decode_s;

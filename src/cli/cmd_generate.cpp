@@ -208,10 +208,9 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
   if (offload && offload->stats().steps > 0) {
     const OffloadStats& st = offload->stats();
     note(fmt::format("topkv: top-k decode: {:.1f} keys retrieved + {:.1f} exact per layer and KV head per step; "
-                     "{:.2f} ms search, {:.2f} ms offloaded attention per step", (double)st.retrieved / st.steps /
-                     offload->retrieval_layers().size() / cfg.n_head_kv, (double)st.exact / st.steps /
-                     offload->retrieval_layers().size() / cfg.n_head_kv, st.search_s * 1e3 / st.steps,
-                     st.attend_s * 1e3 / st.steps));
+                     "{:.2f} ms search, {:.2f} ms offloaded attention per step",
+                     offload->per_head_step(st.retrieved), offload->per_head_step(st.exact),
+                     st.search_s * 1e3 / st.steps, st.attend_s * 1e3 / st.steps));
   }
   if (offload && cuda && offload->stats().steps > 0) {
     const OffloadStats& st = offload->stats();

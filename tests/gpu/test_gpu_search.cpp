@@ -116,7 +116,7 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
     a.page_bounds = tab.page_bounds(), a.table_type = c.table, a.store_type = cfg.store_dtype;
     a.q = dq.f32(), a.k = cand_k ? cand_k : c.k, a.scale = 0.09f, a.workspace = ws.mem.get();
     a.spread = tab.spread(), a.spread_clip = tab.spread_clip();
-    a.rerank_k = cand_k ? c.k : 0, a.cand_cap = cand_cap, a.far_dropped = tab.far_dropped();
+    a.rerank_k = cand_k ? c.k : 0, a.cand_cap = cand_cap, a.far_dropped = far_dropped;
     a.coarse_k = tab.coarse_budget(c.k);
     auto* dl = lists.as<const void*>();
     a.k_rows = const_cast<const void**>(dl), a.v_rows = const_cast<const void**>(dl + (size_t)nkv * cap);
