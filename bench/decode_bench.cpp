@@ -53,7 +53,7 @@ namespace {
 // when a device is visible); with auto on the CPU, the note says why.
 std::unique_ptr<Backend> make_backend(const DecodeBenchConfig& c, std::string& note) {
   BackendSpec spec;
-  spec.name = c.backend, spec.gpu_mem_budget = c.gpu_mem_budget;
+  spec.name = c.backend, spec.gpu_mem_budget = c.gpu_mem_budget, spec.q8_terms = c.q8_terms;
   note = auto_backend_note(c.backend);
   bool cuda = false;
   return open_backend(spec, cuda);

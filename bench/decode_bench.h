@@ -41,6 +41,7 @@ struct DecodeBenchConfig {
   OffloadPolicy policy;            // k, window, sinks, dense layers, ... (attn and index are set per row)
   std::string backend = "auto";    // "cpu", "cuda", or "auto" (cuda when a device is there, else cpu)
   size_t gpu_mem_budget = 0;       // bytes the model may hold in backend memory; 0 = no limit
+  int q8_terms = 0;                // CUDA: CudaBackendOptions::q8_terms (0: its default)
   int steps = 16, warmup = 2;
   ContextFill fill = ContextFill::Synthetic;
   DType kv_dtype = DType::F16;     // the model's cache (dense) and the host-dense rows

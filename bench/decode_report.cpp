@@ -25,11 +25,12 @@ void print_decode_table(const DecodeBenchResult& r, std::FILE* out) {
   for (int il : r.offloaded_layers) layers += (layers.empty() ? "" : " ") + std::to_string(il);
   fmt::print(out, "\nmodel: {} ({}, {} layers, {} KV heads x {}; layers topk/host-dense take: {})\n", c.model_label,
              r.arch, r.n_layer, r.n_head_kv, r.head_dim, layers);
-  fmt::print(out, "backend {}, {} threads; context fill: {}{}; {} timed steps after {} warmup; KV {}{}\n",
+  fmt::print(out, "backend {}, {} threads; context fill: {}{}; {} timed steps after {} warmup; KV {}{}{}\n",
              r.backend_name, r.threads, context_fill_name(c.fill),
              c.fill == ContextFill::Synthetic ? " (generated keys/values, not a prefill)" : " (passkey prompt)",
              c.steps, c.warmup, dtype_name(c.kv_dtype),
-             c.gpu_mem_budget ? ", budget " + format_bytes((double)c.gpu_mem_budget) : "");
+             c.gpu_mem_budget ? ", budget " + format_bytes((double)c.gpu_mem_budget) : "",
+             c.q8_terms ? fmt::format(", --q8-terms {}", c.q8_terms) : "");
   fmt::print(out, "{:>8} {:<22} {:>5} {:>9} {:>8} {:>8} | {:>7} {:>7} {:>7} {:>6} {:>6} {:>6} | {:>10} {:>10} {:>6} "
              "{:>8} {:>8} {:>9}\n", "context", "mode", "k", "tok/s", "p50 ms", "p99 ms", "model", "h-attn", "search",
              "gpu", "xfer", "wait", "KV backend", "KV host", "cached", "fill s", "build s", "peak RSS");

@@ -13,12 +13,13 @@
 //     1-row weights (norms, biases) F32. --weights f32 is refused (twice
 //     fp16's memory and bandwidth for no gain the tests could see).
 //   - matmul on quantised weights (gpu/cuda_quant_matmul.cpp). T <= 8 tokens:
-//     the activations are quantised to q8_1 once (32 int8 and an fp32 scale
-//     per block) and the MMVQ kernel takes integer dot products (dp4a) with
-//     the blocks, fp32 accumulation, the epilogue in the kernel; matmul_group
-//     runs the products of one input (q, k, v; gate, up) in one launch. Expect
-//     ~1e-2 relative difference from the CPU per product (the q8_1 rounding of
-//     the activations; 1-4e-2 on a model's logits). T > 8: the weight is
+//     the activations are quantised once to two q8_1 terms, the value and its
+//     residual (32 int8 and an fp32 scale per block each; gpu/quant_units.h),
+//     and the MMVQ kernel takes integer dot products (dp4a) of the blocks with
+//     both, fp32 accumulation, the epilogue in the kernel; matmul_group runs
+//     the products of one input (q, k, v; gate, up) in one launch. Expect
+//     ~1e-4 relative difference from the CPU per product (~1e-2 with
+//     TOPKV_Q8_TERMS=1, ggml's one term; 1-4e-2 on a model's logits). T > 8: the weight is
 //     dequantised to fp16 in row tiles (<= 256 MiB of work space, reserved
 //     when the weight is prepared) and multiplied by cuBLAS as below.
 //   - matmul on 16-bit weights. T <= 4 tokens (decode) run a GEMV kernel that
@@ -45,6 +46,9 @@ namespace topkv {
 struct CudaBackendOptions {
   int device = 0;         // CUDA device ordinal
   size_t mem_budget = 0;  // device bytes the backend may hold (0: as much as the device has)
+  // Activation terms of the decode products on quantised weights
+  // (gpu/quant_units.h): 2 (q8_1x2) or 1 (ggml's q8_1); 0: TOPKV_Q8_TERMS, else 2.
+  int q8_terms = 0;
 };
 
 // Throws Error when built without CUDA, when the device does not exist, or

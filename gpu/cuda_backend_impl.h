@@ -125,6 +125,7 @@ class CudaBackend final : public Backend {
   // jobs' GEMV launches over it.
   void quant_gemv_group(const MatmulInput& in, int T, std::span<const MatmulJob> jobs);
   MmvqKernel mmvq_kernel_ = MmvqKernel::Auto;  // TOPKV_MMVQ=old|new|auto, read at construction
+  int q8_terms_ = 2;  // activation terms of the GEMV (quant_units.h): CudaBackendOptions::q8_terms
   void quant_prefill(const float* x, const Weight& w, int T, float* y, const MatmulEpilogue& ep);
   Weight upload_quant(const Weight& src);  // gpu/cuda_weights.cpp
   // While recording: the op must be a T = 1 op at the recorded position, and

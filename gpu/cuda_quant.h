@@ -40,17 +40,18 @@ struct QuantGemvJob {
   bool accumulate = false;
 };
 
-// The q8_1 activations of T tokens of `cols` (a multiple of 32) in a work
-// space of q8_activation_bytes: qs [T][cols] int8, then ds [T][cols / 32].
-size_t q8_activation_bytes(int T, int64_t cols);
+// The q8_1 activations of T tokens of `cols` (a multiple of 32), `terms`
+// (1 or 2, quant_units.h) rows a token, in a work space of
+// q8_activation_bytes: qs [T * terms][cols] int8, then ds [T * terms][cols / 32].
+size_t q8_activation_bytes(int T, int64_t cols, int terms = 1);
 struct Q8DeviceActivations {
   int8_t* qs;
   qunits::Q8Scale* ds;
 };
-Q8DeviceActivations carve_q8_activations(void* workspace, int T, int64_t cols);
+Q8DeviceActivations carve_q8_activations(void* workspace, int T, int64_t cols, int terms = 1);
 
 // x[T][cols] (fp32, any alignment) -> q8_1 in `workspace`. Twin: qref::quantize_q8_1.
-void quantize_q8_1(const float* x, int T, int64_t cols, void* workspace, cudaStream_t stream);
+void quantize_q8_1(const float* x, int T, int64_t cols, void* workspace, cudaStream_t stream, int terms = 1);
 // A group's input formed (MatmulInput, backend.h) and quantised in one kernel
 // (gpu/kernels_quant_input.cu): either x += [rms_norm(add) * add_norm | add]
 // (when add is set), then rms_norm(x) * norm; or act(x) * up (GLU). The
@@ -67,6 +68,7 @@ struct FormQ8Args {
   float eps = 0.f;
   int T = 0;
   int64_t cols = 0;
+  int terms = 1;
 };
 void form_q8_1(const FormQ8Args& a, void* workspace, cudaStream_t stream);
 // The MMVQ kernel a launch runs. Both compute every row as qref::mmvq does
@@ -88,17 +90,24 @@ MmvqKernel mmvq_auto_kernel(int T, int64_t cols);
 // TOPKV_MMVQ=old|new|auto in the environment (unset or empty: auto); any
 // other value throws Error naming the three.
 MmvqKernel mmvq_kernel_from_env();
+// The activation terms of the decode GEMV (quant_units.h): 2 (q8_1x2, the
+// default) unless TOPKV_Q8_TERMS=1 (ggml's q8_1: faster where the GEMV is
+// bound by its integer work, ~1e-2 rounding per product); any other value
+// throws Error.
+int q8_terms_from_env();
 struct MmvqOptions {
   MmvqKernel kernel = MmvqKernel::Auto;
   // New kernel only: at most this many CUDA blocks (0: as many as the device
   // holds at once). Tests set it small so every warp walks many tiles.
   int max_blocks = 0;
+  // Rows of activations a token (1 or 2: quant_units.h), as quantised.
+  int terms = 1;
 };
 
 // The MMVQ of n_jobs (1..kQuantGroupMaxJobs) matrices of `cols` columns over
 // the activations of T (1..kQuantGemvMaxTokens) tokens quantised in
-// `workspace`, in one launch: every warp finds its job and the job's type.
-// Twin: qref::mmvq per job.
+// `workspace` with opt.terms terms, in one launch: every warp finds its job
+// and the job's type. Twin: qref::mmvq per job.
 void quant_gemv(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, const void* workspace,
                 cudaStream_t stream, const MmvqOptions& opt = {});
 // Rows row0 .. row0 + n_rows - 1 of a rows x cols matrix -> out [n_rows][cols]

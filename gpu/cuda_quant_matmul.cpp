@@ -1,6 +1,7 @@
 // The CUDA backend's products on quantised weights (the file's blocks in the
 // device layout of gpu/quant_units.h), and its weight-memory arithmetic:
-//   decode (T <= kQuantGemvMaxTokens): x quantised once to q8_1, then one
+//   decode (T <= kQuantGemvMaxTokens): x quantised once to q8_1 (two terms,
+//     the value and its residual, unless TOPKV_Q8_TERMS=1), then one
 //     quant_gemv launch per kQuantGroupMaxJobs matrices (q, k, v together;
 //     gate and up together), the epilogue applied in the kernel; the MMVQ
 //     kernel is picked per shape (mmvq_auto_kernel) unless TOPKV_MMVQ=old|new (read at construction);
@@ -37,7 +38,7 @@ void CudaBackend::matmul_group(const MatmulInput& in, int T, std::span<const Mat
 
 void CudaBackend::quant_gemv_group(const MatmulInput& in, int T, std::span<const MatmulJob> jobs) {
   const int64_t cols = jobs[0].w->cols;
-  void* ws = scratch(Scratch::QuantX, q8_activation_bytes(T, cols));
+  void* ws = scratch(Scratch::QuantX, q8_activation_bytes(T, cols, q8_terms_));
   if (in.add || in.norm || in.up) {
     const auto vec = [&](const Weight* w, const char* what) -> const float* {
       if (!w) return nullptr;
@@ -48,10 +49,10 @@ void CudaBackend::quant_gemv_group(const MatmulInput& in, int T, std::span<const
     };
     FormQ8Args f;
     f.x = in.x, f.add = in.add, f.add_norm = vec(in.add_norm, "add_norm"), f.norm = vec(in.norm, "norm");
-    f.up = in.up, f.glu = in.glu, f.eps = in.eps, f.T = T, f.cols = cols;
+    f.up = in.up, f.glu = in.glu, f.eps = in.eps, f.T = T, f.cols = cols, f.terms = q8_terms_;
     form_q8_1(f, ws, stream_);
   } else {
-    quantize_q8_1(in.x, T, cols, ws, stream_);
+    quantize_q8_1(in.x, T, cols, ws, stream_, q8_terms_);
   }
   for (size_t j0 = 0; j0 < jobs.size(); j0 += kQuantGroupMaxJobs) {
     QuantGemvJob g[kQuantGroupMaxJobs];
@@ -61,7 +62,7 @@ void CudaBackend::quant_gemv_group(const MatmulInput& in, int T, std::span<const
       g[i].type = j.w->type, g[i].w = j.w->data, g[i].rows = j.w->rows, g[i].y = j.y;
       g[i].bias = epilogue_bias(*j.w, j.ep, "matmul"), g[i].accumulate = j.ep.accumulate;
     }
-    quant_gemv(g, n, cols, T, ws, stream_, MmvqOptions{mmvq_kernel_});
+    quant_gemv(g, n, cols, T, ws, stream_, MmvqOptions{mmvq_kernel_, 0, q8_terms_});
   }
 }
 

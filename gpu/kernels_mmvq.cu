@@ -22,7 +22,8 @@
 //     within a block is fixed (32 is a multiple of the units per block), so
 //     the loop advances one block index per round, with no division, and
 //     each row's planes are addressed from its first block.
-//   - Each unit is decoded once for all tokens (U::prep: codes, scales), the
+//   - Each unit is decoded once for all tokens and terms (U::prep: codes,
+//     scales; two terms a token with q8_1x2, quant_units.h), the
 //     min terms of K-quants are a select, not a branch, and the R x NT sums
 //     are reduced by recursive halving (reduce_scatter: N - 1 shuffles for N
 //     sums, the butterfly's bits): ~31 instructions per row, unit and token at
@@ -34,7 +35,9 @@
 // loads and their L1 traffic (32 bytes of q8 + 16 of scales per unit and
 // token) would otherwise exceed the weight stream:
 //   T = 1:    R = 1, B = 4 (R = 2, B = 2 for rows of <= 1024 values: a
-//             640-wide Q8_0 row is 40 units, 1.25 per lane);
+//             640-wide Q8_0 row is 40 units, 1.25 per lane; and with two
+//             activation terms, whose loads two rows then share (four rows
+//             measured slower: the 8B model 287 against 299 tok/s, H100);
 //   T = 2..4: R = 2, B = 2;   T = 5..8: R = 4, B = 1.
 // Launch bounds (blocks of 4 warps per SM) keep every instantiation free of
 // spills (ptxas, all eight types in one kernel): T = 1: 5 blocks (<= 102
@@ -69,8 +72,8 @@ template <> struct Config<8> { static constexpr int kMinBlocks = 2; };
 struct Tile {
   int R, B;
 };
-Tile new_tile(int T, int64_t cols) {
-  if (T == 1) return cols <= 1024 ? Tile{2, 2} : Tile{1, 4};
+Tile new_tile(int T, int64_t cols, int terms) {
+  if (T == 1) return cols <= 1024 || terms == 2 ? Tile{2, 2} : Tile{1, 4};
   return T <= 4 ? Tile{2, 2} : Tile{4, 1};
 }
 
@@ -133,7 +136,7 @@ template <int N> __device__ __forceinline__ float reduce_scatter(float (&v)[N], 
 
 // The rows row0 .. row0 + R - 1 of one job (rows past the job's last: the
 // last row, loaded and discarded).
-template <class U, int NT, int R, int B>
+template <class U, int NT, int R, int B, int S>
 __device__ __forceinline__ void tile_rows(const GemvJobDev& job, const GemvArgs& a, int64_t row0, int lane) {
   constexpr int kU = U::kUnits;    // 1, 2 or 8: divides 32
   constexpr int kStep = 32 / kU;   // blocks between a lane's units
@@ -171,11 +174,13 @@ __device__ __forceinline__ void tile_rows(const GemvJobDev& job, const GemvArgs&
 #pragma unroll
       for (int r = 0; r < R; ++r) p[r] = U::prep(w[i][r], k);
 #pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        const XUnit x = U::load_x(Q8Row{a.qs + t * a.cols, a.ds + t * (a.cols / 32)}, b, k);
+      for (int t = 0; t < NT; ++t)
 #pragma unroll
-        for (int r = 0; r < R; ++r) acc[r][t] = fadd(acc[r][t], U::dot(p[r], x));
-      }
+        for (int s = 0; s < S; ++s) {  // the token's terms in turn (quant_units.h)
+          const XUnit x = U::load_x(q8_row<S>(a, t, s), b, k);
+#pragma unroll
+          for (int r = 0; r < R; ++r) acc[r][t] = fadd(acc[r][t], U::dot(p[r], x));
+        }
     }
   }
 
@@ -195,7 +200,7 @@ __device__ __forceinline__ void tile_rows(const GemvJobDev& job, const GemvArgs&
 
 // The arguments stay in the constant bank (__grid_constant__): a warp reads
 // its tile's job there by index.
-template <int NT, int R, int B>
+template <int NT, int R, int B, int S>
 __global__ void __launch_bounds__(kWarps * 32, Config<NT>::kMinBlocks) mmvq_kernel(const __grid_constant__ GemvArgs a) {
   const int lane = threadIdx.x % 32;
   const int64_t first = (int64_t)blockIdx.x * kWarps + threadIdx.x / 32, stride = (int64_t)gridDim.x * kWarps;
@@ -205,14 +210,14 @@ __global__ void __launch_bounds__(kWarps * 32, Config<NT>::kMinBlocks) mmvq_kern
     const GemvJobDev& job = a.jobs[job_of(a, tile)];
     const int64_t row0 = (tile - job.tile0) * R;
     switch ((GgmlType)job.type) {
-      case GgmlType::Q8_0: tile_rows<Q8_0U, NT, R, B>(job, a, row0, lane); break;
-      case GgmlType::Q4_0: tile_rows<Q4_0U, NT, R, B>(job, a, row0, lane); break;
-      case GgmlType::Q4_1: tile_rows<Q4_1U, NT, R, B>(job, a, row0, lane); break;
-      case GgmlType::Q5_0: tile_rows<Q5_0U, NT, R, B>(job, a, row0, lane); break;
-      case GgmlType::Q5_1: tile_rows<Q5_1U, NT, R, B>(job, a, row0, lane); break;
-      case GgmlType::Q4_K: tile_rows<Q4_KU, NT, R, B>(job, a, row0, lane); break;
-      case GgmlType::Q5_K: tile_rows<Q5_KU, NT, R, B>(job, a, row0, lane); break;
-      case GgmlType::Q6_K: tile_rows<Q6_KU, NT, R, B>(job, a, row0, lane); break;
+      case GgmlType::Q8_0: tile_rows<Q8_0U, NT, R, B, S>(job, a, row0, lane); break;
+      case GgmlType::Q4_0: tile_rows<Q4_0U, NT, R, B, S>(job, a, row0, lane); break;
+      case GgmlType::Q4_1: tile_rows<Q4_1U, NT, R, B, S>(job, a, row0, lane); break;
+      case GgmlType::Q5_0: tile_rows<Q5_0U, NT, R, B, S>(job, a, row0, lane); break;
+      case GgmlType::Q5_1: tile_rows<Q5_1U, NT, R, B, S>(job, a, row0, lane); break;
+      case GgmlType::Q4_K: tile_rows<Q4_KU, NT, R, B, S>(job, a, row0, lane); break;
+      case GgmlType::Q5_K: tile_rows<Q5_KU, NT, R, B, S>(job, a, row0, lane); break;
+      case GgmlType::Q6_K: tile_rows<Q6_KU, NT, R, B, S>(job, a, row0, lane); break;
       default: break;  // refused on the host
     }
   }
@@ -223,49 +228,60 @@ __global__ void __launch_bounds__(kWarps * 32, Config<NT>::kMinBlocks) mmvq_kern
 struct Residency {
   int per_sm, sms;
 };
-template <int NT, int R, int B> Residency residency() {
+template <int NT, int R, int B, int S> Residency residency() {
   static std::atomic<int> per_sm[64], sms[64];  // static storage: zero-initialised
   int dev = 0;
   TOPKV_CUDA_CHECK(cudaGetDevice(&dev));
   if (dev < 64 && per_sm[dev].load(std::memory_order_relaxed) > 0)
     return {per_sm[dev].load(std::memory_order_relaxed), sms[dev].load(std::memory_order_relaxed)};
   int n = 0, s = 0;
-  TOPKV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mmvq_kernel<NT, R, B>, kWarps * 32, 0));
+  TOPKV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mmvq_kernel<NT, R, B, S>, kWarps * 32, 0));
   TOPKV_CUDA_CHECK(cudaDeviceGetAttribute(&s, cudaDevAttrMultiProcessorCount, dev));
   TOPKV_CHECK(n > 0 && s > 0, "the MMVQ kernel (T = {}) fits no SM of device {}", NT, dev);
   if (dev < 64) sms[dev].store(s, std::memory_order_relaxed), per_sm[dev].store(n, std::memory_order_relaxed);
   return {n, s};
 }
 
-template <int NT, int R, int B> void launch(const GemvArgs& a, int max_blocks, cudaStream_t stream) {
-  const Residency res = residency<NT, R, B>();
+template <int NT, int R, int B, int S> void launch(const GemvArgs& a, int max_blocks, cudaStream_t stream) {
+  const Residency res = residency<NT, R, B, S>();
   int64_t blocks = std::min<int64_t>((a.n_tiles + kWarps - 1) / kWarps, (int64_t)res.per_sm * res.sms);
   if (max_blocks > 0) blocks = std::min<int64_t>(blocks, max_blocks);
-  mmvq_kernel<NT, R, B><<<(unsigned)blocks, kWarps * 32, 0, stream>>>(a);
+  mmvq_kernel<NT, R, B, S><<<(unsigned)blocks, kWarps * 32, 0, stream>>>(a);
   TOPKV_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-int new_mmvq_rows_per_tile(int T, int64_t cols) { return new_tile(T, cols).R; }
+int new_mmvq_rows_per_tile(int T, int64_t cols, int terms) { return new_tile(T, cols, terms).R; }
 
-void launch_new_mmvq(const GemvArgs& a, int T, int max_blocks, cudaStream_t stream) {
-  const Tile tile = new_tile(T, a.cols);
+namespace {
+template <int S> void launch_terms(const GemvArgs& a, int T, int max_blocks, cudaStream_t stream) {
+  const Tile tile = new_tile(T, a.cols, S);
   switch (T) {  // the instantiations new_tile picks from
     case 1:
-      if (tile.R == 2)
-        launch<1, 2, 2>(a, max_blocks, stream);
+      if constexpr (S == 2)  // always two rows (new_tile)
+        launch<1, 2, 2, S>(a, max_blocks, stream);
+      else if (tile.R == 2)
+        launch<1, 2, 2, S>(a, max_blocks, stream);
       else
-        launch<1, 1, 4>(a, max_blocks, stream);
+        launch<1, 1, 4, S>(a, max_blocks, stream);
       break;
-    case 2: launch<2, 2, 2>(a, max_blocks, stream); break;
-    case 3: launch<3, 2, 2>(a, max_blocks, stream); break;
-    case 4: launch<4, 2, 2>(a, max_blocks, stream); break;
-    case 5: launch<5, 4, 1>(a, max_blocks, stream); break;
-    case 6: launch<6, 4, 1>(a, max_blocks, stream); break;
-    case 7: launch<7, 4, 1>(a, max_blocks, stream); break;
-    default: launch<8, 4, 1>(a, max_blocks, stream); break;
+    case 2: launch<2, 2, 2, S>(a, max_blocks, stream); break;
+    case 3: launch<3, 2, 2, S>(a, max_blocks, stream); break;
+    case 4: launch<4, 2, 2, S>(a, max_blocks, stream); break;
+    case 5: launch<5, 4, 1, S>(a, max_blocks, stream); break;
+    case 6: launch<6, 4, 1, S>(a, max_blocks, stream); break;
+    case 7: launch<7, 4, 1, S>(a, max_blocks, stream); break;
+    default: launch<8, 4, 1, S>(a, max_blocks, stream); break;
   }
+}
+}  // namespace
+
+void launch_new_mmvq(const GemvArgs& a, int T, int terms, int max_blocks, cudaStream_t stream) {
+  if (terms == 2)
+    launch_terms<2>(a, T, max_blocks, stream);
+  else
+    launch_terms<1>(a, T, max_blocks, stream);
 }
 
 }  // namespace topkv::cuda

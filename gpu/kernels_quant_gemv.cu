@@ -1,6 +1,7 @@
 // Decode products on quantised weights (MMVQ, after ggml-cuda's mmvq.cu):
 //   quantize_q8_1_kernel  one warp per block of 32 activations: d = max|x|/127,
-//                         q = round(x/d), s = d * sum(q) (quant_units.h).
+//                         q = round(x/d), s = d * sum(q), and with two terms
+//                         the same of the residual x - d q (quant_units.h).
 //   quant_gemv            the public launcher: checks the jobs, lays out the
 //                         tiles (gpu/quant_gemv_args.cuh) and runs the kernel
 //                         MmvqOptions names: the new one (gpu/kernels_mmvq.cu)
@@ -11,14 +12,17 @@
 //                         the warp index); lane l takes units l, l + 32, ... of
 //                         the row (16 bytes of weight each, quant_units.h),
 //                         with B units' loads issued before any is used, and
-//                         adds unit.dot(activations) for every token into fp32
+//                         adds unit.dot(activations) for every token (each
+//                         of its S terms in turn) into fp32
 //                         partials; a butterfly reduces the lanes, lane 0
 //                         applies the epilogue (bias, accumulate).
 // Tiling of the old kernel by token count T: R rows share each activation
 // load (the L1 traffic of the activations grows with T), B keeps loads in
 // flight when R is small:
 //   T = 1: R = 1, B = 2 (R = 2 for rows of <= 1024 values: a 640-wide row is
-//          40 Q8_0 units, one round of loads, so the warp takes two);
+//          40 Q8_0 units, one round of loads, so the warp takes two; and
+//          with two activation terms, whose loads two rows then share: four
+//          measured slower, the 8B model 287 against 299 tok/s on an H100);
 //   T = 2..4: R = 2, B = 1;  T = 5..8: R = 4, B = 1.
 // Twins: qref::quantize_q8_1 and qref::mmvq (gpu/quant_matvec_ref.h), which
 // sum in the same order, so the two agree to the last bit.
@@ -38,23 +42,23 @@ constexpr int kQuantizeThreads = 256;  // 8 blocks of 32 activations per CUDA bl
 constexpr int kGemvWarps = 4;
 
 __global__ void __launch_bounds__(kQuantizeThreads)
-    quantize_q8_1_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ qs,
-                         Q8Scale* __restrict__ ds) {
+    quantize_q8_1_kernel(const float* __restrict__ x, int64_t n_blocks, int64_t row_blocks, int terms,
+                         int8_t* __restrict__ qs, Q8Scale* __restrict__ ds) {
   const int64_t blk = (int64_t)blockIdx.x * (kQuantizeThreads / 32) + threadIdx.x / 32;
   if (blk >= n_blocks) return;  // whole warps
-  quantize_q8_1_warp(x[blk * 32 + threadIdx.x % 32], blk, qs, ds);
+  quantize_q8_1_warp(x[blk * 32 + threadIdx.x % 32], blk / row_blocks, blk % row_blocks, row_blocks, terms, qs, ds);
 }
 
 // The old kernel's tile: rows per warp R, unit rounds per load batch B.
 struct Tile {
   int R, B;
 };
-Tile old_tile(int T, int64_t cols) {
-  if (T == 1) return cols <= 1024 ? Tile{2, 2} : Tile{1, 2};
+Tile old_tile(int T, int64_t cols, int terms) {
+  if (T == 1) return cols <= 1024 || terms == 2 ? Tile{2, 2} : Tile{1, 2};
   return T <= 4 ? Tile{2, 1} : Tile{4, 1};
 }
 
-template <class U, int NT, int R, int B>
+template <class U, int NT, int R, int B, int S>
 __device__ __forceinline__ void gemv_warp(const GemvJobDev& job, const GemvArgs& a, int64_t row0, int lane) {
   const int nb = (int)(a.cols / U::kValues), units = nb * U::kUnits;
   int64_t g0[R];  // first block of each row (past the last row: the last row, loaded and discarded)
@@ -81,11 +85,13 @@ __device__ __forceinline__ void gemv_warp(const GemvJobDev& job, const GemvArgs&
       if (u >= units) break;
       const int b = u / U::kUnits, k = u % U::kUnits;
 #pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        const XUnit x = U::load_x(Q8Row{a.qs + t * a.cols, a.ds + t * (a.cols / 32)}, b, k);
+      for (int t = 0; t < NT; ++t)
 #pragma unroll
-        for (int r = 0; r < R; ++r) acc[r][t] = fadd(acc[r][t], U::dot(w[i][r], x, k));
-      }
+        for (int s = 0; s < S; ++s) {
+          const XUnit x = U::load_x(q8_row<S>(a, t, s), b, k);
+#pragma unroll
+          for (int r = 0; r < R; ++r) acc[r][t] = fadd(acc[r][t], U::dot(w[i][r], x, k));
+        }
     }
   }
 
@@ -105,7 +111,7 @@ __device__ __forceinline__ void gemv_warp(const GemvJobDev& job, const GemvArgs&
 
 // The arguments stay in the constant bank (__grid_constant__): a warp reads
 // its job's fields there by index, without a copy in registers.
-template <int NT, int R, int B>
+template <int NT, int R, int B, int S>
 __global__ void __launch_bounds__(kGemvWarps * 32) old_gemv_kernel(const __grid_constant__ GemvArgs a) {
   const int lane = threadIdx.x % 32;
   const int64_t warp = (int64_t)blockIdx.x * kGemvWarps + threadIdx.x / 32;  // = its tile
@@ -113,37 +119,45 @@ __global__ void __launch_bounds__(kGemvWarps * 32) old_gemv_kernel(const __grid_
   const GemvJobDev& job = a.jobs[job_of(a, warp)];
   const int64_t row0 = (warp - job.tile0) * R;
   switch ((GgmlType)job.type) {
-    case GgmlType::Q8_0: gemv_warp<Q8_0U, NT, R, B>(job, a, row0, lane); break;
-    case GgmlType::Q4_0: gemv_warp<Q4_0U, NT, R, B>(job, a, row0, lane); break;
-    case GgmlType::Q4_1: gemv_warp<Q4_1U, NT, R, B>(job, a, row0, lane); break;
-    case GgmlType::Q5_0: gemv_warp<Q5_0U, NT, R, B>(job, a, row0, lane); break;
-    case GgmlType::Q5_1: gemv_warp<Q5_1U, NT, R, B>(job, a, row0, lane); break;
-    case GgmlType::Q4_K: gemv_warp<Q4_KU, NT, R, B>(job, a, row0, lane); break;
-    case GgmlType::Q5_K: gemv_warp<Q5_KU, NT, R, B>(job, a, row0, lane); break;
-    case GgmlType::Q6_K: gemv_warp<Q6_KU, NT, R, B>(job, a, row0, lane); break;
+    case GgmlType::Q8_0: gemv_warp<Q8_0U, NT, R, B, S>(job, a, row0, lane); break;
+    case GgmlType::Q4_0: gemv_warp<Q4_0U, NT, R, B, S>(job, a, row0, lane); break;
+    case GgmlType::Q4_1: gemv_warp<Q4_1U, NT, R, B, S>(job, a, row0, lane); break;
+    case GgmlType::Q5_0: gemv_warp<Q5_0U, NT, R, B, S>(job, a, row0, lane); break;
+    case GgmlType::Q5_1: gemv_warp<Q5_1U, NT, R, B, S>(job, a, row0, lane); break;
+    case GgmlType::Q4_K: gemv_warp<Q4_KU, NT, R, B, S>(job, a, row0, lane); break;
+    case GgmlType::Q5_K: gemv_warp<Q5_KU, NT, R, B, S>(job, a, row0, lane); break;
+    case GgmlType::Q6_K: gemv_warp<Q6_KU, NT, R, B, S>(job, a, row0, lane); break;
     default: break;  // refused on the host
   }
 }
 
 }  // namespace
 
-size_t q8_activation_bytes(int T, int64_t cols) {
-  return align16((size_t)T * cols) + (size_t)T * (cols / 32) * sizeof(Q8Scale);
+size_t q8_activation_bytes(int T, int64_t cols, int terms) {
+  const size_t rows = (size_t)T * (size_t)terms;
+  return align16(rows * cols) + rows * (cols / 32) * sizeof(Q8Scale);
 }
 
-Q8DeviceActivations carve_q8_activations(void* workspace, int T, int64_t cols) {
+Q8DeviceActivations carve_q8_activations(void* workspace, int T, int64_t cols, int terms) {
   auto* base = static_cast<uint8_t*>(workspace);
-  return {reinterpret_cast<int8_t*>(base), reinterpret_cast<Q8Scale*>(base + align16((size_t)T * cols))};
+  return {reinterpret_cast<int8_t*>(base),
+          reinterpret_cast<Q8Scale*>(base + align16((size_t)T * (size_t)terms * cols))};
 }
 
-void quantize_q8_1(const float* x, int T, int64_t cols, void* workspace, cudaStream_t stream) {
+void check_q8_terms(int terms) {
+  TOPKV_CHECK(terms >= 1 && terms <= kQ8MaxTerms, "q8_1 activations take 1 term (q8_1) or 2 (q8_1x2), got {}",
+              terms);
+}
+
+void quantize_q8_1(const float* x, int T, int64_t cols, void* workspace, cudaStream_t stream, int terms) {
   TOPKV_CHECK(cols > 0 && cols % 32 == 0, "q8_1 activations need a positive multiple of 32 columns, got {}", cols);
+  check_q8_terms(terms);
   const int64_t n_blocks = (int64_t)T * cols / 32;
   if (n_blocks <= 0) return;
-  const Q8DeviceActivations q = carve_q8_activations(workspace, T, cols);
+  const Q8DeviceActivations q = carve_q8_activations(workspace, T, cols, terms);
   const int64_t per = kQuantizeThreads / 32;
-  quantize_q8_1_kernel<<<(unsigned)((n_blocks + per - 1) / per), kQuantizeThreads, 0, stream>>>(x, n_blocks, q.qs,
-                                                                                                  q.ds);
+  quantize_q8_1_kernel<<<(unsigned)((n_blocks + per - 1) / per), kQuantizeThreads, 0, stream>>>(
+      x, n_blocks, cols / 32, terms, q.qs, q.ds);
   TOPKV_CUDA_CHECK_LAUNCH();
 }
 
@@ -163,7 +177,16 @@ MmvqKernel mmvq_kernel_from_env() {
   fail("TOPKV_MMVQ={} names no MMVQ kernel: use 'auto' (the default), 'new' or 'old'", env);
 }
 
-GemvArgs gemv_args(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, const void* workspace, int R) {
+int q8_terms_from_env() {
+  const char* env = std::getenv("TOPKV_Q8_TERMS");
+  if (!env || !*env || std::strcmp(env, "2") == 0) return 2;
+  if (std::strcmp(env, "1") == 0) return 1;
+  fail("TOPKV_Q8_TERMS={} is not a number of activation terms: use 2 (q8_1x2, the default) or 1 (q8_1)", env);
+}
+
+GemvArgs gemv_args(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, int terms, const void* workspace,
+                   int R) {
+  check_q8_terms(terms);
   TOPKV_CHECK(n_jobs >= 1 && n_jobs <= kQuantGroupMaxJobs, "quant_gemv takes 1..{} matrices per launch, got {}",
               kQuantGroupMaxJobs, n_jobs);
   TOPKV_CHECK(T >= 1 && T <= kQuantGemvMaxTokens, "quant_gemv runs 1..{} tokens, got {}", kQuantGemvMaxTokens, T);
@@ -186,7 +209,7 @@ GemvArgs gemv_args(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, co
     tiles += (s.rows + R - 1) / R;
   }
   a.n_jobs = n_jobs, a.cols = cols, a.n_tiles = tiles;
-  const Q8DeviceActivations q = carve_q8_activations(const_cast<void*>(workspace), T, cols);
+  const Q8DeviceActivations q = carve_q8_activations(const_cast<void*>(workspace), T, cols, terms);
   a.qs = q.qs, a.ds = q.ds;
   return a;
 }
@@ -196,36 +219,47 @@ void quant_gemv(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, const
   TOPKV_CHECK(opt.max_blocks >= 0, "quant_gemv: max_blocks {} (0 means as many as the device holds)", opt.max_blocks);
   const MmvqKernel kernel = opt.kernel == MmvqKernel::Auto ? mmvq_auto_kernel(T, cols) : opt.kernel;
   if (kernel == MmvqKernel::Old) {
-    const GemvArgs a = gemv_args(jobs, n_jobs, cols, T, workspace, old_mmvq_rows_per_tile(T, cols));
-    if (a.n_tiles > 0) launch_old_mmvq(a, T, stream);
+    const GemvArgs a = gemv_args(jobs, n_jobs, cols, T, opt.terms, workspace, old_mmvq_rows_per_tile(T, cols, opt.terms));
+    if (a.n_tiles > 0) launch_old_mmvq(a, T, opt.terms, stream);
   } else {
-    const GemvArgs a = gemv_args(jobs, n_jobs, cols, T, workspace, new_mmvq_rows_per_tile(T, cols));
-    if (a.n_tiles > 0) launch_new_mmvq(a, T, opt.max_blocks, stream);
+    const GemvArgs a = gemv_args(jobs, n_jobs, cols, T, opt.terms, workspace, new_mmvq_rows_per_tile(T, cols, opt.terms));
+    if (a.n_tiles > 0) launch_new_mmvq(a, T, opt.terms, opt.max_blocks, stream);
   }
 }
 
-int old_mmvq_rows_per_tile(int T, int64_t cols) { return old_tile(T, cols).R; }
+int old_mmvq_rows_per_tile(int T, int64_t cols, int terms) { return old_tile(T, cols, terms).R; }
 
-void launch_old_mmvq(const GemvArgs& a, int T, cudaStream_t stream) {
-  const int R = old_tile(T, a.cols).R;
+namespace {
+template <int S> void launch_old(const GemvArgs& a, int T, cudaStream_t stream) {
+  const int R = old_tile(T, a.cols, S).R;
   const unsigned blocks = (unsigned)((a.n_tiles + kGemvWarps - 1) / kGemvWarps);
   const unsigned threads = kGemvWarps * 32;
   switch (T) {  // the instantiations old_tile picks from
     case 1:
-      if (R == 2)
-        old_gemv_kernel<1, 2, 2><<<blocks, threads, 0, stream>>>(a);
+      if constexpr (S == 2)  // always two rows (old_tile)
+        old_gemv_kernel<1, 2, 2, S><<<blocks, threads, 0, stream>>>(a);
+      else if (R == 2)
+        old_gemv_kernel<1, 2, 2, S><<<blocks, threads, 0, stream>>>(a);
       else
-        old_gemv_kernel<1, 1, 2><<<blocks, threads, 0, stream>>>(a);
+        old_gemv_kernel<1, 1, 2, S><<<blocks, threads, 0, stream>>>(a);
       break;
-    case 2: old_gemv_kernel<2, 2, 1><<<blocks, threads, 0, stream>>>(a); break;
-    case 3: old_gemv_kernel<3, 2, 1><<<blocks, threads, 0, stream>>>(a); break;
-    case 4: old_gemv_kernel<4, 2, 1><<<blocks, threads, 0, stream>>>(a); break;
-    case 5: old_gemv_kernel<5, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
-    case 6: old_gemv_kernel<6, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
-    case 7: old_gemv_kernel<7, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
-    default: old_gemv_kernel<8, 4, 1><<<blocks, threads, 0, stream>>>(a); break;
+    case 2: old_gemv_kernel<2, 2, 1, S><<<blocks, threads, 0, stream>>>(a); break;
+    case 3: old_gemv_kernel<3, 2, 1, S><<<blocks, threads, 0, stream>>>(a); break;
+    case 4: old_gemv_kernel<4, 2, 1, S><<<blocks, threads, 0, stream>>>(a); break;
+    case 5: old_gemv_kernel<5, 4, 1, S><<<blocks, threads, 0, stream>>>(a); break;
+    case 6: old_gemv_kernel<6, 4, 1, S><<<blocks, threads, 0, stream>>>(a); break;
+    case 7: old_gemv_kernel<7, 4, 1, S><<<blocks, threads, 0, stream>>>(a); break;
+    default: old_gemv_kernel<8, 4, 1, S><<<blocks, threads, 0, stream>>>(a); break;
   }
   TOPKV_CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+void launch_old_mmvq(const GemvArgs& a, int T, int terms, cudaStream_t stream) {
+  if (terms == 2)
+    launch_old<2>(a, T, stream);
+  else
+    launch_old<1>(a, T, stream);
 }
 
 }  // namespace topkv::cuda

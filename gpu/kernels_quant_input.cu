@@ -38,8 +38,8 @@ __device__ float block_sum(float v, float* red) {
 
 __global__ void __launch_bounds__(kFormThreads)
     form_norm_q8_kernel(float* __restrict__ x, const float* __restrict__ add, const float* __restrict__ add_norm,
-                        const float* __restrict__ norm, float eps, int64_t cols, int8_t* __restrict__ qs,
-                        Q8Scale* __restrict__ ds) {
+                        const float* __restrict__ norm, float eps, int64_t cols, int terms,
+                        int8_t* __restrict__ qs, Q8Scale* __restrict__ ds) {
   __shared__ float red[32];
   const int64_t t = blockIdx.x;
   float* xr = x + t * cols;
@@ -62,14 +62,14 @@ __global__ void __launch_bounds__(kFormThreads)
   const int64_t blocks = cols / 32;
   for (int64_t b = warp; b < blocks; b += warps) {
     const int64_t i = b * 32 + lane;
-    quantize_q8_1_warp(xr[i] * inv * norm[i], t * blocks + b, qs, ds);
+    quantize_q8_1_warp(xr[i] * inv * norm[i], t, b, blocks, terms, qs, ds);
   }
 }
 
 template <int KIND>  // 0: SiLU, 1: GELU (tanh)
 __global__ void __launch_bounds__(kGluThreads)
     form_glu_q8_kernel(const float* __restrict__ gate, const float* __restrict__ up, int64_t n_blocks,
-                       int8_t* __restrict__ qs, Q8Scale* __restrict__ ds) {
+                       int64_t row_blocks, int terms, int8_t* __restrict__ qs, Q8Scale* __restrict__ ds) {
   const int64_t blk = (int64_t)blockIdx.x * (kGluThreads / 32) + threadIdx.x / 32;
   if (blk >= n_blocks) return;  // whole warps
   const int64_t i = blk * 32 + threadIdx.x % 32;
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kGluThreads)
     constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
     f = 0.5f * g * (1.f + tanhf(kC * (g + 0.044715f * g * g * g))) * up[i];
   }
-  quantize_q8_1_warp(f, blk, qs, ds);
+  quantize_q8_1_warp(f, blk / row_blocks, blk % row_blocks, row_blocks, terms, qs, ds);
 }
 
 }  // namespace
@@ -89,18 +89,20 @@ __global__ void __launch_bounds__(kGluThreads)
 void form_q8_1(const FormQ8Args& a, void* workspace, cudaStream_t stream) {
   if (a.T <= 0) return;
   TOPKV_CHECK(a.cols > 0 && a.cols % 32 == 0, "form_q8_1: {} columns are not whole blocks of 32", a.cols);
-  const Q8DeviceActivations q = carve_q8_activations(workspace, a.T, a.cols);
+  check_q8_terms(a.terms);
+  const Q8DeviceActivations q = carve_q8_activations(workspace, a.T, a.cols, a.terms);
   if (a.up) {
     TOPKV_CHECK(!a.norm && !a.add, "form_q8_1: a GLU input takes no norm or residual add");
     const int64_t n_blocks = (int64_t)a.T * a.cols / 32;
     const unsigned grid = (unsigned)((n_blocks + kGluThreads / 32 - 1) / (kGluThreads / 32));
     if (a.glu == GluKind::SiLU)
-      form_glu_q8_kernel<0><<<grid, kGluThreads, 0, stream>>>(a.x, a.up, n_blocks, q.qs, q.ds);
+      form_glu_q8_kernel<0><<<grid, kGluThreads, 0, stream>>>(a.x, a.up, n_blocks, a.cols / 32, a.terms, q.qs, q.ds);
     else
-      form_glu_q8_kernel<1><<<grid, kGluThreads, 0, stream>>>(a.x, a.up, n_blocks, q.qs, q.ds);
+      form_glu_q8_kernel<1><<<grid, kGluThreads, 0, stream>>>(a.x, a.up, n_blocks, a.cols / 32, a.terms, q.qs, q.ds);
   } else {
     TOPKV_CHECK(a.norm, "form_q8_1: the input is a norm or a GLU (a plain x goes to quantize_q8_1)");
-    form_norm_q8_kernel<<<a.T, kFormThreads, 0, stream>>>(a.x, a.add, a.add_norm, a.norm, a.eps, a.cols, q.qs, q.ds);
+    form_norm_q8_kernel<<<a.T, kFormThreads, 0, stream>>>(a.x, a.add, a.add_norm, a.norm, a.eps, a.cols, a.terms,
+                                                          q.qs, q.ds);
   }
   TOPKV_CUDA_CHECK_LAUNCH();
 }

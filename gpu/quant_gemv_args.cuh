@@ -13,18 +13,25 @@
 namespace topkv::cuda {
 
 // One q8_1 block of 32 activations, a lane each (the calling warp holds
-// block `blk`): ggml's quantize_q8_1, the scale and d * sum(q) kept fp32. The
-// CPU twin is quant_matvec_ref.cpp's quantisation (the same qunits helpers).
+// block b of token t; `blocks` = cols / 32): ggml's quantize_q8_1, the scale
+// and d * sum(q) kept fp32, into row t * terms; with two terms the residual
+// x - d q quantised again into row t * terms + 1 (quant_units.h). The CPU
+// twin is quant_matvec_ref.cpp's quantisation (the same qunits helpers).
 // Used by quantize_q8_1_kernel and by the fused input kernel
 // (gpu/kernels_quant_input.cu).
-__device__ __forceinline__ void quantize_q8_1_warp(float x, int64_t blk, int8_t* qs, qunits::Q8Scale* ds) {
+__device__ __forceinline__ void quantize_q8_1_warp(float x, int64_t t, int64_t b, int64_t blocks, int terms,
+                                                   int8_t* qs, qunits::Q8Scale* ds) {
   const int lane = threadIdx.x % 32;
-  const float amax = warp_max(fabsf(x));
-  const float d = qunits::q8_scale(amax);
-  const int q = qunits::q8_code(x, d, amax);
-  qs[blk * 32 + lane] = (int8_t)q;
-  const int sum = __reduce_add_sync(0xffffffffu, q);
-  if (lane == 0) ds[blk] = qunits::Q8Scale{d, qunits::fmul(d, (float)sum)};
+  for (int s = 0; s < terms; ++s) {
+    const int64_t blk = (t * terms + s) * blocks + b;
+    const float amax = warp_max(fabsf(x));
+    const float d = qunits::q8_scale(amax);
+    const int q = qunits::q8_code(x, d, amax);
+    qs[blk * 32 + lane] = (int8_t)q;
+    const int sum = __reduce_add_sync(0xffffffffu, q);
+    if (lane == 0) ds[blk] = qunits::Q8Scale{d, qunits::fmul(d, (float)sum)};
+    x = qunits::q8_residual(x, d, q);
+  }
 }
 
 // One matrix of a launch as the kernels read it (from the constant bank).
@@ -42,10 +49,15 @@ struct GemvArgs {
   GemvJobDev jobs[kQuantGroupMaxJobs];
   int n_jobs;
   int64_t cols;
-  const int8_t* qs;
+  const int8_t* qs;  // rows t * terms + s, s < terms (quant_units.h)
   const qunits::Q8Scale* ds;
   int64_t n_tiles;  // over all jobs
 };
+// Token t's activation row for term s of S.
+template <int S> __device__ __forceinline__ qunits::Q8Row q8_row(const GemvArgs& a, int t, int s) {
+  const int64_t r = (int64_t)t * S + s;
+  return qunits::Q8Row{a.qs + r * a.cols, a.ds + r * (a.cols / 32)};
+}
 
 // The job that holds `tile` (tiles below n_tiles).
 __device__ __forceinline__ int job_of(const GemvArgs& a, int64_t tile) {
@@ -54,14 +66,16 @@ __device__ __forceinline__ int job_of(const GemvArgs& a, int64_t tile) {
   return j;
 }
 
+// Host: throws Error unless terms is 1 or 2 (gpu/kernels_quant_gemv.cu).
+void check_q8_terms(int terms);
 // Host: checks every job and lays out tiles of R rows (gpu/kernels_quant_gemv.cu).
-GemvArgs gemv_args(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, const void* workspace, int R);
+GemvArgs gemv_args(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, int terms, const void* workspace, int R);
 
 // The launches; the workspace already holds the activations. The rows per
 // tile each picks for (T, cols), then the launch of a.
-int old_mmvq_rows_per_tile(int T, int64_t cols);
-void launch_old_mmvq(const GemvArgs& a, int T, cudaStream_t stream);  // gpu/kernels_quant_gemv.cu
-int new_mmvq_rows_per_tile(int T, int64_t cols);
-void launch_new_mmvq(const GemvArgs& a, int T, int max_blocks, cudaStream_t stream);  // gpu/kernels_mmvq.cu
+int old_mmvq_rows_per_tile(int T, int64_t cols, int terms);
+void launch_old_mmvq(const GemvArgs& a, int T, int terms, cudaStream_t stream);  // gpu/kernels_quant_gemv.cu
+int new_mmvq_rows_per_tile(int T, int64_t cols, int terms);
+void launch_new_mmvq(const GemvArgs& a, int T, int terms, int max_blocks, cudaStream_t stream);  // gpu/kernels_mmvq.cu
 
 }  // namespace topkv::cuda

@@ -51,14 +51,14 @@ void mmvq_rows(const QuantMatrix& m, const Q8Activations& x, float* y, const flo
 #pragma omp parallel for schedule(static) if (m.rows * units * x.T > (1 << 16))
   for (int64_t r = 0; r < m.rows; ++r)
     for (int t = 0; t < x.T; ++t) {
-      const Q8Row xr = x.row(t);
       float lane[32];
-      for (int l = 0; l < 32; ++l) {  // lane l takes units l, l + 32, ... in order
+      for (int l = 0; l < 32; ++l) {  // lane l takes units l, l + 32, ... in order, each term in turn
         float acc = 0.f;
         for (int64_t u = l; u < units; u += 32) {
           const int64_t b = u / U::kUnits;
           const int k = (int)(u % U::kUnits);
-          acc = fadd(acc, U::dot(U::load(m, r * nb + b, k), U::load_x(xr, b, k), k));
+          const typename U::Unit w = U::load(m, r * nb + b, k);
+          for (int s = 0; s < x.terms; ++s) acc = fadd(acc, U::dot(w, U::load_x(x.row(t, s), b, k), k));
         }
         lane[l] = acc;
       }
@@ -129,31 +129,45 @@ float abs_bound(GgmlType t, const uint8_t* src, int64_t n_blocks) {
 }
 
 std::vector<float> Q8Activations::dequantised() const {
-  std::vector<float> v((size_t)T * cols);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = fmul(ds[i / 32].d, (float)qs[i]);
+  std::vector<float> v((size_t)T * cols, 0.f);
+  for (int t = 0; t < T; ++t)
+    for (int s = 0; s < terms; ++s) {
+      const qunits::Q8Row r = row(t, s);
+      for (int64_t i = 0; i < cols; ++i) {
+        float& o = v[(size_t)t * cols + i];
+        o = s == 0 ? fmul(r.ds[i / 32].d, (float)r.qs[i]) : fadd(o, fmul(r.ds[i / 32].d, (float)r.qs[i]));
+      }
+    }
   return v;
 }
 
-Q8Activations quantize_q8_1(const float* x, int T, int64_t cols) {
+Q8Activations quantize_q8_1(const float* x, int T, int64_t cols, int terms) {
   TOPKV_CHECK(T >= 0 && cols % 32 == 0, "q8_1 activations need cols a multiple of 32, got {}", cols);
+  TOPKV_CHECK(terms >= 1 && terms <= kQ8MaxTerms, "q8_1 activations take 1 or 2 terms, got {}", terms);
   Q8Activations a;
-  a.T = T, a.cols = cols;
-  const int64_t blocks = (int64_t)T * cols / 32;
-  a.qs.resize((size_t)T * cols);
-  a.ds.resize((size_t)blocks);
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const float* xb = x + blk * 32;
-    float amax = 0.f;
-    for (int l = 0; l < 32; ++l) amax = std::fmax(amax, std::fabs(xb[l]));
-    const float d = q8_scale(amax);
-    int sum = 0;
-    for (int l = 0; l < 32; ++l) {
-      const int q = q8_code(xb[l], d, amax);
-      a.qs[(size_t)blk * 32 + l] = (int8_t)q;
-      sum += q;
+  a.T = T, a.terms = terms, a.cols = cols;
+  const int64_t blocks = cols / 32;
+  a.qs.resize((size_t)T * terms * cols);
+  a.ds.resize((size_t)T * terms * blocks);
+  for (int t = 0; t < T; ++t)
+    for (int64_t b = 0; b < blocks; ++b) {
+      float xb[32];
+      std::memcpy(xb, x + (size_t)t * cols + b * 32, sizeof xb);
+      for (int s = 0; s < terms; ++s) {  // the value, then what its codes leave
+        const size_t blk = ((size_t)t * terms + s) * blocks + b;
+        float amax = 0.f;
+        for (int l = 0; l < 32; ++l) amax = std::fmax(amax, std::fabs(xb[l]));
+        const float d = q8_scale(amax);
+        int sum = 0;
+        for (int l = 0; l < 32; ++l) {
+          const int q = q8_code(xb[l], d, amax);
+          a.qs[blk * 32 + l] = (int8_t)q;
+          sum += q;
+          xb[l] = q8_residual(xb[l], d, q);
+        }
+        a.ds[blk] = Q8Scale{d, fmul(d, (float)sum)};
+      }
     }
-    a.ds[(size_t)blk] = Q8Scale{d, fmul(d, (float)sum)};
-  }
   return a;
 }
 

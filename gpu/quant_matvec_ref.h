@@ -3,7 +3,8 @@
 // tests/gpu/test_cuda_quant.cpp compares the kernels with them):
 //   repack            the file's blocks -> the device layout (gpu/quant_units.h);
 //                     CudaBackend::prepare_weight uploads exactly this;
-//   quantize_q8_1     x[T][cols] -> q8_1 activations, as quantize_q8_1_kernel;
+//   quantize_q8_1     x[T][cols] -> q8_1 activations (one or two terms), as
+//                     quantize_q8_1_kernel;
 //   mmvq              y[T][rows] = W x as mul_mat_vec_q_kernel computes it: the
 //                     same per-unit arithmetic (the shared header), each lane's
 //                     units summed in the kernel's order, the 32 lanes reduced
@@ -37,18 +38,22 @@ void repack(GgmlType t, const uint8_t* src, int64_t rows, int64_t cols, uint8_t*
 // dequantises to fp16 for the prefill GEMM only when this stays within fp16.
 float abs_bound(GgmlType t, const uint8_t* src, int64_t n_blocks);
 
-// q8_1 activations of T tokens: qs [T][cols], ds [T][cols / 32].
+// q8_1 activations of T tokens, `terms` rows a token (quant_units.h: 1, or
+// 2 for the value and its residual): qs [T * terms][cols], ds [T * terms][cols / 32].
 struct Q8Activations {
-  int T = 0;
+  int T = 0, terms = 1;
   int64_t cols = 0;
   std::vector<int8_t> qs;
   std::vector<Q8Scale> ds;
-  qunits::Q8Row row(int t) const { return {qs.data() + (size_t)t * cols, ds.data() + (size_t)t * (cols / 32)}; }
-  // The values the kernels multiply: d * q (fp32), [T][cols].
+  qunits::Q8Row row(int t, int term = 0) const {
+    const size_t r = (size_t)t * terms + term;
+    return {qs.data() + r * cols, ds.data() + r * (cols / 32)};
+  }
+  // The values the kernels multiply: the sum over terms of d * q (fp32), [T][cols].
   std::vector<float> dequantised() const;
 };
-// cols must be a multiple of 32.
-Q8Activations quantize_q8_1(const float* x, int T, int64_t cols);
+// cols must be a multiple of 32; terms 1 or 2.
+Q8Activations quantize_q8_1(const float* x, int T, int64_t cols, int terms = 1);
 
 // y[t][r] (= or += when accumulate) sum over the row of w * (d8 q8) (+ bias[r]),
 // w a rows x cols matrix in the device layout (host memory), x.T tokens.

@@ -35,6 +35,17 @@
 // fp32 rounding (tests/test_quant_matvec_ref.cpp checks that to ~1e-6).
 // Planes: qs [T][cols] int8, then ds [T][cols / 32] Q8Scale.
 //
+// Two terms (q8_1x2, the CUDA backend's default): each token's row is
+// followed by the q8_1 of its residual, r = x - d * q, so a token takes rows
+// 2t and 2t + 1 of the planes and x ~ d q + d2 q2 with |error| <= d2 / 2 <=
+// d / 508: ~15 bits of the block's largest value where one term keeps ~8,
+// finer than fp16 activations. A product is linear in the activations, so
+// its value is dot(w, row 2t) + dot(w, row 2t + 1): the same units and
+// weight bytes, twice the integer dot products (gpu/kernels_mmvq.cu). One
+// term rounds a decode product by ~1e-2 relative (1-4e-2 on a real model's
+// logits, enough to flip a near-tie of greedy decoding against fp16
+// weights); two terms leave the weights' own rounding.
+//
 // ---- units --------------------------------------------------------------------
 // A lane of the GEMV handles one "unit" at a time: 16 bytes of plane 0 and
 // the few scale bytes they need, i.e. 16 values (Q8_0) or 32 values in two
@@ -204,6 +215,10 @@ struct LoadAct {
 // ---- q8_1 quantisation of one block of 32 (quantize_q8_1's arithmetic) ----------
 TOPKV_HD float q8_scale(float amax) { return fdiv(amax, 127.f); }
 TOPKV_HD int q8_code(float x, float d, float amax) { return amax == 0.f ? 0 : (int)roundf(fdiv(x, d)); }
+// What the code leaves of x, quantised again by the second term.
+TOPKV_HD float q8_residual(float x, float d, int q) { return fsub(x, fmul(d, (float)q)); }
+// Terms per token: 1 (q8_1, ggml's) or 2 (q8_1x2: the value and its residual).
+constexpr int kQ8MaxTerms = 2;
 
 // ---- the device layout -----------------------------------------------------------
 constexpr int kMaxPlanes = 3;

@@ -122,6 +122,55 @@ TEST_CASE("quant twin: q8_1 activations") {
     }
   std::vector<float> x(48, 1.f);
   REQUIRE_THROWS_AS(qref::quantize_q8_1(x.data(), 1, 48), Error);  // not whole blocks of 32
+  REQUIRE_THROWS_AS(qref::quantize_q8_1(x.data(), 1, 32, 3), Error);  // 1 or 2 terms
+}
+
+TEST_CASE("quant twin: q8_1x2 activations, the value's codes and then its residual's") {
+  std::mt19937 rng(12);
+  double worst1 = 0, worst2 = 0;  // |x_hat - x| over the block's largest |x|
+  for (int T : {1, 2, 5})
+    for (int64_t cols : {32, 160, 896}) {
+      auto x = randn((size_t)T * cols, rng, 3.f);
+      x[7] = -2500.f;                                                    // an outlier: its block's scales grow
+      for (int i = 0; i < 32 && T * cols >= 96; ++i) x[64 + i] = 0.f;    // an all-zero block: both terms zero
+      const qref::Q8Activations one = qref::quantize_q8_1(x.data(), T, cols, 1);
+      const qref::Q8Activations two = qref::quantize_q8_1(x.data(), T, cols, 2);
+      REQUIRE(two.terms == 2);
+      REQUIRE(two.qs.size() == 2 * x.size());
+      REQUIRE(two.ds.size() == 2 * x.size() / 32);
+      const std::vector<float> x1 = one.dequantised(), x2 = two.dequantised();
+      for (int t = 0; t < T; ++t)
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          CAPTURE(T, cols, t, b);
+          const qunits::Q8Row hi = two.row(t, 0), lo = two.row(t, 1), ref = one.row(t);
+          REQUIRE(std::memcmp(hi.qs + b * 32, ref.qs + b * 32, 32) == 0);  // term 0 is the one-term code
+          REQUIRE(std::memcmp(&hi.ds[b], &ref.ds[b], sizeof(qunits::Q8Scale)) == 0);
+          float amax = 0.f, rmax = 0.f;
+          int sum = 0;
+          for (int l = 0; l < 32; ++l) {
+            const size_t i = (size_t)t * cols + b * 32 + l;
+            amax = std::max(amax, std::fabs(x[i]));
+            const volatile float dq = hi.ds[b].d * (float)hi.qs[b * 32 + l];  // rounded, as the twin: no FMA
+            rmax = std::max(rmax, std::fabs(x[i] - dq));
+            sum += lo.qs[b * 32 + l];
+          }
+          REQUIRE(lo.ds[b].d == rmax / 127.f);  // the residual's own scale: <= d / 254
+          REQUIRE(lo.ds[b].d <= hi.ds[b].d * (0.5f / 127.f) * 1.0001f + 1e-30f);
+          REQUIRE(lo.ds[b].s == lo.ds[b].d * (float)sum);
+          for (int l = 0; l < 32; ++l) {
+            const size_t i = (size_t)t * cols + b * 32 + l;
+            REQUIRE(std::fabs(x2[i] - x[i]) <= 0.5001f * lo.ds[b].d + 1e-6f * amax + 1e-30f);
+            if (amax > 0) {
+              worst1 = std::max(worst1, (double)std::fabs(x1[i] - x[i]) / amax);
+              worst2 = std::max(worst2, (double)std::fabs(x2[i] - x[i]) / amax);
+            }
+          }
+        }
+    }
+  std::printf("SUMMARY q8_1 activations: worst |x_hat - x| / block max %.2e with one term, %.2e with two\n", worst1,
+              worst2);
+  CHECK(worst1 > 1e-3);  // one term: ~1/254
+  CHECK(worst2 < 1e-4);  // two: ~1/(2 * 127 * 254)
 }
 
 // Against the fp32 activations the error of each output is bounded by
@@ -132,26 +181,27 @@ TEST_CASE("quant twin: MMVQ against the dot of the dequantised rows, every type,
   double worst_exact = 0, worst_q8 = 0;
   for (GgmlType t : kQuantTypes) {
     const int64_t be = ggml_type_info(t).block_elems;
-    double type_q8 = 0;
+    double type_q8 = 0, type_q8x2 = 0;
     for (int64_t rows : {1, 3, 17})
       for (int64_t cols : {be, 3 * be, be == 32 ? int64_t{640} : int64_t{1536}})
         for (int T = 1; T <= 8; ++T)
           for (int mode = 0; mode < 3; ++mode) {  // plain, + bias, + bias and accumulate
             if (mode > 0 && T != 1 && T != 8) continue;
-            CAPTURE(name(t), rows, cols, T, mode);
+            const int terms = 1 + (int)((rows + T + mode) % 2);  // one term, or the value and its residual
+            CAPTURE(name(t), rows, cols, T, mode, terms);
             TestMatrix m = make_matrix(t, rows, cols, rng);
             const auto x = randn((size_t)T * cols, rng, 2.f);
             const auto bias = randn((size_t)rows, rng);
             auto y0 = randn((size_t)T * rows, rng);  // what accumulate adds to
-            const qref::Q8Activations a = qref::quantize_q8_1(x.data(), T, cols);
+            const qref::Q8Activations a = qref::quantize_q8_1(x.data(), T, cols, terms);
             const std::vector<float> xh = a.dequantised();
             std::vector<float> y = y0;
             qref::mmvq(t, m.dev.data(), rows, cols, a, y.data(), mode > 0 ? bias.data() : nullptr, mode == 2);
             std::vector<double> want((size_t)T * rows);
             for (int tt = 0; tt < T; ++tt) {
               double xx = 0, ee = 0;  // ||x||^2 and the bound on ||x8 - x||^2
-              for (int64_t i = 0; i < cols; ++i) {
-                const double d = a.ds[(size_t)((tt * cols + i) / 32)].d;
+              for (int64_t i = 0; i < cols; ++i) {  // the last term's scale bounds the error
+                const double d = a.row(tt, terms - 1).ds[i / 32].d;
                 xx += (double)x[(size_t)(tt * cols + i)] * x[(size_t)(tt * cols + i)], ee += d * d / 4;
               }
               for (int64_t r = 0; r < rows; ++r) {
@@ -165,14 +215,17 @@ TEST_CASE("quant twin: MMVQ against the dot of the dequantised rows, every type,
                 want[at] = se + add;
                 const double err = std::fabs(y[at] - (sq + add));
                 CHECK(err <= std::sqrt(ww * ee) * 1.0001 + 1e-5 * std::fabs(sq + add));
-                type_q8 = std::max(type_q8, err / std::sqrt(ww * xx));
+                double& worst = terms == 1 ? type_q8 : type_q8x2;
+                worst = std::max(worst, err / std::sqrt(ww * xx));
               }
             }
             const double e_exact = rel_err(y, want);
             CHECK(e_exact <= 1e-5);
             worst_exact = std::max(worst_exact, e_exact);
           }
-    std::printf("SUMMARY quant twin %-5s worst |y - y(fp32 x)| / (||w|| ||x||) %.2e\n", name(t), type_q8);
+    std::printf("SUMMARY quant twin %-5s worst |y - y(fp32 x)| / (||w|| ||x||) %.2e one term, %.2e two\n", name(t),
+                type_q8, type_q8x2);
+    CHECK(type_q8x2 < type_q8 / 20);
     worst_q8 = std::max(worst_q8, type_q8);
   }
   std::printf("SUMMARY quant twin MMVQ vs the dequantised dot: worst rel err %.2e (tol 1e-5); vs fp32 x: %.2e of "

@@ -32,6 +32,7 @@ void add_backend_options(CLI::App* cmd, BackendArgs& a, const std::string& cuda_
                   "Most GPU memory the run may hold, e.g. 16G or 1500M (weights, KV cache and window, buffers, "
                   "prefill scratch); the run stops with a breakdown rather than exceed it");
   cmd->add_option("--threads", a.threads, "CPU threads (default: OpenMP's, i.e. all cores or OMP_NUM_THREADS)")->check(thread_count());
+  add_q8_terms_option(cmd, a.q8_terms);
   if (!prefill_options) return;
   cmd->add_option("--overlap-build", a.overlap_build, "Top-k: build the indexes while the model prefills (multipole "
                   "and centroid cluster each 8K-key block as it completes): on, off, or auto (on when the model "
@@ -68,13 +69,21 @@ std::string describe_prefill_kv(const Model& model) {
                      format_bytes((double)model.host_kv_bytes()));
 }
 
+void add_q8_terms_option(CLI::App* cmd, int& terms) {
+  cmd->add_option("--q8-terms", terms, "CUDA, quantised weights: how the decode products (<= 8 tokens) round the "
+                  "activations: 2 (the default: q8_1 of the value and of its residual, ~15 bits; greedy tokens as "
+                  "with --weights f16) or 1 (ggml's q8_1 alone: ~1e-2 per product, up to ~16% faster where the "
+                  "weights' integer work bounds the step, e.g. an 8B model at short context)")
+      ->check(CLI::IsMember({1, 2}));
+}
+
 bool overlap_build(const BackendArgs& a, bool cuda) { return a.overlap_build == "on" || (a.overlap_build == "auto" && cuda); }
 
 namespace {
 
 BackendSpec backend_spec(const BackendArgs& a) {
   BackendSpec spec;  // a malformed budget is an error whichever backend runs
-  spec.name = a.backend, spec.threads = a.threads;
+  spec.name = a.backend, spec.threads = a.threads, spec.q8_terms = a.q8_terms;
   spec.budget_given = !a.gpu_mem_budget.empty();
   if (spec.budget_given) spec.gpu_mem_budget = parse_size(a.gpu_mem_budget);
   return spec;

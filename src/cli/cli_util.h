@@ -20,12 +20,15 @@ namespace topkv::cli {
 // Where the model runs (generate, index build): --backend, --gpu-mem-budget, --threads.
 struct BackendArgs {
   std::string backend = "auto", gpu_mem_budget, overlap_build = "auto", prefill_kv = "auto";
-  int threads = 0;
+  int threads = 0, q8_terms = 0;
 };
 // Adds the options; `cuda_note` ends --backend's help (what cuda means for this command).
 // `prefill_options`: also --overlap-build and --prefill-kv (commands whose
 // top-k runtime takes the prefill; eval prefills densely and shares it).
 void add_backend_options(CLI::App* cmd, BackendArgs& a, const std::string& cuda_note, bool prefill_options = true);
+// --q8-terms: the activation terms of the CUDA backend's decode products on
+// quantised weights (CudaBackendOptions::q8_terms; 0 when not given).
+void add_q8_terms_option(CLI::App* cmd, int& terms);
 // The CUDA backend for "cuda", or "auto" with a GPU visible (cuda = true);
 // else the CPU backend. Throws Error on a budget for the CPU or a bad size.
 std::unique_ptr<Backend> make_backend(const BackendArgs& a, bool& cuda);

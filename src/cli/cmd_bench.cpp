@@ -7,6 +7,7 @@
 
 #include "bench/decode_bench.h"
 #include "bench/decode_report.h"
+#include "src/cli/cli_util.h"
 #include "src/cli/commands.h"
 #include "src/cli/policy_options.h"
 #include "src/common/error.h"
@@ -25,7 +26,7 @@ struct DecodeArgs {
   std::string model, synth_preset, contexts = "8K,32K", modes = "dense,topk,host-dense", backend = "auto";
   std::string budget, fill = "synthetic", kv_type = "f16", weights = "quant", out_dir;
   std::vector<std::string> indexes;
-  int steps = 16, warmup = 2, chunk = 512;
+  int steps = 16, warmup = 2, chunk = 512, q8_terms = 0;
   uint64_t seed = 1;
   bool beyond_trained = false, no_plot = false, quiet = false;
 };
@@ -50,6 +51,7 @@ void run_decode(const DecodeArgs& a, const OffloadPolicy& policy) {
   c.policy = policy;
   c.backend = a.backend;
   c.gpu_mem_budget = a.budget.empty() ? 0 : parse_size(a.budget);
+  c.q8_terms = a.q8_terms;
   TOPKV_CHECK(a.budget.empty() || c.gpu_mem_budget > 0, "--gpu-mem-budget must be positive (got '{}')", a.budget);
   c.steps = a.steps, c.warmup = a.warmup, c.chunk = a.chunk, c.seed = a.seed;
   c.fill = parse_context_fill(a.fill);
@@ -127,6 +129,7 @@ void register_bench_decode(CLI::App& bench) {
                   "prefill of a passkey prompt")->check(CLI::IsMember({"synthetic", "prefill"}))->capture_default_str();
   cmd->add_option("--kv-type", a->kv_type, "KV element type of the dense cache and the host-dense rows: f16 or f32")
       ->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
+  add_q8_terms_option(cmd, a->q8_terms);
   cmd->add_option("--weights", a->weights, "How the backend holds the weights: quant (the file's quantised blocks; "
                   "on the GPU the decode runs on them), f16 (CUDA: dequantised to fp16 at load) or f32 (CPU: "
                   "dequantised to fp32 at load)")

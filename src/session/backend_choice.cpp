@@ -25,7 +25,7 @@ std::unique_ptr<Backend> open_backend(const BackendSpec& spec, bool& cuda) {
   cuda = resolves_to_cuda(spec.name);
   if (cuda) {
     CudaBackendOptions co;
-    co.mem_budget = spec.gpu_mem_budget;
+    co.mem_budget = spec.gpu_mem_budget, co.q8_terms = spec.q8_terms;
     return make_cuda_backend(co);
   }
   TOPKV_CHECK(!spec.budget_given, "--gpu-mem-budget applies to the CUDA backend; this run uses the CPU (--backend {})",

@@ -15,6 +15,7 @@ struct BackendSpec {
   size_t gpu_mem_budget = 0;  // CUDA: bytes the backend may hold (0: what the device has)
   bool budget_given = false;  // a budget was asked for (an Error on the CPU backend)
   int threads = 0;            // CPU: 0 = OpenMP's default
+  int q8_terms = 0;           // CUDA: CudaBackendOptions::q8_terms (0: its default)
 };
 
 // true when `name` resolves to the CUDA backend. Error on an unknown name.

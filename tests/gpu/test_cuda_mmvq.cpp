@@ -77,29 +77,33 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return true;
 }
 
-// The group against the twin (new kernel, each grid cap) and the old kernel.
+// The group against the twin (new kernel, each grid cap) and the old kernel,
+// with one activation term and with two (quant_units.h).
 void check_group(Backend& be, std::vector<Job>& jobs, int64_t cols, int T, std::mt19937& rng, OpSummary& s_twin,
                  OpSummary& s_old, std::initializer_list<int> caps) {
   const auto x = randn((size_t)T * cols, rng, 2.f);
-  const qref::Q8Activations a = qref::quantize_q8_1(x.data(), T, cols);
-  Buffer dx = upload(be, x), ws = be.alloc(cuda::q8_activation_bytes(T, cols));
-  cuda::quantize_q8_1(dx.f32(), T, cols, ws.mem.get(), cuda_be().stream());
-  std::vector<std::vector<float>> want;
-  for (Job& j : jobs) {
-    want.push_back(j.y0);
-    if (j.rows > 0)
-      qref::mmvq(j.type, j.dev.data(), j.rows, cols, a, want.back().data(), j.bias ? j.b.data() : nullptr,
-                 j.accumulate);
-  }
-  const auto old = run(be, jobs, cols, T, ws, cuda::MmvqOptions{cuda::MmvqKernel::Old});
-  for (int cap : caps) {
-    CAPTURE(cap);
-    const auto got = run(be, jobs, cols, T, ws, cuda::MmvqOptions{cuda::MmvqKernel::New, cap});
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      if (jobs[i].rows == 0) continue;  // nothing to write (its tiles are none)
-      CAPTURE(i, tname(jobs[i].type), jobs[i].rows);
-      s_twin.check(rel_err(got[i], want[i]));
-      s_old.check(same_bits(old[i], got[i]) ? 0.0 : 1.0);
+  for (int terms = 1; terms <= qunits::kQ8MaxTerms; ++terms) {
+    CAPTURE(terms);
+    const qref::Q8Activations a = qref::quantize_q8_1(x.data(), T, cols, terms);
+    Buffer dx = upload(be, x), ws = be.alloc(cuda::q8_activation_bytes(T, cols, terms));
+    cuda::quantize_q8_1(dx.f32(), T, cols, ws.mem.get(), cuda_be().stream(), terms);
+    std::vector<std::vector<float>> want;
+    for (Job& j : jobs) {
+      want.push_back(j.y0);
+      if (j.rows > 0)
+        qref::mmvq(j.type, j.dev.data(), j.rows, cols, a, want.back().data(), j.bias ? j.b.data() : nullptr,
+                   j.accumulate);
+    }
+    const auto old = run(be, jobs, cols, T, ws, cuda::MmvqOptions{cuda::MmvqKernel::Old, 0, terms});
+    for (int cap : caps) {
+      CAPTURE(cap);
+      const auto got = run(be, jobs, cols, T, ws, cuda::MmvqOptions{cuda::MmvqKernel::New, cap, terms});
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        if (jobs[i].rows == 0) continue;  // nothing to write (its tiles are none)
+        CAPTURE(i, tname(jobs[i].type), jobs[i].rows);
+        s_twin.check(rel_err(got[i], want[i]));
+        s_old.check(same_bits(old[i], got[i]) ? 0.0 : 1.0);
+      }
     }
   }
 }

@@ -79,7 +79,7 @@ double compare(const char* what, const std::vector<float>& got, const std::vecto
 
 }  // namespace
 
-TEST_CASE("quant: q8_1 activations and MMVQ kernels against their twins, every type, T = 1..8") {
+TEST_CASE("quant: q8_1 activations (one and two terms) and MMVQ kernels against their twins, every type, T = 1..8") {
   auto& be = cuda_be();
   std::mt19937 rng(21);
   OpSummary s_q8("q8_1 activations (values differing)", 0), s_mmvq("MMVQ vs twin", 1e-5);
@@ -91,31 +91,35 @@ TEST_CASE("quant: q8_1 activations and MMVQ kernels against their twins, every t
         for (int T = 1; T <= cuda::kQuantGemvMaxTokens; ++T)
           for (int mode = 0; mode < 3; ++mode) {  // plain, + bias, + bias and accumulate
             if (mode > 0 && T != 1 && T != 5 && T != 8) continue;
-            CAPTURE(tname(t), rows, cols, T, mode);
+            const int terms = 1 + (int)((rows + T + mode) % 2);  // both, over the sweep
+            CAPTURE(tname(t), rows, cols, T, mode, terms);
             const HostQuant h = host_quant(t, rows, cols, rng);
             const std::vector<uint8_t> dev = device_layout(h);
             const auto x = randn((size_t)T * cols, rng, 2.f);
             const auto bias = randn((size_t)rows, rng);
             const auto y0 = randn((size_t)T * rows, rng);
-            const qref::Q8Activations a = qref::quantize_q8_1(x.data(), T, cols);
+            const qref::Q8Activations a = qref::quantize_q8_1(x.data(), T, cols, terms);
             std::vector<float> want = y0;
             qref::mmvq(t, dev.data(), rows, cols, a, want.data(), mode > 0 ? bias.data() : nullptr, mode == 2);
 
             Buffer dw = upload_bytes(be, dev.data(), dev.size()), dx = upload(be, x), db = upload(be, bias);
             Buffer dy = mode == 2 ? upload(be, y0) : poisoned(be, want.size());
-            Buffer ws = be.alloc(cuda::q8_activation_bytes(T, cols));
-            cuda::quantize_q8_1(dx.f32(), T, cols, ws.mem.get(), be.stream());
+            Buffer ws = be.alloc(cuda::q8_activation_bytes(T, cols, terms));
+            cuda::quantize_q8_1(dx.f32(), T, cols, ws.mem.get(), be.stream(), terms);
             cuda::QuantGemvJob job;
             job.type = t, job.w = dw.as<uint8_t>(), job.rows = rows, job.y = dy.f32();
             job.bias = mode > 0 ? db.f32() : nullptr, job.accumulate = mode == 2;
-            cuda::quant_gemv(&job, 1, cols, T, ws.mem.get(), be.stream());  // the new kernel, the default
+            cuda::quant_gemv(&job, 1, cols, T, ws.mem.get(), be.stream(),  // the new kernel, the default
+                             cuda::MmvqOptions{cuda::MmvqKernel::Auto, 0, terms});
             Buffer dy_old = mode == 2 ? upload(be, y0) : poisoned(be, want.size());
             job.y = dy_old.f32();
-            cuda::quant_gemv(&job, 1, cols, T, ws.mem.get(), be.stream(), cuda::MmvqOptions{cuda::MmvqKernel::Old});
+            cuda::quant_gemv(&job, 1, cols, T, ws.mem.get(), be.stream(),
+                             cuda::MmvqOptions{cuda::MmvqKernel::Old, 0, terms});
 
             if (rows == 3 && mode == 0) {  // the activations themselves, byte for byte
-              const auto raw = download_as<uint8_t>(be, ws, cuda::q8_activation_bytes(T, cols));
-              const cuda::Q8DeviceActivations q = cuda::carve_q8_activations(const_cast<uint8_t*>(raw.data()), T, cols);
+              const auto raw = download_as<uint8_t>(be, ws, cuda::q8_activation_bytes(T, cols, terms));
+              const cuda::Q8DeviceActivations q =
+                  cuda::carve_q8_activations(const_cast<uint8_t*>(raw.data()), T, cols, terms);
               size_t differ = 0;
               for (size_t i = 0; i < a.qs.size(); ++i) differ += q.qs[i] != a.qs[i];
               for (size_t i = 0; i < a.ds.size(); ++i)
@@ -162,7 +166,8 @@ TEST_CASE("quant: prepared weights through matmul, GEMV (T <= 8) against the twi
           const std::vector<float> got = download(be, dy, (size_t)T * rows);
           std::vector<float> want = y0;
           if (T <= cuda::kQuantGemvMaxTokens) {
-            qref::mmvq(t, dev.data(), rows, cols, qref::quantize_q8_1(x.data(), T, cols), want.data(),
+            qref::mmvq(t, dev.data(), rows, cols, qref::quantize_q8_1(x.data(), T, cols, cuda::q8_terms_from_env()),
+                       want.data(),
                        mode ? bias_v.data() : nullptr, mode == 1);
             s_gemv.check(compare("quant matmul GEMV", got, want));
           } else {
@@ -288,13 +293,17 @@ namespace {
 
 // The real files (scripts/fetch-model.sh; the env variable overrides the
 // path): greedy decoding of a text prompt with --weights quant against
-// --weights f16 on the same device. The quantised path rounds the activations
-// of every decode product to q8_1 (1-4e-2 relative on these models' logits,
-// measured with the CPU twin in place of the CPU matmul): the greedy tokens
-// must agree while the f16 run's top-2 margin is clearly larger than the
-// logit difference; the first near-tie ends the comparison. On Gemma 3 270M
-// the twin kept all 32 tokens on this prompt, so at least 16 must agree there;
-// on the Qwen files only the near-tie rule is required.
+// --weights f16 on the same device. With one activation term
+// (TOPKV_Q8_TERMS=1, ggml's q8_1) every decode product is rounded by ~1e-2
+// (1-4e-2 relative on these models' logits, measured with the CPU twin in
+// place of the CPU matmul): the greedy tokens must agree while the f16 run's
+// top-2 margin is clearly larger than the logit difference, the first
+// near-tie ends the comparison, and on Gemma 3 270M at least 16 of 32 must
+// agree (session 7 saw 28: a near-tie, margin 0.228 against a difference of
+// 0.438). With two terms (the default) the activations keep ~15 bits and
+// what is left is the weights' fp16 rounding on the other side: all 32
+// tokens must agree on Gemma (the speed issue's target), the logits within
+// 5e-3 (7.3e-4 measured); on the Qwen files the near-tie rule only.
 void real_model_quant_vs_f16(const char* label, const char* env, const char* file_name, int min_equal) {
   const char* over = std::getenv(env);
   const std::string path = over ? over : std::string(TOPKV_SOURCE_DIR) + "/.models/" + file_name;
@@ -302,6 +311,8 @@ void real_model_quant_vs_f16(const char* label, const char* env, const char* fil
     WARN("skipped: no model at " << path << " (scripts/fetch-model.sh, or set " << env << ")");
     return;
   }
+  const int terms = cuda::q8_terms_from_env();
+  if (terms == 1) min_equal = std::min(min_equal, 16);
   std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   const Tokenizer tok = Tokenizer::from_gguf(*file);
   auto& be = gpu();
@@ -312,7 +323,7 @@ void real_model_quant_vs_f16(const char* label, const char* env, const char* fil
   std::printf("SUMMARY-WEIGHTS %s: quant %.1f MiB (file %.1f MiB), f16 %.1f MiB\n", label,
               mq.weight_bytes() / 1048576.0, file->file_size() / 1048576.0, mf.weight_bytes() / 1048576.0);
   CHECK(mq.weight_bytes() < mf.weight_bytes() * 3 / 4);
-  OpSummary s(fmt::format("{} real: quant vs f16 logits", label), 6e-2);
+  OpSummary s(fmt::format("{} real: quant (q8_1 x{}) vs f16 logits", label, terms), terms == 2 ? 5e-3 : 6e-2);
   int equal = 0;
   const std::vector<int32_t> ids =
       tok.encode("Write a short story about a robot who learns to paint.", tok.add_bos_default(), false);
@@ -333,15 +344,15 @@ void real_model_quant_vs_f16(const char* label, const char* env, const char* fil
     ++equal;
     lf = mf.decode(tf), lq = mq.decode(tf);
   }
-  std::printf("SUMMARY %-34s greedy equal %2d of 32 steps   %s\n", fmt::format("{} real quant vs f16", label).c_str(),
-              equal, equal >= min_equal ? "ok" : "FAIL");
+  std::printf("SUMMARY %-34s greedy equal %2d of 32 steps (q8_1 terms %d)   %s\n",
+              fmt::format("{} real quant vs f16", label).c_str(), equal, terms, equal >= min_equal ? "ok" : "FAIL");
   CHECK(equal >= min_equal);
 }
 
 }  // namespace
 
 TEST_CASE("quant: the real Gemma 3 270M and Qwen2.5-Coder files, --weights quant against --weights f16") {
-  real_model_quant_vs_f16("gemma3-270m", "TOPKV_MODEL", "gemma-3-270m-q4_k_m.gguf", 16);
+  real_model_quant_vs_f16("gemma3-270m", "TOPKV_MODEL", "gemma-3-270m-q4_k_m.gguf", 32);
   real_model_quant_vs_f16("qwen2.5-coder-0.5b", "TOPKV_QWEN05_MODEL", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", 0);
   real_model_quant_vs_f16("qwen2.5-coder-1.5b", "TOPKV_QWEN15_MODEL", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 0);
 }
@@ -354,7 +365,7 @@ TEST_CASE("quant: a formed input (pre-norm, post-norm residual add, GLU) in one 
   auto cpu = make_cpu_backend();
   std::mt19937 rng(27);
   OpSummary s_x("formed input: residual x, fused vs CPU", 1e-6), s_fused("formed input: fused vs unfused GPU", 2e-3),
-      s_cpu("formed input: fused vs CPU (q8_1)", 3e-2);
+      s_cpu("formed input: fused vs CPU (q8_1)", cuda::q8_terms_from_env() == 2 ? 1e-3 : 3e-2);  // 4e-5 with 2 terms
   struct Case {
     int64_t cols, rows;
     GgmlType t;
