@@ -13,10 +13,11 @@
 //     1-row weights (norms, biases) F32. --weights f32 is refused (twice
 //     fp16's memory and bandwidth for no gain the tests could see).
 //   - matmul on quantised weights (gpu/cuda_quant_matmul.cpp). T <= 8 tokens:
-//     the activations are quantised once to two q8_1 terms, the value and its
-//     residual (32 int8 and an fp32 scale per block each; gpu/quant_units.h),
-//     and the MMVQ kernel takes integer dot products (dp4a) of the blocks with
-//     both, fp32 accumulation, the epilogue in the kernel; matmul_group runs
+//     the activations are quantised once to a 16-bit code per value in two
+//     int8 halves (q8_1x2: 64 int8 and an fp32 scale per block of 32;
+//     gpu/quant_units.h), and the MMVQ kernel takes integer dot products
+//     (dp4a) of the blocks with both halves, 256 hi + lo in int32, fp32
+//     accumulation, the epilogue in the kernel; matmul_group runs
 //     the products of one input (q, k, v; gate, up) in one launch. Expect
 //     ~1e-4 relative difference from the CPU per product (~1e-2 with
 //     TOPKV_Q8_TERMS=1, ggml's one term; 1-4e-2 on a model's logits). T > 8: the weight is

@@ -40,9 +40,10 @@ struct QuantGemvJob {
   bool accumulate = false;
 };
 
-// The q8_1 activations of T tokens of `cols` (a multiple of 32), `terms`
-// (1 or 2, quant_units.h) rows a token, in a work space of
-// q8_activation_bytes: qs [T * terms][cols] int8, then ds [T * terms][cols / 32].
+// The q8_1 activations of T tokens of `cols` (a multiple of 32) with
+// `terms` (1 or 2, quant_units.h) in a work space of q8_activation_bytes:
+// qs [T * terms][cols] int8 (token t's codes, then with two terms its lo
+// codes), then ds [T][cols / 32].
 size_t q8_activation_bytes(int T, int64_t cols, int terms = 1);
 struct Q8DeviceActivations {
   int8_t* qs;
@@ -91,9 +92,8 @@ MmvqKernel mmvq_auto_kernel(int T, int64_t cols);
 // other value throws Error naming the three.
 MmvqKernel mmvq_kernel_from_env();
 // The activation terms of the decode GEMV (quant_units.h): 2 (q8_1x2, the
-// default) unless TOPKV_Q8_TERMS=1 (ggml's q8_1: faster where the GEMV is
-// bound by its integer work, ~1e-2 rounding per product); any other value
-// throws Error.
+// default) unless TOPKV_Q8_TERMS=1 (ggml's q8_1: ~1e-2 rounding per product,
+// ~2% faster on an 8B model at short context); any other value throws Error.
 int q8_terms_from_env();
 struct MmvqOptions {
   MmvqKernel kernel = MmvqKernel::Auto;

@@ -1,7 +1,7 @@
 // The CUDA backend's products on quantised weights (the file's blocks in the
 // device layout of gpu/quant_units.h), and its weight-memory arithmetic:
 //   decode (T <= kQuantGemvMaxTokens): x quantised once to q8_1 (two terms,
-//     the value and its residual, unless TOPKV_Q8_TERMS=1), then one
+//     a 16-bit code in int8 halves, unless --q8-terms 1), then one
 //     quant_gemv launch per kQuantGroupMaxJobs matrices (q, k, v together;
 //     gate and up together), the epilogue applied in the kernel; the MMVQ
 //     kernel is picked per shape (mmvq_auto_kernel) unless TOPKV_MMVQ=old|new (read at construction);

@@ -22,8 +22,8 @@
 //     within a block is fixed (32 is a multiple of the units per block), so
 //     the loop advances one block index per round, with no division, and
 //     each row's planes are addressed from its first block.
-//   - Each unit is decoded once for all tokens and terms (U::prep: codes,
-//     scales; two terms a token with q8_1x2, quant_units.h), the
+//   - Each unit is decoded once for all tokens (U::prep: codes, scales;
+//     with q8_1x2 both halves of a token's codes meet it, quant_units.h), the
 //     min terms of K-quants are a select, not a branch, and the R x NT sums
 //     are reduced by recursive halving (reduce_scatter: N - 1 shuffles for N
 //     sums, the butterfly's bits): ~31 instructions per row, unit and token at
@@ -37,7 +37,7 @@
 //   T = 1:    R = 1, B = 4 (R = 2, B = 2 for rows of <= 1024 values: a
 //             640-wide Q8_0 row is 40 units, 1.25 per lane; and with two
 //             activation terms, whose loads two rows then share (four rows
-//             measured slower: the 8B model 287 against 299 tok/s, H100);
+//             were slower with session 16's first two-term format);
 //   T = 2..4: R = 2, B = 2;   T = 5..8: R = 4, B = 1.
 // Launch bounds (blocks of 4 warps per SM) keep every instantiation free of
 // spills (ptxas, all eight types in one kernel): T = 1: 5 blocks (<= 102
@@ -174,13 +174,11 @@ __device__ __forceinline__ void tile_rows(const GemvJobDev& job, const GemvArgs&
 #pragma unroll
       for (int r = 0; r < R; ++r) p[r] = U::prep(w[i][r], k);
 #pragma unroll
-      for (int t = 0; t < NT; ++t)
+      for (int t = 0; t < NT; ++t) {
+        const XUnit x = U::template load_x<S>(q8_row<S>(a, t), b, k);
 #pragma unroll
-        for (int s = 0; s < S; ++s) {  // the token's terms in turn (quant_units.h)
-          const XUnit x = U::load_x(q8_row<S>(a, t, s), b, k);
-#pragma unroll
-          for (int r = 0; r < R; ++r) acc[r][t] = fadd(acc[r][t], U::dot(p[r], x));
-        }
+        for (int r = 0; r < R; ++r) acc[r][t] = fadd(acc[r][t], U::template dot<S>(p[r], x));
+      }
     }
   }
 

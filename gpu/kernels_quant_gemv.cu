@@ -1,7 +1,7 @@
 // Decode products on quantised weights (MMVQ, after ggml-cuda's mmvq.cu):
 //   quantize_q8_1_kernel  one warp per block of 32 activations: d = max|x|/127,
-//                         q = round(x/d), s = d * sum(q), and with two terms
-//                         the same of the residual x - d q (quant_units.h).
+//                         q = round(x/d), s = d * sum(q); with two terms
+//                         d = max|x|/32512 and q in two int8 halves (quant_units.h).
 //   quant_gemv            the public launcher: checks the jobs, lays out the
 //                         tiles (gpu/quant_gemv_args.cuh) and runs the kernel
 //                         MmvqOptions names: the new one (gpu/kernels_mmvq.cu)
@@ -12,8 +12,8 @@
 //                         the warp index); lane l takes units l, l + 32, ... of
 //                         the row (16 bytes of weight each, quant_units.h),
 //                         with B units' loads issued before any is used, and
-//                         adds unit.dot(activations) for every token (each
-//                         of its S terms in turn) into fp32
+//                         adds unit.dot(activations) for every token (with
+//                         S = 2 terms, both halves of its codes) into fp32
 //                         partials; a butterfly reduces the lanes, lane 0
 //                         applies the epilogue (bias, accumulate).
 // Tiling of the old kernel by token count T: R rows share each activation
@@ -22,7 +22,7 @@
 //   T = 1: R = 1, B = 2 (R = 2 for rows of <= 1024 values: a 640-wide row is
 //          40 Q8_0 units, one round of loads, so the warp takes two; and
 //          with two activation terms, whose loads two rows then share: four
-//          measured slower, the 8B model 287 against 299 tok/s on an H100);
+//          were slower with session 16's first two-term format);
 //   T = 2..4: R = 2, B = 1;  T = 5..8: R = 4, B = 1.
 // Twins: qref::quantize_q8_1 and qref::mmvq (gpu/quant_matvec_ref.h), which
 // sum in the same order, so the two agree to the last bit.
@@ -85,13 +85,11 @@ __device__ __forceinline__ void gemv_warp(const GemvJobDev& job, const GemvArgs&
       if (u >= units) break;
       const int b = u / U::kUnits, k = u % U::kUnits;
 #pragma unroll
-      for (int t = 0; t < NT; ++t)
+      for (int t = 0; t < NT; ++t) {
+        const XUnit x = U::template load_x<S>(q8_row<S>(a, t), b, k);
 #pragma unroll
-        for (int s = 0; s < S; ++s) {
-          const XUnit x = U::load_x(q8_row<S>(a, t, s), b, k);
-#pragma unroll
-          for (int r = 0; r < R; ++r) acc[r][t] = fadd(acc[r][t], U::dot(w[i][r], x, k));
-        }
+        for (int r = 0; r < R; ++r) acc[r][t] = fadd(acc[r][t], U::template dot<S>(w[i][r], x, k));
+      }
     }
   }
 
@@ -134,8 +132,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) old_gemv_kernel(const __grid_
 }  // namespace
 
 size_t q8_activation_bytes(int T, int64_t cols, int terms) {
-  const size_t rows = (size_t)T * (size_t)terms;
-  return align16(rows * cols) + rows * (cols / 32) * sizeof(Q8Scale);
+  return align16((size_t)T * (size_t)terms * cols) + (size_t)T * (cols / 32) * sizeof(Q8Scale);
 }
 
 Q8DeviceActivations carve_q8_activations(void* workspace, int T, int64_t cols, int terms) {

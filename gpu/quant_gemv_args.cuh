@@ -14,24 +14,26 @@ namespace topkv::cuda {
 
 // One q8_1 block of 32 activations, a lane each (the calling warp holds
 // block b of token t; `blocks` = cols / 32): ggml's quantize_q8_1, the scale
-// and d * sum(q) kept fp32, into row t * terms; with two terms the residual
-// x - d q quantised again into row t * terms + 1 (quant_units.h). The CPU
-// twin is quant_matvec_ref.cpp's quantisation (the same qunits helpers).
-// Used by quantize_q8_1_kernel and by the fused input kernel
-// (gpu/kernels_quant_input.cu).
+// and d * sum(q) kept fp32; with two terms the 16-bit code's hi and lo
+// halves (quant_units.h). Codes into row t * terms (lo: t * terms + 1) of qs,
+// the scale into row t of ds. The CPU twin is quant_matvec_ref.cpp's
+// quantisation (the same qunits helpers). Used by quantize_q8_1_kernel and by
+// the fused input kernel (gpu/kernels_quant_input.cu).
 __device__ __forceinline__ void quantize_q8_1_warp(float x, int64_t t, int64_t b, int64_t blocks, int terms,
                                                    int8_t* qs, qunits::Q8Scale* ds) {
   const int lane = threadIdx.x % 32;
-  for (int s = 0; s < terms; ++s) {
-    const int64_t blk = (t * terms + s) * blocks + b;
-    const float amax = warp_max(fabsf(x));
-    const float d = qunits::q8_scale(amax);
-    const int q = qunits::q8_code(x, d, amax);
-    qs[blk * 32 + lane] = (int8_t)q;
-    const int sum = __reduce_add_sync(0xffffffffu, q);
-    if (lane == 0) ds[blk] = qunits::Q8Scale{d, qunits::fmul(d, (float)sum)};
-    x = qunits::q8_residual(x, d, q);
+  const float amax = warp_max(fabsf(x));
+  const float d = qunits::q8_scale(amax, terms);
+  const int q = qunits::q8_code(x, d, amax);
+  int8_t* row = qs + t * terms * blocks * 32 + b * 32;
+  if (terms == 2) {
+    row[lane] = (int8_t)qunits::q16_hi(q);
+    row[blocks * 32 + lane] = (int8_t)qunits::q16_lo(q);
+  } else {
+    row[lane] = (int8_t)q;
   }
+  const int sum = __reduce_add_sync(0xffffffffu, q);
+  if (lane == 0) ds[t * blocks + b] = qunits::Q8Scale{d, qunits::fmul(d, (float)sum)};
 }
 
 // One matrix of a launch as the kernels read it (from the constant bank).
@@ -49,14 +51,14 @@ struct GemvArgs {
   GemvJobDev jobs[kQuantGroupMaxJobs];
   int n_jobs;
   int64_t cols;
-  const int8_t* qs;  // rows t * terms + s, s < terms (quant_units.h)
+  const int8_t* qs;  // token t's codes at row t * terms (its lo codes at t * terms + 1)
   const qunits::Q8Scale* ds;
   int64_t n_tiles;  // over all jobs
 };
-// Token t's activation row for term s of S.
-template <int S> __device__ __forceinline__ qunits::Q8Row q8_row(const GemvArgs& a, int t, int s) {
-  const int64_t r = (int64_t)t * S + s;
-  return qunits::Q8Row{a.qs + r * a.cols, a.ds + r * (a.cols / 32)};
+// Token t's activations with S terms (quant_units.h).
+template <int S> __device__ __forceinline__ qunits::Q8Row q8_row(const GemvArgs& a, int t) {
+  const int8_t* qs = a.qs + (int64_t)t * S * a.cols;
+  return qunits::Q8Row{qs, a.ds + (int64_t)t * (a.cols / 32), S == 2 ? qs + a.cols : nullptr};
 }
 
 // The job that holds `tile` (tiles below n_tiles).

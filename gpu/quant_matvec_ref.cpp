@@ -45,20 +45,19 @@ float warp_sum(float v[32]) {
   return v[0];
 }
 
-template <class U>
+template <class U, int S>
 void mmvq_rows(const QuantMatrix& m, const Q8Activations& x, float* y, const float* bias, bool accumulate) {
   const int64_t nb = m.cols / U::kValues, units = nb * U::kUnits;
 #pragma omp parallel for schedule(static) if (m.rows * units * x.T > (1 << 16))
   for (int64_t r = 0; r < m.rows; ++r)
     for (int t = 0; t < x.T; ++t) {
       float lane[32];
-      for (int l = 0; l < 32; ++l) {  // lane l takes units l, l + 32, ... in order, each term in turn
+      for (int l = 0; l < 32; ++l) {  // lane l takes units l, l + 32, ... in order
         float acc = 0.f;
         for (int64_t u = l; u < units; u += 32) {
           const int64_t b = u / U::kUnits;
           const int k = (int)(u % U::kUnits);
-          const typename U::Unit w = U::load(m, r * nb + b, k);
-          for (int s = 0; s < x.terms; ++s) acc = fadd(acc, U::dot(w, U::load_x(x.row(t, s), b, k), k));
+          acc = fadd(acc, U::template dot<S>(U::load(m, r * nb + b, k), U::template load_x<S>(x.row(t), b, k), k));
         }
         lane[l] = acc;
       }
@@ -128,16 +127,15 @@ float abs_bound(GgmlType t, const uint8_t* src, int64_t n_blocks) {
   return bound;
 }
 
+int Q8Activations::code(int t, int64_t i) const {
+  const qunits::Q8Row r = row(t);
+  return terms == 2 ? 256 * (int)r.qs[i] + (int)r.lo[i] : (int)r.qs[i];
+}
+
 std::vector<float> Q8Activations::dequantised() const {
-  std::vector<float> v((size_t)T * cols, 0.f);
+  std::vector<float> v((size_t)T * cols);
   for (int t = 0; t < T; ++t)
-    for (int s = 0; s < terms; ++s) {
-      const qunits::Q8Row r = row(t, s);
-      for (int64_t i = 0; i < cols; ++i) {
-        float& o = v[(size_t)t * cols + i];
-        o = s == 0 ? fmul(r.ds[i / 32].d, (float)r.qs[i]) : fadd(o, fmul(r.ds[i / 32].d, (float)r.qs[i]));
-      }
-    }
+    for (int64_t i = 0; i < cols; ++i) v[(size_t)t * cols + i] = fmul(row(t).ds[i / 32].d, (float)code(t, i));
   return v;
 }
 
@@ -148,25 +146,24 @@ Q8Activations quantize_q8_1(const float* x, int T, int64_t cols, int terms) {
   a.T = T, a.terms = terms, a.cols = cols;
   const int64_t blocks = cols / 32;
   a.qs.resize((size_t)T * terms * cols);
-  a.ds.resize((size_t)T * terms * blocks);
+  a.ds.resize((size_t)T * blocks);
   for (int t = 0; t < T; ++t)
     for (int64_t b = 0; b < blocks; ++b) {
-      float xb[32];
-      std::memcpy(xb, x + (size_t)t * cols + b * 32, sizeof xb);
-      for (int s = 0; s < terms; ++s) {  // the value, then what its codes leave
-        const size_t blk = ((size_t)t * terms + s) * blocks + b;
-        float amax = 0.f;
-        for (int l = 0; l < 32; ++l) amax = std::fmax(amax, std::fabs(xb[l]));
-        const float d = q8_scale(amax);
-        int sum = 0;
-        for (int l = 0; l < 32; ++l) {
-          const int q = q8_code(xb[l], d, amax);
-          a.qs[blk * 32 + l] = (int8_t)q;
-          sum += q;
-          xb[l] = q8_residual(xb[l], d, q);
-        }
-        a.ds[blk] = Q8Scale{d, fmul(d, (float)sum)};
+      const float* xb = x + (size_t)t * cols + b * 32;
+      int8_t* q8 = a.qs.data() + (size_t)t * terms * cols + b * 32;
+      float amax = 0.f;
+      for (int l = 0; l < 32; ++l) amax = std::fmax(amax, std::fabs(xb[l]));
+      const float d = q8_scale(amax, terms);
+      int sum = 0;
+      for (int l = 0; l < 32; ++l) {
+        const int q = q8_code(xb[l], d, amax);
+        if (terms == 2)
+          q8[l] = (int8_t)q16_hi(q), q8[cols + l] = (int8_t)q16_lo(q);
+        else
+          q8[l] = (int8_t)q;
+        sum += q;
       }
+      a.ds[(size_t)t * blocks + b] = Q8Scale{d, fmul(d, (float)sum)};
     }
   return a;
 }
@@ -176,7 +173,12 @@ void mmvq(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, const Q8Acti
   check_shape(t, rows, cols);
   TOPKV_CHECK(x.cols == cols, "mmvq: activations of {} columns for a matrix of {}", x.cols, cols);
   const QuantMatrix m = quant_matrix(t, w, rows, cols);
-  with_unit_type(t, [&](auto u) { mmvq_rows<decltype(u)>(m, x, y, bias, accumulate); });
+  with_unit_type(t, [&](auto u) {
+    if (x.terms == 2)
+      mmvq_rows<decltype(u), 2>(m, x, y, bias, accumulate);
+    else
+      mmvq_rows<decltype(u), 1>(m, x, y, bias, accumulate);
+  });
 }
 
 void dequant_row(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, int64_t r, float* out) {

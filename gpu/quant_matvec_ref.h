@@ -38,18 +38,21 @@ void repack(GgmlType t, const uint8_t* src, int64_t rows, int64_t cols, uint8_t*
 // dequantises to fp16 for the prefill GEMM only when this stays within fp16.
 float abs_bound(GgmlType t, const uint8_t* src, int64_t n_blocks);
 
-// q8_1 activations of T tokens, `terms` rows a token (quant_units.h: 1, or
-// 2 for the value and its residual): qs [T * terms][cols], ds [T * terms][cols / 32].
+// q8_1 activations of T tokens with `terms` (quant_units.h: 1, or 2 for a
+// 16-bit code in hi and lo halves): qs [T * terms][cols] (token t's codes at
+// row t * terms, its lo codes at t * terms + 1), ds [T][cols / 32].
 struct Q8Activations {
   int T = 0, terms = 1;
   int64_t cols = 0;
   std::vector<int8_t> qs;
   std::vector<Q8Scale> ds;
-  qunits::Q8Row row(int t, int term = 0) const {
-    const size_t r = (size_t)t * terms + term;
-    return {qs.data() + r * cols, ds.data() + r * (cols / 32)};
+  qunits::Q8Row row(int t) const {
+    const int8_t* q = qs.data() + (size_t)t * terms * cols;
+    return {q, ds.data() + (size_t)t * (cols / 32), terms == 2 ? q + cols : nullptr};
   }
-  // The values the kernels multiply: the sum over terms of d * q (fp32), [T][cols].
+  // The code of value i of token t: q, or 256 hi + lo.
+  int code(int t, int64_t i) const;
+  // The values the kernels multiply: d * code (fp32), [T][cols].
   std::vector<float> dequantised() const;
 };
 // cols must be a multiple of 32; terms 1 or 2.

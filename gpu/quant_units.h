@@ -35,16 +35,19 @@
 // fp32 rounding (tests/test_quant_matvec_ref.cpp checks that to ~1e-6).
 // Planes: qs [T][cols] int8, then ds [T][cols / 32] Q8Scale.
 //
-// Two terms (q8_1x2, the CUDA backend's default): each token's row is
-// followed by the q8_1 of its residual, r = x - d * q, so a token takes rows
-// 2t and 2t + 1 of the planes and x ~ d q + d2 q2 with |error| <= d2 / 2 <=
-// d / 508: ~15 bits of the block's largest value where one term keeps ~8,
-// finer than fp16 activations. A product is linear in the activations, so
-// its value is dot(w, row 2t) + dot(w, row 2t + 1): the same units and
-// weight bytes, twice the integer dot products (gpu/kernels_mmvq.cu). One
-// term rounds a decode product by ~1e-2 relative (1-4e-2 on a real model's
-// logits, enough to flip a near-tie of greedy decoding against fp16
-// weights); two terms leave the weights' own rounding.
+// Two terms (q8_1x2, the CUDA backend's default): a 16-bit code in two int8
+// halves. The block's scale is d = max|x| / (127 * 256), Q = round(x / d)
+// (|Q| <= 32512), hi = (Q + 128) >> 8 and lo = Q - 256 hi (both in -128..127),
+// s = d * sum(Q); token t's hi codes are row 2t of qs, its lo codes row
+// 2t + 1, its scales row t of ds. A run's integer sum is then
+// 256 * dp4a(w, hi) + dp4a(w, lo) = sum w Q (int32: at most 16 * 32 * 32512
+// * 128 < 2^31 with Q6_K's codes and scales), and the float arithmetic after
+// it is one term's: the cost is the second dp4a chain and its 16-byte loads.
+// |x - d Q| <= d / 2 = max|x| / 65024: ~15 bits of the block's largest value
+// where one term keeps ~8, finer than fp16 activations. One term rounds a
+// decode product by ~1e-2 relative (1-4e-2 on a real model's logits, enough to
+// flip a near-tie of greedy decoding against fp16 weights); two leave the
+// weights' own rounding.
 //
 // ---- units --------------------------------------------------------------------
 // A lane of the GEMV handles one "unit" at a time: 16 bytes of plane 0 and
@@ -142,10 +145,12 @@ struct I4 {
 struct Q8Scale {
   float d, s;
 };
-// One token's q8_1 activations.
+// One token's q8_1 activations: qs its codes (one term) or hi codes (two),
+// lo its lo codes (two terms; unused with one).
 struct Q8Row {
   const int8_t* qs;    // [cols]
   const Q8Scale* ds;   // [cols / 32]
+  const int8_t* lo;    // [cols] or null
 };
 
 // ---- loads ------------------------------------------------------------------------
@@ -213,12 +218,15 @@ struct LoadAct {
 };
 
 // ---- q8_1 quantisation of one block of 32 (quantize_q8_1's arithmetic) ----------
-TOPKV_HD float q8_scale(float amax) { return fdiv(amax, 127.f); }
-TOPKV_HD int q8_code(float x, float d, float amax) { return amax == 0.f ? 0 : (int)roundf(fdiv(x, d)); }
-// What the code leaves of x, quantised again by the second term.
-TOPKV_HD float q8_residual(float x, float d, int q) { return fsub(x, fmul(d, (float)q)); }
-// Terms per token: 1 (q8_1, ggml's) or 2 (q8_1x2: the value and its residual).
+// Terms per token: 1 (q8_1, ggml's) or 2 (q8_1x2: a 16-bit code in two int8 halves).
 constexpr int kQ8MaxTerms = 2;
+// The largest code: 127, or 127 * 256 for the 16-bit code of two terms.
+TOPKV_HD float q8_max_code(int terms) { return terms == 2 ? 32512.f : 127.f; }
+TOPKV_HD float q8_scale(float amax, int terms = 1) { return fdiv(amax, q8_max_code(terms)); }
+TOPKV_HD int q8_code(float x, float d, float amax) { return amax == 0.f ? 0 : (int)roundf(fdiv(x, d)); }
+// The int8 halves of a 16-bit code: q = 256 hi + lo.
+TOPKV_HD int q16_hi(int q) { return (q + 128) >> 8; }
+TOPKV_HD int q16_lo(int q) { return q - 256 * q16_hi(q); }
 
 // ---- the device layout -----------------------------------------------------------
 constexpr int kMaxPlanes = 3;
@@ -270,14 +278,18 @@ TOPKV_HD QuantMatrix quant_matrix(GgmlType t, const uint8_t* base, int64_t rows,
 }
 
 // Activations of one unit: run 0 from q8 block `a` (16 values) and run 1
-// from block `b`; Q8_0 units have run 0 only.
+// from block `b`; Q8_0 units have run 0 only. a2, b2: the lo codes of two
+// terms (S = 2), unset with one.
 struct XUnit {
-  I4 a, b;
+  I4 a, b, a2, b2;
   float da, sa, db, sb;
 };
-// The 16 values at `half` (0/1) of q8 block `blk` and that block's scale.
-TOPKV_HD void load_x_run(const Q8Row& x, int64_t blk, int half, I4& q, float& d, float& s) {
+// The 16 values at `half` (0/1) of q8 block `blk` (their lo codes into q2
+// when S = 2) and that block's scale.
+template <int S>
+TOPKV_HD void load_x_run(const Q8Row& x, int64_t blk, int half, I4& q, I4& q2, float& d, float& s) {
   q = LoadAct::i4(x.qs + blk * 32 + half * 16);
+  if constexpr (S == 2) q2 = LoadAct::i4(x.lo + blk * 32 + half * 16);
   const Q8Scale sc = LoadAct::scale(x.ds + blk);
   d = sc.d, s = sc.s;
 }
@@ -285,6 +297,22 @@ TOPKV_HD int dot16(const I4& w, const I4& x, int acc) {
   TOPKV_UNROLL
   for (int i = 0; i < 4; ++i) acc = dp4a((int)w.v[i], (int)x.v[i], acc);
   return acc;
+}
+// sum w x over 16 codes: one term's dp4a chain, or 256 * (hi chain) + (lo chain).
+template <int S> TOPKV_HD int dot16s(const I4& w, const I4& x, const I4& x2) {
+  if constexpr (S == 2) return dot16(w, x, 0) * 256 + dot16(w, x2, 0);
+  return dot16(w, x, 0);
+}
+// The same with the weight codes as four words of signed bytes.
+TOPKV_HD int dot4w(const int (&w)[4], const I4& x) {
+  int acc = 0;
+  TOPKV_UNROLL
+  for (int i = 0; i < 4; ++i) acc = dp4a(w[i], (int)x.v[i], acc);
+  return acc;
+}
+template <int S> TOPKV_HD int dot4ws(const int (&w)[4], const I4& x, const I4& x2) {
+  if constexpr (S == 2) return dot4w(w, x) * 256 + dot4w(w, x2);
+  return dot4w(w, x);
 }
 
 }  // namespace topkv::qunits

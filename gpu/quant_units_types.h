@@ -22,16 +22,19 @@ struct Q8_0U {
   TOPKV_HD static Unit load(const QuantMatrix& m, int64_t g, int k) {
     return Unit{LoadWeight::i4(m.plane[0] + g * 32 + 16 * k), half_to_float(LoadWeight::u16(m.plane[1] + g * 2))};
   }
-  TOPKV_HD static XUnit load_x(const Q8Row& x, int64_t b, int k) {
+  template <int S = 1> TOPKV_HD static XUnit load_x(const Q8Row& x, int64_t b, int k) {
     XUnit u;
-    load_x_run(x, b, k, u.a, u.da, u.sa);
+    load_x_run<S>(x, b, k, u.a, u.a2, u.da, u.sa);
     u.b = u.a, u.db = u.da, u.sb = u.sa;
+    if constexpr (S == 2) u.b2 = u.a2;
     return u;
   }
   using Prep = Unit;
   TOPKV_HD static Prep prep(const Unit& w, int) { return w; }
-  TOPKV_HD static float dot(const Prep& w, const XUnit& x) { return fmul(w.d, fmul(x.da, (float)dot16(w.q, x.a, 0))); }
-  TOPKV_HD static float dot(const Unit& w, const XUnit& x, int k) { return dot(prep(w, k), x); }
+  template <int S = 1> TOPKV_HD static float dot(const Prep& w, const XUnit& x) {
+    return fmul(w.d, fmul(x.da, (float)dot16s<S>(w.q, x.a, x.a2)));
+  }
+  template <int S = 1> TOPKV_HD static float dot(const Unit& w, const XUnit& x, int k) { return dot<S>(prep(w, k), x); }
   TOPKV_HD static int run_offset(int k, int) { return 16 * k; }
   TOPKV_HD static void dequant(const Unit& w, int, float* out) {  // y = d * q
     TOPKV_UNROLL
@@ -49,10 +52,11 @@ TOPKV_HD int legacy_codes(const I4& q, int i, int r) {
 TOPKV_HD int legacy_codes5(const I4& q, uint32_t qh, int i, int r) {
   return legacy_codes(q, i, r) | fifth_bits(qh >> (16 * r + 4 * i));
 }
-TOPKV_HD XUnit load_x_legacy(const Q8Row& x, int64_t b) {
+template <int S> TOPKV_HD XUnit load_x_legacy(const Q8Row& x, int64_t b) {
   XUnit u;
-  load_x_run(x, b, 0, u.a, u.da, u.sa);
+  load_x_run<S>(x, b, 0, u.a, u.a2, u.da, u.sa);
   u.b = LoadAct::i4(x.qs + b * 32 + 16);
+  if constexpr (S == 2) u.b2 = LoadAct::i4(x.lo + b * 32 + 16);
   u.db = u.da, u.sb = u.sa;
   return u;
 }
@@ -84,7 +88,7 @@ struct LegacyU {
     }
     return u;
   }
-  TOPKV_HD static XUnit load_x(const Q8Row& x, int64_t b, int) { return load_x_legacy(x, b); }
+  template <int S = 1> TOPKV_HD static XUnit load_x(const Q8Row& x, int64_t b, int) { return load_x_legacy<S>(x, b); }
   struct Prep {
     int lo[4], hi[4];  // codes of runs 0 and 1, four per word
     float d, m;
@@ -101,18 +105,13 @@ struct LegacyU {
   }
   // Q4_0 / Q5_0: y = d (q - 8 | 16), so sum y x8 = d (d8 sum q q8 - 8|16 s8);
   // Q4_1 / Q5_1: y = d q + m, so sum y x8 = d d8 sum q q8 + m s8.
-  TOPKV_HD static float dot(const Prep& w, const XUnit& x) {
-    int s = 0;
-    TOPKV_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      s = dp4a(w.lo[i], (int)x.a.v[i], s);
-      s = dp4a(w.hi[i], (int)x.b.v[i], s);
-    }
+  template <int S = 1> TOPKV_HD static float dot(const Prep& w, const XUnit& x) {
+    const int s = dot4ws<S>(w.lo, x.a, x.a2) + dot4ws<S>(w.hi, x.b, x.b2);  // integers: any order
     const float sum = fmul(x.da, (float)s);
     if (kMin) return fadd(fmul(w.d, sum), fmul(w.m, x.sa));
     return fmul(w.d, fsub(sum, fmul(kFifth ? 16.f : 8.f, x.sa)));
   }
-  TOPKV_HD static float dot(const Unit& w, const XUnit& x, int k) { return dot(prep(w, k), x); }
+  template <int S = 1> TOPKV_HD static float dot(const Unit& w, const XUnit& x, int k) { return dot<S>(prep(w, k), x); }
   TOPKV_HD static int run_offset(int, int r) { return 16 * r; }
   TOPKV_HD static void dequant(const Unit& w, int, float* out) {
     TOPKV_UNROLL
@@ -179,11 +178,11 @@ struct K45U {
       u.qh = I4{{0u, 0u, 0u, 0u}};
     return u;
   }
-  TOPKV_HD static XUnit load_x(const Q8Row& x, int64_t b, int k) {
+  template <int S = 1> TOPKV_HD static XUnit load_x(const Q8Row& x, int64_t b, int k) {
     const int c = k >> 1, h = k & 1;
     XUnit u;
-    load_x_run(x, 8 * b + 2 * c, h, u.a, u.da, u.sa);
-    load_x_run(x, 8 * b + 2 * c + 1, h, u.b, u.db, u.sb);
+    load_x_run<S>(x, 8 * b + 2 * c, h, u.a, u.a2, u.da, u.sa);
+    load_x_run<S>(x, 8 * b + 2 * c + 1, h, u.b, u.b2, u.db, u.sb);
     return u;
   }
   // Codes of word i of run r (5th bit: bit 2c + r of qh[16h + 4i + byte]).
@@ -212,18 +211,13 @@ struct K45U {
   // sc_hi d8b sum_hi) - dmin (m_lo s8a + m_hi s8b); the min terms cover the
   // whole 32-value q8 blocks, so only the unit with h = 0 adds them (the
   // other lanes compute and drop them: a select, no branch).
-  TOPKV_HD static float dot(const Prep& w, const XUnit& x) {
-    int lo = 0, hi = 0;
-    TOPKV_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      lo = dp4a(w.lo[i], (int)x.a.v[i], lo);
-      hi = dp4a(w.hi[i], (int)x.b.v[i], hi);
-    }
+  template <int S = 1> TOPKV_HD static float dot(const Prep& w, const XUnit& x) {
+    const int lo = dot4ws<S>(w.lo, x.a, x.a2), hi = dot4ws<S>(w.hi, x.b, x.b2);
     const float r = fmul(w.d, fadd(fmul(x.da, (float)(lo * w.sc_lo)), fmul(x.db, (float)(hi * w.sc_hi))));
     const float mins = fmul(w.dmin, fadd(fmul(w.m_lo, x.sa), fmul(w.m_hi, x.sb)));
     return w.mins ? fsub(r, mins) : r;
   }
-  TOPKV_HD static float dot(const Unit& w, const XUnit& x, int k) { return dot(prep(w, k), x); }
+  template <int S = 1> TOPKV_HD static float dot(const Unit& w, const XUnit& x, int k) { return dot<S>(prep(w, k), x); }
   TOPKV_HD static int run_offset(int k, int r) { return 64 * (k >> 1) + 32 * r + 16 * (k & 1); }
   TOPKV_HD static void dequant(const Unit& w, int k, float* out) {  // y = (d sc) q - dmin m
     const int c = k >> 1;
@@ -267,11 +261,11 @@ struct Q6_KU {
     u.d = half_to_float(LoadWeight::u16(m.plane[1] + g * 2));
     return u;
   }
-  TOPKV_HD static XUnit load_x(const Q8Row& x, int64_t b, int k) {
+  template <int S = 1> TOPKV_HD static XUnit load_x(const Q8Row& x, int64_t b, int k) {
     const int h = k >> 2, p = (k >> 1) & 1, s = k & 1;
     XUnit u;
-    load_x_run(x, 8 * b + 4 * h + p, s, u.a, u.da, u.sa);
-    load_x_run(x, 8 * b + 4 * h + 2 + p, s, u.b, u.db, u.sb);
+    load_x_run<S>(x, 8 * b + 4 * h + p, s, u.a, u.a2, u.da, u.sa);
+    load_x_run<S>(x, 8 * b + 4 * h + 2 + p, s, u.b, u.b2, u.db, u.sb);
     return u;
   }
   TOPKV_HD static int codes(const Unit& w, int p, int i, int r) {  // signed bytes, code - 32
@@ -292,16 +286,11 @@ struct Q6_KU {
     r.sc_lo = byte_of(w.sc_lo4, s + 2 * p), r.sc_hi = byte_of(w.sc_hi4, s + 2 * p), r.d = w.d;
     return r;
   }
-  TOPKV_HD static float dot(const Prep& w, const XUnit& x) {
-    int lo = 0, hi = 0;
-    TOPKV_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      lo = dp4a(w.lo[i], (int)x.a.v[i], lo);
-      hi = dp4a(w.hi[i], (int)x.b.v[i], hi);
-    }
+  template <int S = 1> TOPKV_HD static float dot(const Prep& w, const XUnit& x) {
+    const int lo = dot4ws<S>(w.lo, x.a, x.a2), hi = dot4ws<S>(w.hi, x.b, x.b2);
     return fmul(w.d, fadd(fmul(x.da, (float)(lo * w.sc_lo)), fmul(x.db, (float)(hi * w.sc_hi))));
   }
-  TOPKV_HD static float dot(const Unit& w, const XUnit& x, int k) { return dot(prep(w, k), x); }
+  template <int S = 1> TOPKV_HD static float dot(const Unit& w, const XUnit& x, int k) { return dot<S>(prep(w, k), x); }
   TOPKV_HD static int run_offset(int k, int r) {
     return 128 * (k >> 2) + 64 * r + 32 * ((k >> 1) & 1) + 16 * (k & 1);
   }

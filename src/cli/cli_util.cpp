@@ -71,9 +71,9 @@ std::string describe_prefill_kv(const Model& model) {
 
 void add_q8_terms_option(CLI::App* cmd, int& terms) {
   cmd->add_option("--q8-terms", terms, "CUDA, quantised weights: how the decode products (<= 8 tokens) round the "
-                  "activations: 2 (the default: q8_1 of the value and of its residual, ~15 bits; greedy tokens as "
-                  "with --weights f16) or 1 (ggml's q8_1 alone: ~1e-2 per product, up to ~16% faster where the "
-                  "weights' integer work bounds the step, e.g. an 8B model at short context)")
+                  "activations: 2 (the default: a 16-bit code in two int8 halves, ~15 bits; greedy tokens as "
+                  "with --weights f16) or 1 (ggml's q8_1 alone: ~1e-2 per product; ~2% faster on an 8B model at "
+                  "short context)")
       ->check(CLI::IsMember({1, 2}));
 }
 
