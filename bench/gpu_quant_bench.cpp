@@ -11,11 +11,14 @@
 //                   runs them ("... old graph", "... new graph"), and the new
 //                   GEMV alone on activations already quantised ("... new
 //                   graph, GEMV alone": the product once a fused norm kernel
-//                   writes the q8_1 activations). GB/s of the weight's bytes,
-//                   against the fp16 GEMV (cuBLAS at T = 8) beside it;
+//                   writes the q8_1 activations); each with one activation
+//                   term and with two ("T=1 x2 ...", q8_1x2, quant_units.h).
+//                   GB/s of the weight's bytes, against the fp16 GEMV (cuBLAS
+//                   at T = 8) beside it;
 //   quant group     q/k/v (and gate/up) of one input in one launch (the new
-//                   kernel through matmul_group, and the old kernel) against
-//                   the same products as separate matmuls;
+//                   kernel through matmul_group, and the old kernel, both
+//                   with the backend's activation terms) against the same
+//                   products as separate matmuls;
 //   quant prefill   T = 512: dequantise to fp16 (row tiles of <= 256 MiB) +
 //                   cuBLAS, in TFLOP/s, beside the fp16 cuBLAS GEMM alone, and
 //                   the dequantisation alone in GB/s (read + write).
@@ -90,33 +93,35 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const Q
   Buffer y = be.alloc((size_t)t_max * s.rows * sizeof(float));
   {
     Copies q = prepare_copies(be, s.type, s.rows, s.cols, WeightMode::Quant, 7);
-    Buffer ws = be.alloc(cuda::q8_activation_bytes(cuda::kQuantGemvMaxTokens, s.cols));
+    Buffer ws = be.alloc(cuda::q8_activation_bytes(cuda::kQuantGemvMaxTokens, s.cols, qunits::kQ8MaxTerms));
     // Enough calls per graph that the weights they read exceed L2 (the copies rotate).
     const int graph_calls = (int)std::max<size_t>(8, q.w.size());
-    for (int T : {1, 2, 4, 8}) {
-      const double flops = 2.0 * T * s.rows * s.cols;
-      size_t i = 0;
-      auto call = [&](cuda::MmvqKernel k, bool quantise) {
-        const Weight& w = q.w[i++ % q.w.size()];
-        if (quantise) cuda::quantize_q8_1(x.f32(), T, s.cols, ws.mem.get(), be.stream());
-        cuda::QuantGemvJob job;
-        job.type = w.type, job.w = w.data, job.rows = w.rows, job.y = y.f32();
-        cuda::quant_gemv(&job, 1, s.cols, T, ws.mem.get(), be.stream(), cuda::MmvqOptions{k});
-      };
-      for (cuda::MmvqKernel k : {cuda::MmvqKernel::Old, cuda::MmvqKernel::New}) {
-        const double us = tm.median_us(reps, [&] { call(k, true); });
-        rep.add("quant", fmt::format("gemv {} {} T={} {}", s.name, tn, T, cuda::mmvq_kernel_name(k)), us,
+    for (int terms = 1; terms <= qunits::kQ8MaxTerms; ++terms)  // q8_1, then q8_1x2 (quant_units.h)
+      for (int T : {1, 2, 4, 8}) {
+        const double flops = 2.0 * T * s.rows * s.cols;
+        const std::string x8 = terms == 2 ? " x2" : "";
+        size_t i = 0;
+        auto call = [&](cuda::MmvqKernel k, bool quantise) {
+          const Weight& w = q.w[i++ % q.w.size()];
+          if (quantise) cuda::quantize_q8_1(x.f32(), T, s.cols, ws.mem.get(), be.stream(), terms);
+          cuda::QuantGemvJob job;
+          job.type = w.type, job.w = w.data, job.rows = w.rows, job.y = y.f32();
+          cuda::quant_gemv(&job, 1, s.cols, T, ws.mem.get(), be.stream(), cuda::MmvqOptions{k, 0, terms});
+        };
+        for (cuda::MmvqKernel k : {cuda::MmvqKernel::Old, cuda::MmvqKernel::New}) {
+          const double us = tm.median_us(reps, [&] { call(k, true); });
+          rep.add("quant", fmt::format("gemv {} {} T={}{} {}", s.name, tn, T, x8, cuda::mmvq_kernel_name(k)), us,
+                  (double)q.bytes, flops);
+        }
+        for (cuda::MmvqKernel k : {cuda::MmvqKernel::Old, cuda::MmvqKernel::New}) {
+          const double us = tm.graph_us(graph_calls, reps, [&] { call(k, true); });
+          rep.add("quant", fmt::format("gemv {} {} T={}{} {} graph", s.name, tn, T, x8, cuda::mmvq_kernel_name(k)),
+                  us, (double)q.bytes, flops);
+        }
+        const double alone = tm.graph_us(graph_calls, reps, [&] { call(cuda::MmvqKernel::New, false); });
+        rep.add("quant", fmt::format("gemv {} {} T={}{} new graph, GEMV alone", s.name, tn, T, x8), alone,
                 (double)q.bytes, flops);
       }
-      for (cuda::MmvqKernel k : {cuda::MmvqKernel::Old, cuda::MmvqKernel::New}) {
-        const double us = tm.graph_us(graph_calls, reps, [&] { call(k, true); });
-        rep.add("quant", fmt::format("gemv {} {} T={} {} graph", s.name, tn, T, cuda::mmvq_kernel_name(k)), us,
-                (double)q.bytes, flops);
-      }
-      const double alone = tm.graph_us(graph_calls, reps, [&] { call(cuda::MmvqKernel::New, false); });
-      rep.add("quant", fmt::format("gemv {} {} T={} new graph, GEMV alone", s.name, tn, T), alone, (double)q.bytes,
-              flops);
-    }
     if (s.prefill) {
       const int T = 512;
       size_t i = 0;
@@ -165,7 +170,8 @@ void bench_group(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const s
   Buffer x = random_device(be, DType::F32, (size_t)cuda::kQuantGemvMaxTokens * cols, 3, 1.f);
   const size_t n = std::min_element(ws.begin(), ws.end(), [](auto& a, auto& b) { return a.w.size() < b.w.size(); })
                        ->w.size();
-  Buffer q8 = be.alloc(cuda::q8_activation_bytes(cuda::kQuantGemvMaxTokens, cols));
+  const int terms = be.q8_terms();  // what matmul_group uses
+  Buffer q8 = be.alloc(cuda::q8_activation_bytes(cuda::kQuantGemvMaxTokens, cols, terms));
   for (int T : {1, 4}) {
     size_t i = 0;
     const double grouped = tm.median_us(reps, [&] {
@@ -182,8 +188,9 @@ void bench_group(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const s
         jobs[j].type = w.type, jobs[j].w = w.data, jobs[j].rows = w.rows, jobs[j].y = ys[j].f32();
       }
       ++i;
-      cuda::quantize_q8_1(x.f32(), T, cols, q8.mem.get(), be.stream());
-      cuda::quant_gemv(jobs, (int)ws.size(), cols, T, q8.mem.get(), be.stream(), cuda::MmvqOptions{cuda::MmvqKernel::Old});
+      cuda::quantize_q8_1(x.f32(), T, cols, q8.mem.get(), be.stream(), terms);
+      cuda::quant_gemv(jobs, (int)ws.size(), cols, T, q8.mem.get(), be.stream(),
+                       cuda::MmvqOptions{cuda::MmvqKernel::Old, 0, terms});
     });
     i = 0;
     const double separate = tm.median_us(reps, [&] {

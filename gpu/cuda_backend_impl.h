@@ -76,6 +76,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas() const { return cublas_; }
   float* cublas_scalars() const { return scalars_; }  // see cuda::gemm
   int sm_count() const { return sm_count_; }
+  int q8_terms() const { return q8_terms_; }  // the decode products' activation terms (quant_units.h)
   // The T = 1 attention kernel (TOPKV_DECODE_ATTN at construction, v3 by
   // default); tests and benchmarks switch it to run both over one sweep.
   DecodeKernel decode_kernel() const { return decode_kernel_; }
