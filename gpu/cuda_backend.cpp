@@ -11,6 +11,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/cuda_kernels.h"
 #include "gpu/cuda_quant.h"
+#include "gpu/quant_matvec_ref.h"
 
 namespace topkv {
 
@@ -47,9 +48,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& opt) : device_(opt.device), m
   sm_count_ = prop.multiProcessorCount;
   check_kernel_image(prop.major, prop.minor);
   mmvq_kernel_ = mmvq_kernel_from_env();
-  TOPKV_CHECK(opt.q8_terms >= 0 && opt.q8_terms <= qunits::kQ8MaxTerms, "q8_terms {}: use 1 (q8_1) or 2 (q8_1x2)",
-              opt.q8_terms);
-  q8_terms_ = opt.q8_terms > 0 ? opt.q8_terms : q8_terms_from_env();
+  q8_terms_ = opt.q8_terms != 0 ? opt.q8_terms : q8_terms_from_env();
+  qref::check_q8_terms(q8_terms_);
   try {
     TOPKV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     TOPKV_CUBLAS_CHECK(cublasCreate(&cublas_));

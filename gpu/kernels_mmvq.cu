@@ -207,17 +207,8 @@ __global__ void __launch_bounds__(kWarps * 32, Config<NT>::kMinBlocks) mmvq_kern
     if (lane == 0 && tile + stride < a.n_tiles) prefetch_tile<R>(a, tile + stride);
     const GemvJobDev& job = a.jobs[job_of(a, tile)];
     const int64_t row0 = (tile - job.tile0) * R;
-    switch ((GgmlType)job.type) {
-      case GgmlType::Q8_0: tile_rows<Q8_0U, NT, R, B, S>(job, a, row0, lane); break;
-      case GgmlType::Q4_0: tile_rows<Q4_0U, NT, R, B, S>(job, a, row0, lane); break;
-      case GgmlType::Q4_1: tile_rows<Q4_1U, NT, R, B, S>(job, a, row0, lane); break;
-      case GgmlType::Q5_0: tile_rows<Q5_0U, NT, R, B, S>(job, a, row0, lane); break;
-      case GgmlType::Q5_1: tile_rows<Q5_1U, NT, R, B, S>(job, a, row0, lane); break;
-      case GgmlType::Q4_K: tile_rows<Q4_KU, NT, R, B, S>(job, a, row0, lane); break;
-      case GgmlType::Q5_K: tile_rows<Q5_KU, NT, R, B, S>(job, a, row0, lane); break;
-      case GgmlType::Q6_K: tile_rows<Q6_KU, NT, R, B, S>(job, a, row0, lane); break;
-      default: break;  // refused on the host
-    }
+    // A type without a device layout was refused on the host.
+    with_unit_type((GgmlType)job.type, [&](auto u) { tile_rows<decltype(u), NT, R, B, S>(job, a, row0, lane); });
   }
 }
 
@@ -257,12 +248,14 @@ template <int S> void launch_terms(const GemvArgs& a, int T, int max_blocks, cud
   const Tile tile = new_tile(T, a.cols, S);
   switch (T) {  // the instantiations new_tile picks from
     case 1:
-      if constexpr (S == 2)  // always two rows (new_tile)
+      if (tile.R == 2) {
         launch<1, 2, 2, S>(a, max_blocks, stream);
-      else if (tile.R == 2)
-        launch<1, 2, 2, S>(a, max_blocks, stream);
-      else
-        launch<1, 1, 4, S>(a, max_blocks, stream);
+      } else {
+        if constexpr (S == 1)
+          launch<1, 1, 4, S>(a, max_blocks, stream);
+        else  // new_tile gives two terms two rows
+          fail("internal: MMVQ with two activation terms at T = 1 takes two rows a warp");
+      }
       break;
     case 2: launch<2, 2, 2, S>(a, max_blocks, stream); break;
     case 3: launch<3, 2, 2, S>(a, max_blocks, stream); break;

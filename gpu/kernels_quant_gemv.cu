@@ -32,6 +32,7 @@
 #include "gpu/cuda_common.cuh"
 #include "gpu/cuda_quant.h"
 #include "gpu/quant_gemv_args.cuh"
+#include "gpu/quant_matvec_ref.h"
 
 namespace topkv::cuda {
 namespace {
@@ -116,17 +117,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) old_gemv_kernel(const __grid_
   if (warp >= a.n_tiles) return;  // the grid's last warps
   const GemvJobDev& job = a.jobs[job_of(a, warp)];
   const int64_t row0 = (warp - job.tile0) * R;
-  switch ((GgmlType)job.type) {
-    case GgmlType::Q8_0: gemv_warp<Q8_0U, NT, R, B, S>(job, a, row0, lane); break;
-    case GgmlType::Q4_0: gemv_warp<Q4_0U, NT, R, B, S>(job, a, row0, lane); break;
-    case GgmlType::Q4_1: gemv_warp<Q4_1U, NT, R, B, S>(job, a, row0, lane); break;
-    case GgmlType::Q5_0: gemv_warp<Q5_0U, NT, R, B, S>(job, a, row0, lane); break;
-    case GgmlType::Q5_1: gemv_warp<Q5_1U, NT, R, B, S>(job, a, row0, lane); break;
-    case GgmlType::Q4_K: gemv_warp<Q4_KU, NT, R, B, S>(job, a, row0, lane); break;
-    case GgmlType::Q5_K: gemv_warp<Q5_KU, NT, R, B, S>(job, a, row0, lane); break;
-    case GgmlType::Q6_K: gemv_warp<Q6_KU, NT, R, B, S>(job, a, row0, lane); break;
-    default: break;  // refused on the host
-  }
+  // A type without a device layout was refused on the host.
+  with_unit_type((GgmlType)job.type, [&](auto u) { gemv_warp<decltype(u), NT, R, B, S>(job, a, row0, lane); });
 }
 
 }  // namespace
@@ -141,14 +133,9 @@ Q8DeviceActivations carve_q8_activations(void* workspace, int T, int64_t cols, i
           reinterpret_cast<Q8Scale*>(base + align16((size_t)T * (size_t)terms * cols))};
 }
 
-void check_q8_terms(int terms) {
-  TOPKV_CHECK(terms >= 1 && terms <= kQ8MaxTerms, "q8_1 activations take 1 term (q8_1) or 2 (q8_1x2), got {}",
-              terms);
-}
-
 void quantize_q8_1(const float* x, int T, int64_t cols, void* workspace, cudaStream_t stream, int terms) {
   TOPKV_CHECK(cols > 0 && cols % 32 == 0, "q8_1 activations need a positive multiple of 32 columns, got {}", cols);
-  check_q8_terms(terms);
+  qref::check_q8_terms(terms);
   const int64_t n_blocks = (int64_t)T * cols / 32;
   if (n_blocks <= 0) return;
   const Q8DeviceActivations q = carve_q8_activations(workspace, T, cols, terms);
@@ -183,7 +170,7 @@ int q8_terms_from_env() {
 
 GemvArgs gemv_args(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, int terms, const void* workspace,
                    int R) {
-  check_q8_terms(terms);
+  qref::check_q8_terms(terms);
   TOPKV_CHECK(n_jobs >= 1 && n_jobs <= kQuantGroupMaxJobs, "quant_gemv takes 1..{} matrices per launch, got {}",
               kQuantGroupMaxJobs, n_jobs);
   TOPKV_CHECK(T >= 1 && T <= kQuantGemvMaxTokens, "quant_gemv runs 1..{} tokens, got {}", kQuantGemvMaxTokens, T);
@@ -233,12 +220,14 @@ template <int S> void launch_old(const GemvArgs& a, int T, cudaStream_t stream) 
   const unsigned threads = kGemvWarps * 32;
   switch (T) {  // the instantiations old_tile picks from
     case 1:
-      if constexpr (S == 2)  // always two rows (old_tile)
+      if (R == 2) {
         old_gemv_kernel<1, 2, 2, S><<<blocks, threads, 0, stream>>>(a);
-      else if (R == 2)
-        old_gemv_kernel<1, 2, 2, S><<<blocks, threads, 0, stream>>>(a);
-      else
-        old_gemv_kernel<1, 1, 2, S><<<blocks, threads, 0, stream>>>(a);
+      } else {
+        if constexpr (S == 1)
+          old_gemv_kernel<1, 1, 2, S><<<blocks, threads, 0, stream>>>(a);
+        else  // old_tile gives two terms two rows
+          fail("internal: MMVQ with two activation terms at T = 1 takes two rows a warp");
+      }
       break;
     case 2: old_gemv_kernel<2, 2, 1, S><<<blocks, threads, 0, stream>>>(a); break;
     case 3: old_gemv_kernel<3, 2, 1, S><<<blocks, threads, 0, stream>>>(a); break;

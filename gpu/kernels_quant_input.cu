@@ -16,6 +16,7 @@
 #include "gpu/cuda_common.cuh"
 #include "gpu/cuda_quant.h"
 #include "gpu/quant_gemv_args.cuh"
+#include "gpu/quant_matvec_ref.h"
 
 namespace topkv::cuda {
 namespace {
@@ -89,7 +90,7 @@ __global__ void __launch_bounds__(kGluThreads)
 void form_q8_1(const FormQ8Args& a, void* workspace, cudaStream_t stream) {
   if (a.T <= 0) return;
   TOPKV_CHECK(a.cols > 0 && a.cols % 32 == 0, "form_q8_1: {} columns are not whole blocks of 32", a.cols);
-  check_q8_terms(a.terms);
+  qref::check_q8_terms(a.terms);
   const Q8DeviceActivations q = carve_q8_activations(workspace, a.T, a.cols, a.terms);
   if (a.up) {
     TOPKV_CHECK(!a.norm && !a.add, "form_q8_1: a GLU input takes no norm or residual add");

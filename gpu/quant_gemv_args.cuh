@@ -25,13 +25,7 @@ __device__ __forceinline__ void quantize_q8_1_warp(float x, int64_t t, int64_t b
   const float amax = warp_max(fabsf(x));
   const float d = qunits::q8_scale(amax, terms);
   const int q = qunits::q8_code(x, d, amax);
-  int8_t* row = qs + t * terms * blocks * 32 + b * 32;
-  if (terms == 2) {
-    row[lane] = (int8_t)qunits::q16_hi(q);
-    row[blocks * 32 + lane] = (int8_t)qunits::q16_lo(q);
-  } else {
-    row[lane] = (int8_t)q;
-  }
+  qunits::put_q8_code(qunits::q8_block_codes(qs, t, b, blocks * 32, terms), blocks * 32, lane, q, terms);
   const int sum = __reduce_add_sync(0xffffffffu, q);
   if (lane == 0) ds[t * blocks + b] = qunits::Q8Scale{d, qunits::fmul(d, (float)sum)};
 }
@@ -68,8 +62,6 @@ __device__ __forceinline__ int job_of(const GemvArgs& a, int64_t tile) {
   return j;
 }
 
-// Host: throws Error unless terms is 1 or 2 (gpu/kernels_quant_gemv.cu).
-void check_q8_terms(int terms);
 // Host: checks every job and lays out tiles of R rows (gpu/kernels_quant_gemv.cu).
 GemvArgs gemv_args(const QuantGemvJob* jobs, int n_jobs, int64_t cols, int T, int terms, const void* workspace, int R);
 

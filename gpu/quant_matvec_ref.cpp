@@ -139,9 +139,14 @@ std::vector<float> Q8Activations::dequantised() const {
   return v;
 }
 
+void check_q8_terms(int terms) {
+  TOPKV_CHECK(terms >= 1 && terms <= kQ8MaxTerms, "q8_1 activations take 1 term (q8_1) or 2 (q8_1x2), got {}",
+              terms);
+}
+
 Q8Activations quantize_q8_1(const float* x, int T, int64_t cols, int terms) {
   TOPKV_CHECK(T >= 0 && cols % 32 == 0, "q8_1 activations need cols a multiple of 32, got {}", cols);
-  TOPKV_CHECK(terms >= 1 && terms <= kQ8MaxTerms, "q8_1 activations take 1 or 2 terms, got {}", terms);
+  check_q8_terms(terms);
   Q8Activations a;
   a.T = T, a.terms = terms, a.cols = cols;
   const int64_t blocks = cols / 32;
@@ -150,17 +155,14 @@ Q8Activations quantize_q8_1(const float* x, int T, int64_t cols, int terms) {
   for (int t = 0; t < T; ++t)
     for (int64_t b = 0; b < blocks; ++b) {
       const float* xb = x + (size_t)t * cols + b * 32;
-      int8_t* q8 = a.qs.data() + (size_t)t * terms * cols + b * 32;
+      int8_t* q8 = q8_block_codes(a.qs.data(), t, b, cols, terms);
       float amax = 0.f;
       for (int l = 0; l < 32; ++l) amax = std::fmax(amax, std::fabs(xb[l]));
       const float d = q8_scale(amax, terms);
       int sum = 0;
       for (int l = 0; l < 32; ++l) {
         const int q = q8_code(xb[l], d, amax);
-        if (terms == 2)
-          q8[l] = (int8_t)q16_hi(q), q8[cols + l] = (int8_t)q16_lo(q);
-        else
-          q8[l] = (int8_t)q;
+        put_q8_code(q8, cols, l, q, terms);
         sum += q;
       }
       a.ds[(size_t)t * blocks + b] = Q8Scale{d, fmul(d, (float)sum)};

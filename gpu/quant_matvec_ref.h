@@ -55,6 +55,9 @@ struct Q8Activations {
   // The values the kernels multiply: d * code (fp32), [T][cols].
   std::vector<float> dequantised() const;
 };
+// Throws Error unless terms is 1 (q8_1) or 2 (q8_1x2); the twin and the
+// CUDA backend's launchers and options check with it.
+void check_q8_terms(int terms);
 // cols must be a multiple of 32; terms 1 or 2.
 Q8Activations quantize_q8_1(const float* x, int T, int64_t cols, int terms = 1);
 

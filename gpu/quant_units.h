@@ -227,6 +227,19 @@ TOPKV_HD int q8_code(float x, float d, float amax) { return amax == 0.f ? 0 : (i
 // The int8 halves of a 16-bit code: q = 256 hi + lo.
 TOPKV_HD int q16_hi(int q) { return (q + 128) >> 8; }
 TOPKV_HD int q16_lo(int q) { return q - 256 * q16_hi(q); }
+// Where block b of token t starts in qs [T * terms][cols], and code q of its
+// value l stored there: q, or hi there and lo in the token's next row.
+TOPKV_HD int8_t* q8_block_codes(int8_t* qs, int64_t t, int64_t b, int64_t cols, int terms) {
+  return qs + t * terms * cols + b * 32;
+}
+TOPKV_HD void put_q8_code(int8_t* block, int64_t cols, int l, int q, int terms) {
+  if (terms == 2) {
+    block[l] = (int8_t)q16_hi(q);
+    block[cols + l] = (int8_t)q16_lo(q);
+  } else {
+    block[l] = (int8_t)q;
+  }
+}
 
 // ---- the device layout -----------------------------------------------------------
 constexpr int kMaxPlanes = 3;
@@ -293,26 +306,19 @@ TOPKV_HD void load_x_run(const Q8Row& x, int64_t blk, int half, I4& q, I4& q2, f
   const Q8Scale sc = LoadAct::scale(x.ds + blk);
   d = sc.d, s = sc.s;
 }
-TOPKV_HD int dot16(const I4& w, const I4& x, int acc) {
-  TOPKV_UNROLL
-  for (int i = 0; i < 4; ++i) acc = dp4a((int)w.v[i], (int)x.v[i], acc);
-  return acc;
-}
-// sum w x over 16 codes: one term's dp4a chain, or 256 * (hi chain) + (lo chain).
-template <int S> TOPKV_HD int dot16s(const I4& w, const I4& x, const I4& x2) {
-  if constexpr (S == 2) return dot16(w, x, 0) * 256 + dot16(w, x2, 0);
-  return dot16(w, x, 0);
-}
-// The same with the weight codes as four words of signed bytes.
-TOPKV_HD int dot4w(const int (&w)[4], const I4& x) {
+// sum w x over 16 signed-byte codes (four words of four) with the 16
+// activation codes x.
+template <class Word> TOPKV_HD int dot16(const Word (&w)[4], const I4& x) {
   int acc = 0;
   TOPKV_UNROLL
-  for (int i = 0; i < 4; ++i) acc = dp4a(w[i], (int)x.v[i], acc);
+  for (int i = 0; i < 4; ++i) acc = dp4a((int)w[i], (int)x.v[i], acc);
   return acc;
 }
-template <int S> TOPKV_HD int dot4ws(const int (&w)[4], const I4& x, const I4& x2) {
-  if constexpr (S == 2) return dot4w(w, x) * 256 + dot4w(w, x2);
-  return dot4w(w, x);
+// The same over a token's activations of S terms: one dp4a chain, or
+// 256 * (hi chain) + (lo chain) = sum w Q.
+template <int S, class Word> TOPKV_HD int dot16s(const Word (&w)[4], const I4& x, const I4& x2) {
+  if constexpr (S == 2) return dot16(w, x) * 256 + dot16(w, x2);
+  return dot16(w, x);
 }
 
 }  // namespace topkv::qunits

@@ -32,7 +32,7 @@ struct Q8_0U {
   using Prep = Unit;
   TOPKV_HD static Prep prep(const Unit& w, int) { return w; }
   template <int S = 1> TOPKV_HD static float dot(const Prep& w, const XUnit& x) {
-    return fmul(w.d, fmul(x.da, (float)dot16s<S>(w.q, x.a, x.a2)));
+    return fmul(w.d, fmul(x.da, (float)dot16s<S>(w.q.v, x.a, x.a2)));
   }
   template <int S = 1> TOPKV_HD static float dot(const Unit& w, const XUnit& x, int k) { return dot<S>(prep(w, k), x); }
   TOPKV_HD static int run_offset(int k, int) { return 16 * k; }
@@ -106,7 +106,7 @@ struct LegacyU {
   // Q4_0 / Q5_0: y = d (q - 8 | 16), so sum y x8 = d (d8 sum q q8 - 8|16 s8);
   // Q4_1 / Q5_1: y = d q + m, so sum y x8 = d d8 sum q q8 + m s8.
   template <int S = 1> TOPKV_HD static float dot(const Prep& w, const XUnit& x) {
-    const int s = dot4ws<S>(w.lo, x.a, x.a2) + dot4ws<S>(w.hi, x.b, x.b2);  // integers: any order
+    const int s = dot16s<S>(w.lo, x.a, x.a2) + dot16s<S>(w.hi, x.b, x.b2);  // integers: any order
     const float sum = fmul(x.da, (float)s);
     if (kMin) return fadd(fmul(w.d, sum), fmul(w.m, x.sa));
     return fmul(w.d, fsub(sum, fmul(kFifth ? 16.f : 8.f, x.sa)));
@@ -212,7 +212,7 @@ struct K45U {
   // whole 32-value q8 blocks, so only the unit with h = 0 adds them (the
   // other lanes compute and drop them: a select, no branch).
   template <int S = 1> TOPKV_HD static float dot(const Prep& w, const XUnit& x) {
-    const int lo = dot4ws<S>(w.lo, x.a, x.a2), hi = dot4ws<S>(w.hi, x.b, x.b2);
+    const int lo = dot16s<S>(w.lo, x.a, x.a2), hi = dot16s<S>(w.hi, x.b, x.b2);
     const float r = fmul(w.d, fadd(fmul(x.da, (float)(lo * w.sc_lo)), fmul(x.db, (float)(hi * w.sc_hi))));
     const float mins = fmul(w.dmin, fadd(fmul(w.m_lo, x.sa), fmul(w.m_hi, x.sb)));
     return w.mins ? fsub(r, mins) : r;
@@ -287,7 +287,7 @@ struct Q6_KU {
     return r;
   }
   template <int S = 1> TOPKV_HD static float dot(const Prep& w, const XUnit& x) {
-    const int lo = dot4ws<S>(w.lo, x.a, x.a2), hi = dot4ws<S>(w.hi, x.b, x.b2);
+    const int lo = dot16s<S>(w.lo, x.a, x.a2), hi = dot16s<S>(w.hi, x.b, x.b2);
     return fmul(w.d, fadd(fmul(x.da, (float)(lo * w.sc_lo)), fmul(x.db, (float)(hi * w.sc_hi))));
   }
   template <int S = 1> TOPKV_HD static float dot(const Unit& w, const XUnit& x, int k) { return dot<S>(prep(w, k), x); }

@@ -94,6 +94,8 @@ TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
       {"-m " + model() + " -p hi --measure-error", "--measure-error compares top-k attention"},
       {"-m " + model() + " -p hi --backend cpu --weights f16", "--weights f16 is for the CUDA backend"},
       {"-m " + model() + " -p hi --weights f8", "f8"},
+      {"-m " + model() + " -p hi --q8-terms 0", "--q8-terms: 0 not in {1,2}"},
+      {"-m " + model() + " -p hi --backend cpu --q8-terms 2", "--q8-terms applies to the CUDA backend"},
       {"-m " + model() + " -p hi --attn topk --rerank 0.5", "--rerank must be 0"},
       {"-m " + model() + " -p hi --attn topk --rerank nan", "--rerank"},
       {"-m " + model() + " -p hi --attn topk --index quest --rerank 4", "index 'quest' would ignore it"},

@@ -202,6 +202,8 @@ TEST_CASE("bench decode: bad input is a clear error and a non-zero exit") {
       {"--contexts 256", "give the model either as -m FILE or as --synth-preset"},
       {"--synth-preset nosuch --contexts 256", "unknown preset 'nosuch'"},
       {m + "--contexts 256 --weights f16", "--weights f16 is for the CUDA backend"},
+      {m + "--contexts 256 --q8-terms 3", "--q8-terms: 3 not in {1,2}"},
+      {m + "--contexts 256 --q8-terms 1", "--q8-terms applies to the CUDA backend"},
   };
   for (const Bad& b : cases) {
     INFO(b.args);

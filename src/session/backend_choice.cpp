@@ -30,6 +30,8 @@ std::unique_ptr<Backend> open_backend(const BackendSpec& spec, bool& cuda) {
   }
   TOPKV_CHECK(!spec.budget_given, "--gpu-mem-budget applies to the CUDA backend; this run uses the CPU (--backend {})",
               spec.name);
+  TOPKV_CHECK(spec.q8_terms == 0, "--q8-terms applies to the CUDA backend's decode products; this run uses the CPU "
+              "(--backend {}), whose products on quantised weights keep fp32 activations", spec.name);
   return make_cpu_backend({spec.threads});
 }
 

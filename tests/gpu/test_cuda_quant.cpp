@@ -166,9 +166,8 @@ TEST_CASE("quant: prepared weights through matmul, GEMV (T <= 8) against the twi
           const std::vector<float> got = download(be, dy, (size_t)T * rows);
           std::vector<float> want = y0;
           if (T <= cuda::kQuantGemvMaxTokens) {
-            qref::mmvq(t, dev.data(), rows, cols, qref::quantize_q8_1(x.data(), T, cols, cuda::q8_terms_from_env()),
-                       want.data(),
-                       mode ? bias_v.data() : nullptr, mode == 1);
+            qref::mmvq(t, dev.data(), rows, cols, qref::quantize_q8_1(x.data(), T, cols, be.q8_terms()),
+                       want.data(), mode ? bias_v.data() : nullptr, mode == 1);
             s_gemv.check(compare("quant matmul GEMV", got, want));
           } else {
             cpu->matmul(x.data(), h.w, T, want.data(), MatmulEpilogue{mode ? &host_bias : nullptr, mode == 1});
@@ -177,6 +176,30 @@ TEST_CASE("quant: prepared weights through matmul, GEMV (T <= 8) against the twi
         }
     }
   be.set_dequant_tile_bytes(cuda::CudaBackend::kDequantScratchMax);
+}
+
+TEST_CASE("quant: CudaBackendOptions::q8_terms picks the decode products' activation terms") {
+  std::mt19937 rng(23);
+  const HostQuant h = host_quant(GgmlType::Q4_K, 33, 512, rng);
+  const std::vector<uint8_t> dev = device_layout(h);
+  const auto x = randn((size_t)3 * 512, rng, 2.f);
+  for (int terms : {1, 2}) {
+    CAPTURE(terms);
+    CudaBackendOptions o;
+    o.q8_terms = terms;
+    auto owner = make_cuda_backend(o);
+    auto& be = dynamic_cast<cuda::CudaBackend&>(*owner);
+    REQUIRE(be.q8_terms() == terms);
+    const Weight w = be.prepare_weight(h.w, WeightMode::Quant);
+    Buffer dx = upload(be, x), dy = poisoned(be, (size_t)3 * 33);
+    be.matmul(dx.f32(), w, 3, dy.f32());
+    std::vector<float> want((size_t)3 * 33);
+    qref::mmvq(GgmlType::Q4_K, dev.data(), 33, 512, qref::quantize_q8_1(x.data(), 3, 512, terms), want.data());
+    CHECK(compare("q8_terms option", download(be, dy, want.size()), want) == 0);
+  }
+  CudaBackendOptions bad;
+  bad.q8_terms = 3;
+  REQUIRE_THROWS_AS(make_cuda_backend(bad), Error);
 }
 
 TEST_CASE("quant: values beyond fp16 make the prefill dequantise to bf16") {
@@ -311,11 +334,11 @@ void real_model_quant_vs_f16(const char* label, const char* env, const char* fil
     WARN("skipped: no model at " << path << " (scripts/fetch-model.sh, or set " << env << ")");
     return;
   }
-  const int terms = cuda::q8_terms_from_env();
+  auto& be = cuda_be();
+  const int terms = be.q8_terms();
   if (terms == 1) min_equal = std::min(min_equal, 16);
   std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   const Tokenizer tok = Tokenizer::from_gguf(*file);
-  auto& be = gpu();
   ModelOptions oq, of;
   oq.n_ctx = of.n_ctx = 256, oq.max_chunk = of.max_chunk = 64;
   oq.weights = WeightMode::Quant, of.weights = WeightMode::F16;
@@ -365,7 +388,7 @@ TEST_CASE("quant: a formed input (pre-norm, post-norm residual add, GLU) in one 
   auto cpu = make_cpu_backend();
   std::mt19937 rng(27);
   OpSummary s_x("formed input: residual x, fused vs CPU", 1e-6), s_fused("formed input: fused vs unfused GPU", 2e-3),
-      s_cpu("formed input: fused vs CPU (q8_1)", cuda::q8_terms_from_env() == 2 ? 1e-3 : 3e-2);  // 4e-5 with 2 terms
+      s_cpu("formed input: fused vs CPU (q8_1)", be.q8_terms() == 2 ? 1e-3 : 3e-2);  // 3.9e-5 with 2 terms
   struct Case {
     int64_t cols, rows;
     GgmlType t;
