@@ -159,6 +159,33 @@ def main():
                         check(same(r1[k], r2[k]), f"decode.csv vs decode.json, {r1['system']} {r1['mode']} "
                               f"{r1['context']} {k}: {r2[k]!r} vs {r1[k]!r}")
 
+        # A run of fewer decode steps at the same mode and context (a --fill
+        # prefill run's few steps) is listed but not compared: the longer run's
+        # figure makes the ratio and the plot.
+        short = json.loads(json.dumps(topkv))
+        for res in short["results"]:
+            res["steps"] = max(1, res["steps"] // 4)
+            res["tok_s"] *= 0.5
+        short_json = os.path.join(tmp, "short.json")
+        with open(short_json, "w") as f:
+            json.dump(short, f)
+        out3 = os.path.join(tmp, "peer_short")
+        for order in ((topkv_json, short_json), (short_json, topkv_json)):
+            p = compare(out3, "--llama", llama_dir, "--topkv", order[0], "--topkv", order[1], plot=False)
+            check(p.returncode == 0, f"compare.py with two runs of one model exits 0: {p.stderr}")
+            if p.returncode != 0:
+                continue
+            with open(os.path.join(out3, "peer.json")) as f:
+                doc3 = json.load(f)
+            check(len(doc3["rows"]) == len(runs) + 2 * len(topkv["results"]), "both runs' rows are listed")
+            want = {(r["mode"] + (f" {r['index']}" if r["index"] else ""), r["context"]): r["tok_s"]
+                    for r in topkv["results"] if not r["skipped"]}
+            dec = [x for x in doc3["ratios"] if x["kind"] == "decode"]
+            check(len(dec) == len([x for x in ratios if x["kind"] == "decode"]), "one decode ratio per mode and context")
+            for x in dec:
+                check(close(x["topkv_tok_s"], want[(x["topkv_mode"], x["context"])]),
+                      f"decode ratio at {x['context']} uses the run of more steps ({x['topkv_tok_s']})")
+
         # Bad inputs fail with a message naming what was wrong.
         p = compare(os.path.join(tmp, "bad"), "--llama", os.path.join(tmp, "nothing"), plot=False)
         check(p.returncode != 0 and "runs.csv" in p.stderr, f"a folder without runs.csv is refused: {p.stderr}")

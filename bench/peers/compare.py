@@ -189,8 +189,22 @@ def pair_models(rows, aliases):
     return pairs
 
 
+def decode_rows(rows):
+    """The rows whose decode figure is compared and plotted. A --fill prefill
+    run also times a few decode steps; where a run of more steps (the
+    synthetic fill's) has the same system, model, mode and context, its
+    figure is the one that counts."""
+    key = lambda r: (r["system"], r["model"], r["mode"], r["context"])
+    ok = [r for r in rows if r["status"] == "ok" and r["decode_tok_s"]]
+    most = {}
+    for r in ok:
+        most[key(r)] = max(most.get(key(r), 0), r.get("repeats") or 0)
+    return [r for r in ok if (r.get("repeats") or 0) >= most[key(r)]]
+
+
 def ratio_rows(rows, pairs):
     out = []
+    counted = {id(r) for r in decode_rows(rows)}
     for label, file in sorted(pairs.items()):
         peer = {(r["mode"], r["context"]): r for r in rows
                 if r["system"] == "llama.cpp" and r["model"] == file and r["status"] == "ok"}
@@ -198,6 +212,8 @@ def ratio_rows(rows, pairs):
             if r["system"] != "topkv" or r["model"] != label or r["status"] != "ok":
                 continue
             for kind, peer_mode in (("decode", "decode"), ("prefill", "prefill")):
+                if kind == "decode" and id(r) not in counted:
+                    continue
                 mine, other = r[f"{kind}_tok_s"], peer.get((peer_mode, r["context"]))
                 if mine and other and other[f"{kind}_tok_s"]:
                     out.append(dict(kind=kind, model=file, topkv_mode=r["mode"], context=r["context"],
@@ -258,8 +274,8 @@ def plot(rows, out):
     many_models = len({r["model"] for r in ok}) > 1
     name = lambda r: f"{r['system']} {r['mode']}" + (f" [{r['model']}]" if many_models else "")
     series = {}
-    for r in ok:
-        if r["decode_tok_s"] and r["context"] > 0:
+    for r in decode_rows(ok):
+        if r["context"] > 0:
             series.setdefault(name(r), []).append(r)
     pre = {}
     for r in ok:
