@@ -36,12 +36,11 @@ const std::vector<Entry>& registry() {
       {{"multipole",
         "Multipole Attention: centroid clusters plus mean values; clusters not kept come back as far-field "
         "terms (N_j, q.C_j, mean value) for the attention merge (with rerank=1 no token is dropped; with the "
-        "default rerank a kept cluster's rows outside the heads' k best are)",
+        "default rerank a kept cluster's rows outside the heads' k best are far rows too)",
         "ratio=16 (keys per centroid), iters=10, block=8192, max_train=65536, levels=1|2, coarse_ratio=5, expand=4, "
-        "rerank=4 (as centroid; the rows of selected clusters not kept are dropped, clusters with none kept are "
-        "far), spread=0 (a > 0: far rows' mass raised by min(a s^2/2 q^2.var, ln spread_clip) for their keys' "
-        "spread), spread_clip=4, rerank_far=0 (1: the rows rerank drops are one more far row per cluster with "
-        "their exact mass), far_mass=estimate|oracle (oracle, for evaluation: every far row's "
+        "rerank=4 (as centroid; clusters with no row kept are far), spread=0 (a > 0: far rows' mass raised by min(a s^2/2 q^2.var, ln spread_clip) for their keys' "
+        "spread), spread_clip=4, rerank_far=1 (the rows rerank drops are one more far row per cluster with their "
+        "exact mass; 0: they are dropped), far_mass=estimate|oracle (oracle, for evaluation: every far row's "
         "exact mass, a dense pass on the host); needs the value store"},
        make_multipole_index},
       {{"hnswlib",

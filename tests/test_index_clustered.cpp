@@ -670,16 +670,17 @@ TEST_CASE("multipole far_mass=oracle: each far row's mass is the exact sum over 
   CHECK_THROWS_WITH(KvIndex::create("multipole:far_mass=exact"), Catch::Contains("far_mass=exact is not known"));
 }
 
-TEST_CASE("multipole rerank_far=1: the rows a rerank drops come back as far rows with their exact mass") {
+TEST_CASE("multipole rerank_far (the default): the rows a rerank drops come back as far rows with their exact mass") {
   const Clustered c = make_clustered(1300, 8, 47, 12);
   // With the oracle's exact far mass the parts add up to every key's exp(s q.k)
   // for each head of a GQA group: exactly when rerank_far keeps the dropped
   // rows, short of it without.
-  auto with = KvIndex::create("multipole:far_mass=oracle,rerank_far=1", opts(2));
-  auto without = KvIndex::create("multipole:far_mass=oracle", opts(2));
+  auto with = KvIndex::create("multipole:far_mass=oracle", opts(2));  // rerank_far=1 is the default
+  auto without = KvIndex::create("multipole:far_mass=oracle,rerank_far=0", opts(2));
   // rerank_far has a device search (SummaryTables::far_dropped); the oracle has not.
   CHECK(KvIndex::create("multipole:rerank_far=1", opts(2))->summary_kind());
   CHECK(!KvIndex::create("multipole:far_mass=oracle", opts(2))->summary_kind());
+  CHECK(KvIndex::create("multipole:rerank_far=0", opts(2))->summary_kind());
   with->build(c.keys, c.keys);
   without->build(c.keys, c.keys);
   SearchParams p;

@@ -80,6 +80,7 @@ TEST_CASE("summary tables partition the indexed rows, the twin's cut selects wha
       {"multipole:ratio=16", 256, 8, 1500, 1},  {"centroid", 64, 3, 500, 100000},
       // the plain lookup (rerank=1), and other factors than the default 4
       {"multipole:rerank=1", 64, 4, 3001, 200}, {"centroid:ratio=7,rerank=1", 128, 1, 999, 64},
+      {"multipole:rerank_far=0", 64, 4, 3001, 200},
       {"multipole:rerank=2.5", 128, 6, 2001, 33}, {"centroid:rerank=1", 64, 3, 500, 100000},
       // two levels: coarse pages of 2..16 pages (a partial last one), expand 1..8
       {"quest:page=16,coarse_ratio=4", 128, 4, 2050, 100}, {"quest:page=5,coarse_ratio=3,expand=1", 64, 2, 17, 4},
@@ -139,8 +140,12 @@ TEST_CASE("summary tables partition the indexed rows, the twin's cut selects wha
       const std::set<int64_t> want(r.ids.begin(), r.ids.end()), got(sel.rows.begin(), sel.rows.end());
       CHECK(got.size() == sel.rows.size());  // no row twice
       CHECK(got == want);
-      if (index->name() == "multipole") CHECK((int64_t)r.far_clusters.size() ==
-                                              std::count(sel.selected.begin(), sel.selected.end(), 0));
+      // Far rows: every group not selected; with far_dropped (rerank_far,
+      // multipole's default) also one per selected group with dropped rows
+      // (their own test below).
+      const int64_t unselected = std::count(sel.selected.begin(), sel.selected.end(), 0);
+      if (index->name() == "multipole" && !t.far_dropped) CHECK((int64_t)r.far_clusters.size() == unselected);
+      if (index->name() == "multipole" && t.far_dropped) CHECK((int64_t)r.far_clusters.size() >= unselected);
       if (t.coarse_ratio > 0) {
         // The expansion's own contract: every group of a coarse group some
         // head's cut took, each coarse group's at or above the cut holding
@@ -339,14 +344,18 @@ namespace {
 
 // What the GPU runtime's device search attends for one KV head of `L`, on the
 // CPU: sinks, window and the rows its tables do not cover yet, exactly; the
-// twin's selected groups exactly; every other group as a far row.
+// twin's selected groups exactly; every other group as a far row; with
+// far_dropped (rerank_far) each candidate row a selected group dropped as a
+// far row of its own (logit s q.k, its group's mean value).
 void device_search_attend(const OffloadedLayer& L, int h, const float* q, int G, int64_t k, float scale, float* out) {
   const int d = L.config().head_dim;
   SummaryTables t;
   REQUIRE(L.index(h)->export_summaries(t));
   const auto scores = summary_scores_reference(t, q, G);
   const RowStore &K = *L.key_store(h), &V = *L.value_store(h);
-  const auto sel = twin_select(*L.index(h), t, K, q, G, k, t.covered);
+  SummarySelection cand;
+  const auto sel = twin_select(*L.index(h), t, K, q, G, k, t.covered, t.far_dropped ? &cand : nullptr);
+  const std::vector<int64_t> dropped = t.far_dropped ? summary_dropped_reference(cand, sel) : std::vector<int64_t>{};
   for (int g = 0; g < G; ++g) {
     const float* qg = q + (size_t)g * d;
     AttnPartial p(d);
@@ -376,6 +385,13 @@ void device_search_attend(const OffloadedLayer& L, int h, const float* q, int G,
           logw.push_back(0.f);  // ln N_j is in the logit
           idx.push_back((int32_t)j);
         }
+      std::vector<float> kd(d);
+      for (int64_t r : dropped) {
+        K.row_f32(cand.rows[(size_t)r], kd.data());
+        fs.push_back(dot_f32(kd.data(), qg, (size_t)d) * scale);
+        logw.push_back(0.f);
+        idx.push_back((int32_t)cand.row_group[(size_t)r]);
+      }
       AttnPartial far(d);
       partial_add_gather(far, fs.data(), logw.data(), t.value_means.data(), idx.data(), (int64_t)idx.size());
       partial_merge(p, far);
@@ -390,6 +406,7 @@ TEST_CASE("the device search's attention, emulated on the CPU, equals the CPU la
   struct Case { std::string index; int d, G, n, window, sinks, fold; int64_t k; };
   for (const Case& c : {Case{"multipole", 128, 4, 3000, 16, 4, 1024, 128}, Case{"quest:page=4", 64, 4, 700, 8, 0, 7, 40},
                         Case{"centroid", 64, 2, 1200, 32, 4, 40, 64}, Case{"multipole:rerank=1", 128, 4, 3000, 16, 4, 1024, 128},
+                        Case{"multipole:rerank_far=0", 128, 4, 3000, 16, 4, 1024, 128},
                         Case{"centroid:rerank=1", 64, 2, 1200, 32, 4, 40, 64},
                         // the far rows' spread term, damped and with the clip binding
                         Case{"multipole:spread=0.5", 128, 4, 3000, 16, 4, 1024, 128},

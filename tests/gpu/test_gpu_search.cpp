@@ -60,11 +60,13 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
       {"multipole", DType::F32, 64, 3, 12, 777, 40, true},     {"centroid:ratio=9", DType::F32, 64, 2, 1, 1301, 1, false},
       {"quest:page=4", DType::F32, 128, 2, 4, 1000, 100, false}, {"quest:page=16", DType::BF16, 256, 1, 8, 5003, 700, false},
       {"multipole", DType::F32, 128, 2, 4, 300, 100000, false},
-      {"multipole", DType::F32, 128, 1, 4, 4000, 64, false, 4},  {"multipole", DType::F16, 64, 3, 12, 777, 9, true, 8},
+      {"multipole:rerank_far=0", DType::F32, 128, 1, 4, 4000, 64, false, 4},
+      {"multipole:rerank_far=0", DType::F16, 64, 3, 12, 777, 9, true, 8},
       {"centroid:ratio=9", DType::F32, 256, 2, 1, 1301, 1, false, 3},
       {"multipole", DType::F32, 128, 2, 6, 2501, 50, false, 4, DType::F8E4M3},
       {"multipole", DType::F32, 64, 1, 2, 300, 1000, false, 4},  // fewer rows than R*k: every row a candidate
-      // the rows rerank drops from selected groups as far rows (rerank_far; with rerank=1 nothing is dropped)
+      // the rows rerank drops from selected groups as far rows (rerank_far, multipole's default; with rerank=1
+      // nothing is dropped; the two rerank_far=0 cases above drop them)
       {"multipole:rerank_far=1", DType::F32, 128, 2, 4, 4000, 64, false, 4},
       {"multipole:rerank_far=1,spread=0.5", DType::F16, 64, 3, 12, 777, 9, true, 8},
       {"multipole:rerank_far=1", DType::F32, 256, 1, 6, 2501, 50, false, 4, DType::F8E4M3},
