@@ -269,10 +269,7 @@ template <int S> void launch_terms(const GemvArgs& a, int T, int max_blocks, cud
 }  // namespace
 
 void launch_new_mmvq(const GemvArgs& a, int T, int terms, int max_blocks, cudaStream_t stream) {
-  if (terms == 2)
-    launch_terms<2>(a, T, max_blocks, stream);
-  else
-    launch_terms<1>(a, T, max_blocks, stream);
+  qunits::with_q8_terms(terms, [&](auto s) { launch_terms<decltype(s)::value>(a, T, max_blocks, stream); });
 }
 
 }  // namespace topkv::cuda

@@ -242,10 +242,7 @@ template <int S> void launch_old(const GemvArgs& a, int T, cudaStream_t stream) 
 }  // namespace
 
 void launch_old_mmvq(const GemvArgs& a, int T, int terms, cudaStream_t stream) {
-  if (terms == 2)
-    launch_old<2>(a, T, stream);
-  else
-    launch_old<1>(a, T, stream);
+  qunits::with_q8_terms(terms, [&](auto s) { launch_old<decltype(s)::value>(a, T, stream); });
 }
 
 }  // namespace topkv::cuda

@@ -51,8 +51,7 @@ struct GemvArgs {
 };
 // Token t's activations with S terms (quant_units.h).
 template <int S> __device__ __forceinline__ qunits::Q8Row q8_row(const GemvArgs& a, int t) {
-  const int8_t* qs = a.qs + (int64_t)t * S * a.cols;
-  return qunits::Q8Row{qs, a.ds + (int64_t)t * (a.cols / 32), S == 2 ? qs + a.cols : nullptr};
+  return qunits::q8_row(a.qs, a.ds, t, a.cols, S);
 }
 
 // The job that holds `tile` (tiles below n_tiles).

@@ -51,13 +51,14 @@ void mmvq_rows(const QuantMatrix& m, const Q8Activations& x, float* y, const flo
 #pragma omp parallel for schedule(static) if (m.rows * units * x.T > (1 << 16))
   for (int64_t r = 0; r < m.rows; ++r)
     for (int t = 0; t < x.T; ++t) {
+      const Q8Row xr = x.row(t);
       float lane[32];
       for (int l = 0; l < 32; ++l) {  // lane l takes units l, l + 32, ... in order
         float acc = 0.f;
         for (int64_t u = l; u < units; u += 32) {
           const int64_t b = u / U::kUnits;
           const int k = (int)(u % U::kUnits);
-          acc = fadd(acc, U::template dot<S>(U::load(m, r * nb + b, k), U::template load_x<S>(x.row(t), b, k), k));
+          acc = fadd(acc, U::template dot<S>(U::load(m, r * nb + b, k), U::template load_x<S>(xr, b, k), k));
         }
         lane[l] = acc;
       }
@@ -176,10 +177,7 @@ void mmvq(GgmlType t, const uint8_t* w, int64_t rows, int64_t cols, const Q8Acti
   TOPKV_CHECK(x.cols == cols, "mmvq: activations of {} columns for a matrix of {}", x.cols, cols);
   const QuantMatrix m = quant_matrix(t, w, rows, cols);
   with_unit_type(t, [&](auto u) {
-    if (x.terms == 2)
-      mmvq_rows<decltype(u), 2>(m, x, y, bias, accumulate);
-    else
-      mmvq_rows<decltype(u), 1>(m, x, y, bias, accumulate);
+    with_q8_terms(x.terms, [&](auto s) { mmvq_rows<decltype(u), decltype(s)::value>(m, x, y, bias, accumulate); });
   });
 }
 

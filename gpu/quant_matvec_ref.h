@@ -46,10 +46,7 @@ struct Q8Activations {
   int64_t cols = 0;
   std::vector<int8_t> qs;
   std::vector<Q8Scale> ds;
-  qunits::Q8Row row(int t) const {
-    const int8_t* q = qs.data() + (size_t)t * terms * cols;
-    return {q, ds.data() + (size_t)t * (cols / 32), terms == 2 ? q + cols : nullptr};
-  }
+  qunits::Q8Row row(int t) const { return qunits::q8_row(qs.data(), ds.data(), t, cols, terms); }
   // The code of value i of token t: q, or 256 hi + lo.
   int code(int t, int64_t i) const;
   // The values the kernels multiply: d * code (fp32), [T][cols].

@@ -66,6 +66,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #ifdef __CUDACC__
 #include <cuda_fp16.h>
@@ -231,6 +232,20 @@ TOPKV_HD int q16_lo(int q) { return q - 256 * q16_hi(q); }
 // value l stored there: q, or hi there and lo in the token's next row.
 TOPKV_HD int8_t* q8_block_codes(int8_t* qs, int64_t t, int64_t b, int64_t cols, int terms) {
   return qs + t * terms * cols + b * 32;
+}
+// Token t's activations read back: its codes (hi codes with two terms), its
+// lo codes in the next row (two terms; null with one) and its scales.
+TOPKV_HD Q8Row q8_row(const int8_t* qs, const Q8Scale* ds, int t, int64_t cols, int terms) {
+  const int8_t* q = qs + (int64_t)t * terms * cols;
+  return Q8Row{q, ds + (int64_t)t * (cols / 32), terms == 2 ? q + cols : nullptr};
+}
+// Calls f(std::integral_constant<int, S>{}) with S = terms (1 or 2): the
+// kernels and the twin take the terms as a template parameter.
+template <class F> void with_q8_terms(int terms, F&& f) {
+  if (terms == 2)
+    f(std::integral_constant<int, 2>{});
+  else
+    f(std::integral_constant<int, 1>{});
 }
 TOPKV_HD void put_q8_code(int8_t* block, int64_t cols, int l, int q, int terms) {
   if (terms == 2) {

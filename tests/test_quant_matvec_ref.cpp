@@ -174,6 +174,41 @@ TEST_CASE("quant twin: q8_1x2 activations, a 16-bit code in two int8 halves") {
   CHECK(worst2 < 2e-5);  // two: ~1/65024
 }
 
+// The integer sums at their largest: Q6_K's codes at -32 (or 31) under
+// scales of -128 (or 127) times two terms' codes at +-32512 reach
+// 16 * 32 * 32512 * 128 = 2,130,706,432 in a run's scaled sum, just below
+// 2^31 (quant_units.h's bound). A wrap would flip the sign; the twin (whose
+// integer arithmetic the kernels share, bit for bit) must give the exact dot.
+TEST_CASE("quant twin: Q6_K's largest codes and scales with two terms stay within int32") {
+  const int64_t cols = 256, rows = 1;
+  struct Extreme { uint8_t ql, qh; int8_t scale; };  // every code (ql | qh << 4) - 32 and every scale
+  for (const Extreme e : {Extreme{0x00, 0x00, -128}, Extreme{0xFF, 0xFF, 127}})
+    for (float sign : {1.f, -1.f})
+      for (int terms : {1, 2}) {
+        CAPTURE((int)e.scale, sign, terms);
+        std::vector<uint8_t> file(ggml_row_bytes(GgmlType::Q6_K, cols), 0);
+        std::memset(file.data(), e.ql, 128);        // ql: low four bits of every code
+        std::memset(file.data() + 128, e.qh, 64);   // qh: high two bits
+        std::memset(file.data() + 192, (uint8_t)e.scale, 16);
+        const uint16_t one = 0x3C00;                // d = 1.0 (fp16)
+        std::memcpy(file.data() + 208, &one, 2);
+        std::vector<uint8_t> dev(qref::device_bytes(GgmlType::Q6_K, rows, cols));
+        qref::repack(GgmlType::Q6_K, file.data(), rows, cols, dev.data());
+        std::vector<float> w((size_t)cols);
+        dequantize_row(GgmlType::Q6_K, file.data(), w.data(), cols);
+        REQUIRE(std::fabs(w[0]) == (e.scale < 0 ? 32.f * 128.f : 31.f * 127.f));
+        const std::vector<float> x((size_t)cols, sign * 0.75f);  // every code at the block's largest
+        const qref::Q8Activations a = qref::quantize_q8_1(x.data(), 1, cols, terms);
+        REQUIRE(std::abs(a.code(0, 0)) == (terms == 2 ? 32512 : 127));
+        const std::vector<float> xh = a.dequantised();
+        double want = 0;
+        for (int64_t i = 0; i < cols; ++i) want += (double)w[(size_t)i] * xh[(size_t)i];
+        float y = 0.f;
+        qref::mmvq(GgmlType::Q6_K, dev.data(), rows, cols, a, &y);
+        CHECK(std::fabs(y - want) <= 1e-6 * std::fabs(want));
+      }
+}
+
 // Against the fp32 activations the error of each output is bounded by
 // Cauchy-Schwarz: |sum w (x8 - x)| <= ||w|| ||x8 - x||, with |x8 - x| <= d / 2
 // per value; the printed statistic is that error over ||w|| ||x||.
@@ -188,7 +223,7 @@ TEST_CASE("quant twin: MMVQ against the dot of the dequantised rows, every type,
         for (int T = 1; T <= 8; ++T)
           for (int mode = 0; mode < 3; ++mode) {  // plain, + bias, + bias and accumulate
             if (mode > 0 && T != 1 && T != 8) continue;
-            const int terms = 1 + (int)((rows + T + mode) % 2);  // one term, or the value and its residual
+            const int terms = 1 + (int)((rows + T + mode) % 2);  // one term, or the 16-bit code of two
             CAPTURE(name(t), rows, cols, T, mode, terms);
             TestMatrix m = make_matrix(t, rows, cols, rng);
             const auto x = randn((size_t)T * cols, rng, 2.f);
