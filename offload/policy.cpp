@@ -1,5 +1,6 @@
 #include "offload/policy.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -23,9 +24,43 @@ constexpr Named<SearchOn> kSearchOn[] = {{SearchOn::Auto, "auto"}, {SearchOn::Ho
 const char* attn_mode_name(AttnMode m) { return name_of(kAttnModes, m); }
 AttnMode parse_attn_mode(const std::string& s) { return parse_named(kAttnModes, s, "attention mode"); }
 std::vector<std::string> attn_mode_names() { return names_of(kAttnModes); }
-const char* k_schedule_name(KSchedule s) { return name_of(kKSchedules, s); }
+const char* k_schedule_name(KSchedule s) { return s == KSchedule::Weights ? "weights" : name_of(kKSchedules, s); }
 KSchedule parse_k_schedule(const std::string& s) { return parse_named(kKSchedules, s, "k schedule"); }
 std::vector<std::string> k_schedule_names() { return names_of(kKSchedules); }
+
+void set_k_schedule(OffloadPolicy& p, const std::string& spec) {
+  static constexpr const char kWeights[] = "weights:";
+  if (spec.rfind(kWeights, 0) != 0) {
+    TOPKV_CHECK(spec != "weights", "k schedule 'weights' needs its weights: weights:w0/w1/... (one a retrieval "
+                "layer, first to last)");
+    try {
+      p.k_schedule = parse_k_schedule(spec), p.k_weights.clear();
+    } catch (const Error& e) {
+      fail("{}, or weights:w0/w1/... (one weight a retrieval layer)", e.what());
+    }
+    return;
+  }
+  std::vector<double> w;
+  std::string list = spec.substr(sizeof(kWeights) - 1);
+  for (char& c : list)
+    if (c == '/') c = ',';
+  try {
+    w = parse_double_list(list);
+  } catch (const Error& e) {
+    fail("k schedule '{}': {} (write weights:w0/w1/..., one positive number a retrieval layer)", spec, e.what());
+  }
+  TOPKV_CHECK(!w.empty(), "k schedule '{}' has no weights: write weights:w0/w1/..., one a retrieval layer", spec);
+  for (double x : w)
+    TOPKV_CHECK(std::isfinite(x) && x > 0, "k schedule '{}': every weight must be a positive number (got {})", spec, x);
+  p.k_schedule = KSchedule::Weights, p.k_weights = std::move(w);
+}
+
+std::string k_schedule_spec(const OffloadPolicy& p) {
+  if (p.k_schedule != KSchedule::Weights) return k_schedule_name(p.k_schedule);
+  std::string out = "weights:";
+  for (size_t i = 0; i < p.k_weights.size(); ++i) out += fmt::format("{}{}", i ? "/" : "", p.k_weights[i]);
+  return out;
+}
 const char* search_on_name(SearchOn s) { return name_of(kSearchOn, s); }
 SearchOn parse_search_on(const std::string& s) { return parse_named(kSearchOn, s, "search place"); }
 std::vector<std::string> search_on_names() { return names_of(kSearchOn); }
@@ -39,14 +74,20 @@ std::vector<int> offloaded_layers(const ModelConfig& cfg, int dense_layers) {
   return out;
 }
 
-std::vector<int64_t> k_per_layer(int64_t k_mean, int n_layers, KSchedule schedule) {
+std::vector<int64_t> k_per_layer(int64_t k_mean, int n_layers, KSchedule schedule,
+                                 const std::vector<double>& weights) {
   TOPKV_CHECK(k_mean >= 1, "k must be at least 1 (got {})", k_mean);
+  TOPKV_CHECK(schedule != KSchedule::Weights || (int64_t)weights.size() == n_layers,
+              "the k schedule gives {} layer weights but the model has {} retrieval layers: give one weight a "
+              "retrieval layer, first to last (the global-attention layers past --dense-layers)", weights.size(), n_layers);
   std::vector<int64_t> k((size_t)std::max(n_layers, 0), k_mean);
   if (schedule == KSchedule::Uniform || n_layers <= 1) return k;
   // k_l proportional to the layer's weight, sum = k_mean * L.
   std::vector<double> weight((size_t)n_layers);
   for (int l = 0; l < n_layers; ++l)
-    weight[(size_t)l] = schedule == KSchedule::Linear ? l + 1.0 : 1.0 + std::fabs(2.0 * l / (n_layers - 1) - 1.0);
+    weight[(size_t)l] = schedule == KSchedule::Weights ? weights[(size_t)l]
+                        : schedule == KSchedule::Linear ? l + 1.0
+                                                        : 1.0 + std::fabs(2.0 * l / (n_layers - 1) - 1.0);
   const double total = (double)k_mean * n_layers, denom = std::accumulate(weight.begin(), weight.end(), 0.0);
   std::vector<double> exact((size_t)n_layers);
   int64_t assigned = 0;
@@ -98,6 +139,8 @@ void OffloadPolicy::validate() const {
   TOPKV_CHECK(search.k >= 1 && search.k <= kMaxTokens, "--k must be at least 1 and at most {} (got {})", kMaxTokens,
               search.k);
   check_unit(k_fraction, "--k-fraction");
+  TOPKV_CHECK(k_schedule != KSchedule::Weights || !k_weights.empty(), "k schedule 'weights' needs its weights: "
+              "weights:w0/w1/... (one a retrieval layer, first to last)");
   TOPKV_CHECK(search.ef >= 0 && search.ef <= kMaxEf, "--ef must be in [0, {}] (0 = max(k, 64); got {})", kMaxEf,
               search.ef);
   TOPKV_CHECK(search.nprobe >= 0 && search.nprobe <= kMaxEf, "--nprobe must be in [0, {}] (0 = the index's "
@@ -178,7 +221,7 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
       else if (key == "index") index = json_str(v, key);
       else if (key == "k") search.k = json_int<int64_t>(v, key);
       else if (key == "k_fraction") k_fraction = json_real(v, key);
-      else if (key == "k_schedule") k_schedule = parse_k_schedule(json_str(v, key));
+      else if (key == "k_schedule") set_k_schedule(*this, json_str(v, key));
       else if (key == "ef") search.ef = json_int<int>(v, key);
       else if (key == "nprobe") search.nprobe = json_int<int>(v, key);
       else if (key == "threshold") search.threshold = json_real(v, key);
@@ -222,7 +265,7 @@ std::string OffloadPolicy::to_json() const {
                       {"index", index},
                       {"k", search.k},
                       {"k_fraction", k_fraction},
-                      {"k_schedule", k_schedule_name(k_schedule)},
+                      {"k_schedule", k_schedule_spec(*this)},
                       {"ef", search.ef},
                       {"nprobe", search.nprobe},
                       {"threshold", search.threshold},

@@ -13,7 +13,7 @@
 namespace topkv {
 
 enum class AttnMode : uint8_t { Dense, TopK };
-enum class KSchedule : uint8_t { Uniform, Linear, Ends };
+enum class KSchedule : uint8_t { Uniform, Linear, Ends, Weights };
 enum class SearchOn : uint8_t { Auto, Host, Gpu };
 
 struct OffloadPolicy {
@@ -26,6 +26,10 @@ struct OffloadPolicy {
   SearchParams search;          // per-call search parameters; search.k is the mean k per layer
   double k_fraction = 0.0;      // > 0: k = k_fraction x context tokens (e.g. 0.01 = 1%)
   KSchedule k_schedule = KSchedule::Uniform;
+  // KSchedule::Weights: k of each retrieval layer in proportion to its weight
+  // (one a retrieval layer, first to last), the same total as uniform; written
+  // "weights:w0/w1/..." wherever a schedule is text (flags, JSON, packs).
+  std::vector<double> k_weights;
   int dense_layers = 0;         // the first N layers stay dense (as Quest does)
   int sinks = 4;                // attention sinks kept with the window (StreamingLLM / DuoAttention)
   int window = 256;             // recent tokens kept exactly (GPU-resident in the CUDA runtime)
@@ -69,9 +73,14 @@ struct OffloadPolicy {
 const char* attn_mode_name(AttnMode m);
 AttnMode parse_attn_mode(const std::string& s);
 std::vector<std::string> attn_mode_names();
-KSchedule parse_k_schedule(const std::string& s);
-const char* k_schedule_name(KSchedule s);  // as parse_k_schedule reads it
-std::vector<std::string> k_schedule_names();  // every spelling parse_k_schedule reads
+KSchedule parse_k_schedule(const std::string& s);  // a named schedule: uniform | linear | ends
+const char* k_schedule_name(KSchedule s);  // as parse_k_schedule reads it ("weights" for Weights)
+std::vector<std::string> k_schedule_names();  // every name parse_k_schedule reads
+// A schedule as text: a name above or "weights:w0/w1/..." (relative k per
+// retrieval layer). set_k_schedule sets k_schedule and k_weights from it;
+// k_schedule_spec writes them back the same way.
+void set_k_schedule(OffloadPolicy& p, const std::string& spec);
+std::string k_schedule_spec(const OffloadPolicy& p);
 const char* search_on_name(SearchOn s);
 SearchOn parse_search_on(const std::string& s);  // auto | host | gpu
 std::vector<std::string> search_on_names();
@@ -92,6 +101,10 @@ std::vector<int> offloaded_layers(const ModelConfig& cfg, int dense_layers);
 // last few layers (bench/results/qwen05_topk_mass_per_layer/); on RULER it
 // scored below uniform there (ruler_qwen2.5_0.5b_cpu/ends_schedule_8k/). Every
 // layer gets at least 1; the total is exact (largest-remainder rounding).
-std::vector<int64_t> k_per_layer(int64_t k_mean, int n_layers, KSchedule schedule);
+// Weights takes the layers' weights from `weights` (one a layer: an Error
+// names both counts otherwise), for a measured allocation such as
+// bench/results/ruler_qwen2.5_1.5b_cpu_fwe/'s per-layer ablation.
+std::vector<int64_t> k_per_layer(int64_t k_mean, int n_layers, KSchedule schedule,
+                                 const std::vector<double>& weights = {});
 
 }  // namespace topkv

@@ -36,6 +36,44 @@ TEST_CASE("k schedules keep the total and rise linearly") {
   CHECK_THROWS_WITH(k_per_layer(0, 4, KSchedule::Uniform), Catch::Contains("at least 1"));
 }
 
+TEST_CASE("a weights schedule: k in proportion to one weight a layer, the same total, every bad spelling") {
+  OffloadPolicy p;
+  set_k_schedule(p, "weights:5/1/1/3");
+  REQUIRE(p.k_schedule == KSchedule::Weights);
+  CHECK(p.k_weights == std::vector<double>{5, 1, 1, 3});
+  CHECK(k_schedule_spec(p) == "weights:5/1/1/3");
+  // 100 x 4 = 400 tokens in the ratio 5:1:1:3 (sum 10)
+  CHECK(k_per_layer(100, 4, p.k_schedule, p.k_weights) == std::vector<int64_t>{200, 40, 40, 120});
+  for (int64_t k : {1, 7, 327, 1633}) {  // odd totals: the remainder is handed out, the total exact
+    set_k_schedule(p, "weights:0.3/2.5/1/1/0.7/4.25/1");
+    auto w = k_per_layer(k, 7, p.k_schedule, p.k_weights);
+    CAPTURE(k);
+    if (k >= 7) CHECK(std::accumulate(w.begin(), w.end(), int64_t(0)) == k * 7);
+    for (auto x : w) CHECK(x >= 1);
+    if (k >= 100) CHECK(w[5] > w[1]);
+    if (k >= 100) CHECK(w[1] > w[2]);
+  }
+  // Equal weights are the uniform schedule.
+  set_k_schedule(p, "weights:2/2/2");
+  CHECK(k_per_layer(55, 3, p.k_schedule, p.k_weights) == k_per_layer(55, 3, KSchedule::Uniform));
+  // Text round trips through the policy JSON (and so through packs).
+  set_k_schedule(p, "weights:1.5/0.5");
+  OffloadPolicy q;
+  q.apply_json(p.to_json(), "roundtrip");
+  CHECK(q.k_schedule == KSchedule::Weights);
+  CHECK(q.k_weights == p.k_weights);
+  set_k_schedule(q, "linear");
+  CHECK(q.k_weights.empty());
+  CHECK_THROWS_WITH(k_per_layer(10, 3, p.k_schedule, p.k_weights),
+                    Catch::Contains("2 layer weights") && Catch::Contains("3 retrieval layers"));
+  for (const char* bad : {"weights", "weights:", "weights:1/x", "weights:1/0", "weights:-1/2", "weights:1/nan"})
+    CHECK_THROWS_WITH(set_k_schedule(p, bad), Catch::Contains("weights:w0/w1/...") || Catch::Contains("positive"));
+  CHECK_THROWS_WITH(set_k_schedule(p, "u-shaped"), Catch::Contains("linear") && Catch::Contains("weights:"));
+  OffloadPolicy v;
+  v.k_schedule = KSchedule::Weights;
+  CHECK_THROWS_WITH(v.validate(), Catch::Contains("needs its weights"));
+}
+
 TEST_CASE("DuoAttention head patterns: parse, threshold, sparsity, and every bad file") {
   std::string good = "# gates\n0.9\t0.1\t0.7\n0.2 0.05 1\n";
   auto p = parse_head_pattern(good, "t.tsv", 2, 3, 0.5);

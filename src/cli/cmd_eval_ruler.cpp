@@ -109,7 +109,7 @@ RulerRow run_method(Session& ss, SharedContext& ctx, const EvalMethod& m, const 
   const SharedContext::Build& b = ctx.prepare(m.policy);
   RulerRow row = proto;
   row.method = m.name, row.index = m.index, row.k = m.k, row.dense_layers = m.policy.dense_layers;
-  row.k_schedule = k_schedule_name(m.policy.k_schedule);
+  row.k_schedule = k_schedule_spec(m.policy);
   row.build_s = b.build_s, row.write_s = b.write_s;
   double restore_s = 0, restore2_s = 0;
   {
@@ -243,7 +243,7 @@ void run_ruler(const RulerArgs& a, const OffloadPolicy& base) {
       // means rerank 4 since session 11, the plain lookup before).
       jm.push_back({{"name", m.name}, {"index", m.policy.index}, {"k", m.k}, {"dense_layers", m.policy.dense_layers},
                     {"rerank", KvIndex::create(m.policy.index)->rerank_of(m.policy.search)},
-                    {"k_schedule", k_schedule_name(m.policy.k_schedule)},
+                    {"k_schedule", k_schedule_spec(m.policy)},
                     {"policy", nlohmann::json::parse(m.policy.to_json())}, {"k_tokens_per_length", per_length}});
     }
     nlohmann::json answer_tokens_json = nlohmann::json::object();

@@ -178,7 +178,7 @@ void run_info(const std::string& path, bool verify) {
                                 fmt::join(pack.indexes(), ", ")));
     line("defaults", fmt::format("k {}{}, schedule {}, ef {}, nprobe {}, threshold {} (generate may change these)",
                                  p.search.k, p.k_fraction > 0 ? fmt::format(" (k-fraction {})", p.k_fraction) : "",
-                                 k_schedule_name(p.k_schedule), p.search.ef,
+                                 k_schedule_spec(p), p.search.ef,
                                  p.search.nprobe, p.search.threshold));
     const nlohmann::json& off = m.at("offload");
     int streaming = 0;

@@ -18,8 +18,8 @@ void add_method_options(CLI::App* cmd, MethodArgs& a) {
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--methods-dense-layers", a.dense_layers, "Dense first layers per method, e.g. 0,2 (default: "
                   "--dense-layers)")->delimiter(',');
-  cmd->add_option("--methods-k-schedule", a.schedules, "k schedules per method: uniform, linear, ends (default: "
-                  "--k-schedule)")->delimiter(',');
+  cmd->add_option("--methods-k-schedule", a.schedules, "k schedules per method: uniform, linear, ends, "
+                  "weights:w0/w1/... (default: --k-schedule)")->delimiter(',');
 }
 
 std::vector<EvalMethod> make_eval_methods(const MethodArgs& a, const OffloadPolicy& base) {
@@ -37,20 +37,25 @@ std::vector<EvalMethod> make_eval_methods(const MethodArgs& a, const OffloadPoli
     dense_layers.push_back((int)v);
   }
   if (dense_layers.empty()) dense_layers.push_back(base.dense_layers);
-  std::vector<KSchedule> schedules;
-  for (const std::string& s : a.schedules) schedules.push_back(parse_k_schedule(s));
-  if (schedules.empty()) schedules.push_back(base.k_schedule);
+  std::vector<std::string> schedules;
+  for (const std::string& s : a.schedules) {
+    OffloadPolicy check;
+    set_k_schedule(check, s);  // a bad schedule fails before any prefill
+    schedules.push_back(s);
+  }
+  if (schedules.empty()) schedules.push_back(k_schedule_spec(base));
 
   std::vector<EvalMethod> out;
   for (const std::string& idx : specs)
     for (int dl : dense_layers)
       for (const std::string& k : a.ks)
-        for (KSchedule sched : schedules) {
+        for (const std::string& sched : schedules) {
           EvalMethod m{fmt::format("topk:{}@{}", idx, k), idx, k, base};
           if (dl != 0) m.name += fmt::format("/dl{}", dl);
-          if (sched == KSchedule::Linear) m.name += "/linear";
+          if (sched != "uniform") m.name += "/" + sched;
           OffloadPolicy& p = m.policy;
-          p.attn = AttnMode::TopK, p.index = idx, p.dense_layers = dl, p.k_schedule = sched;
+          p.attn = AttnMode::TopK, p.index = idx, p.dense_layers = dl;
+          set_k_schedule(p, sched);
           // Search-time parameters of the spec (rerank on a backend that
           // reranks) move into the policy's SearchParams, so "multipole" and
           // "multipole:rerank=4" share one build and one temporary pack

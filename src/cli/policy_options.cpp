@@ -24,8 +24,9 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
                   "--k")->group(g);
   cmd->add_option("--k-schedule", a->k_schedule, "uniform: the same k on every retrieval layer; linear: rising "
                   "from first to last with the same total (top-k paper); ends: twice as much at the first and last "
-                  "layer as in the middle, the same total")
-      ->group(g)->check(CLI::IsMember(k_schedule_names()));
+                  "layer as in the middle, the same total; weights:w0/w1/...: k in proportion to one weight a "
+                  "retrieval layer, the same total")
+      ->group(g);
   cmd->add_option("--ef", p.search.ef, "HNSW search list size (0 = max(k, 64))")->group(g);
   cmd->add_option("--nprobe", p.search.nprobe, "IVF lists probed (0 = backend default)")->group(g);
   cmd->add_option("--threshold", p.search.threshold, "centroid/multipole: keep clusters whose estimated attention "
@@ -110,7 +111,7 @@ OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd, const OffloadPolicy& base
   if (!specs.empty()) out.index = specs.front();
   if (given("--k")) out.search.k = policy.search.k;
   if (given("--k-fraction")) out.k_fraction = policy.k_fraction;
-  if (given("--k-schedule")) out.k_schedule = parse_k_schedule(k_schedule);
+  if (given("--k-schedule")) set_k_schedule(out, k_schedule);
   if (given("--ef")) out.search.ef = policy.search.ef;
   if (given("--nprobe")) out.search.nprobe = policy.search.nprobe;
   if (given("--threshold")) out.search.threshold = policy.search.threshold;
