@@ -410,6 +410,16 @@ const float* summary_row_dots(const SummarySearchArgs& a);
 const uint8_t* summary_candidate_listed(const SummarySearchArgs& a);
 const int32_t* summary_candidate_counts(const SummarySearchArgs& a);
 
+// ---- k-means (kernels_kmeans.cu; the products in cuBLAS, gpu/gpu_kmeans.cpp) --
+// Twin of each: the step of LloydKMeans (index/kmeans.h) it names.
+// labels[i] = argmax_j scores[i][j] over [n][k] scores, the lowest j on ties
+// (kmeans_assign_reference's rule).
+void kmeans_argmax_rows(const float* scores, int64_t n, int k, int32_t* labels, cudaStream_t stream);
+// sums[labels[i]] += x[i] for the n rows of x [n][d] (sums [k][d], zeroed by the caller).
+void kmeans_accumulate(const float* x, const int32_t* labels, int64_t n, int d, float* sums, cudaStream_t stream);
+// centroids[j] = sums[j] / |sums[j]| where the norm is positive; else unchanged (the Lloyd update).
+void kmeans_normalise(const float* sums, int64_t k, int d, float* centroids, cudaStream_t stream);
+
 // ---- sampling (kernels_sampling.cu) ------------------------------------------
 // Work space (bytes) the two samplers need for n logits.
 size_t sampling_workspace_bytes(int64_t n);

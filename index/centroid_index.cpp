@@ -14,6 +14,7 @@
 #include "index/ann_util.h"
 #include "index/backends.h"
 #include "index/cluster_index.h"
+#include "index/kmeans.h"
 #include "index/summary_select.h"
 #include "src/common/error.h"
 #include "src/common/progress.h"
@@ -156,9 +157,21 @@ void ClusterIndex::cluster_block(const BlockPlan& p, int64_t b, int32_t* assign,
   std::vector<float> x(rows.size() * d);
   for (int64_t i = 0; i < (int64_t)rows.size(); ++i) keys_->row_f32(lo + rows[(size_t)i], x.data() + (size_t)i * d);
   normalise_rows(x.data(), (int64_t)rows.size(), d);
-  faiss::IndexFlatIP km_index(d);
-  spherical_kmeans(x.data(), (int64_t)rows.size(), d, kb, (int)iters_, opt_.seed + (uint64_t)b, nullptr, km_index);
-  assign_rows(*keys_, lo, hi, km_index, assign + lo, assign_threads, bar);
+  if (opt_.kmeans) {  // an engine handed in (BuildOptions::kmeans: the GPU's with --build-on gpu)
+    std::vector<float> all, centroids((size_t)kb * d);
+    if ((int64_t)rows.size() < len) {
+      all.resize((size_t)len * d);
+      for (int64_t i = 0; i < len; ++i) keys_->row_f32(lo + i, all.data() + (size_t)i * d);
+      normalise_rows(all.data(), len, d);
+    }
+    opt_.kmeans->cluster(x.data(), (int64_t)rows.size(), all.empty() ? x.data() : all.data(), len, d, kb,
+                         (int)iters_, opt_.seed + (uint64_t)b, centroids.data(), assign + lo);
+    bar.add(len);
+  } else {
+    faiss::IndexFlatIP km_index(d);
+    spherical_kmeans(x.data(), (int64_t)rows.size(), d, kb, (int)iters_, opt_.seed + (uint64_t)b, nullptr, km_index);
+    assign_rows(*keys_, lo, hi, km_index, assign + lo, assign_threads, bar);
+  }
   for (int64_t i = lo; i < hi; ++i) assign[i] += (int32_t)p.k_first[(size_t)b];
 }
 

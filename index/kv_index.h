@@ -160,10 +160,17 @@ struct MemoryReport {
   size_t owned() const { return structure_bytes + key_copy_bytes; }
 };
 
+class KMeansEngine;  // index/kmeans.h
+
 struct BuildOptions {
   int n_threads = 0;      // 0 = all cores
   uint64_t seed = 1234;
   bool progress = false;  // draw a progress bar on stderr
+  // The clustering backends' blockwise k-means (centroid, multipole): null
+  // runs Faiss's on the host cores; an engine (the GPU's, gpu/gpu_kmeans.h)
+  // runs each block's instead. Not saved: an index is the same kind of index
+  // whichever engine clustered it.
+  std::shared_ptr<const KMeansEngine> kmeans;
 };
 
 class KvIndex {

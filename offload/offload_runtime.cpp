@@ -44,6 +44,7 @@ OffloadRuntime::OffloadRuntime(const ModelConfig& cfg, const OffloadPolicy& poli
   TOPKV_CHECK(KvIndex::create(policy_.index)->reranks() || policy_.search.rerank <= 1.0,
               "--rerank {} applies to one-level centroid and multipole indexes; index '{}' would ignore it",
               policy_.search.rerank, policy_.index);
+  topkv::k_per_layer(1, (int)retrieval_layers_.size(), policy_.k_schedule, policy_.k_weights);  // a weights schedule's length
 }
 
 bool OffloadRuntime::overrides(int layer) const {

@@ -64,6 +64,10 @@ std::string k_schedule_spec(const OffloadPolicy& p) {
 const char* search_on_name(SearchOn s) { return name_of(kSearchOn, s); }
 SearchOn parse_search_on(const std::string& s) { return parse_named(kSearchOn, s, "search place"); }
 std::vector<std::string> search_on_names() { return names_of(kSearchOn); }
+bool parse_build_on(const std::string& s) {
+  TOPKV_CHECK(s == "host" || s == "gpu", "unknown build place '{}': use host or gpu", s);
+  return s == "gpu";
+}
 
 std::vector<int> offloaded_layers(const ModelConfig& cfg, int dense_layers) {
   std::vector<int> out;
@@ -234,6 +238,7 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
       else if (key == "stage_rows") stage_rows = json_bool(v, key);
       else if (key == "search_on") search_on = parse_search_on(json_str(v, key));
       else if (key == "device_table_type") device_table_type = parse_dtype(json_str(v, key));
+      else if (key == "build_on") build_on_gpu = parse_build_on(json_str(v, key));
       else if (key == "device_fold") device_fold = json_int<int>(v, key);
       else if (key == "sync_folds") sync_folds = json_bool(v, key);
       else if (key == "store_cache") store_cache = v.is_string() ? parse_store_cache(v.get<std::string>())
@@ -278,6 +283,7 @@ std::string OffloadPolicy::to_json() const {
                       {"stage_rows", stage_rows},
                       {"search_on", search_on_name(search_on)},
                       {"device_table_type", dtype_name(device_table_type)},
+                      {"build_on", build_on_gpu ? "gpu" : "host"},
                       {"device_fold", device_fold},
                       {"sync_folds", sync_folds},
                       {"store_cache", store_cache},

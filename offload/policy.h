@@ -46,6 +46,11 @@ struct OffloadPolicy {
   // host cores search every index; Auto: Gpu where the index allows it.
   SearchOn search_on = SearchOn::Auto;
   DType device_table_type = DType::F16;  // element type of the device summary tables
+  // CUDA runtime: the clustering backends' blockwise k-means (centroid,
+  // multipole) on the GPU (gpu/gpu_kmeans.h) instead of Faiss on the host
+  // cores; the rest of the build stays on the host. Off by default until the
+  // fidelity suite has run on its indexes.
+  bool build_on_gpu = false;
   int device_fold = 1024;  // Gpu search: rows evicted from the window are attended exactly from the
                            // device until this many are pending, then folded into the index (and its
                            // tables uploaded again device_fold/4 steps later: a fixed step, whatever
@@ -84,6 +89,7 @@ std::string k_schedule_spec(const OffloadPolicy& p);
 const char* search_on_name(SearchOn s);
 SearchOn parse_search_on(const std::string& s);  // auto | host | gpu
 std::vector<std::string> search_on_names();
+bool parse_build_on(const std::string& s);  // host (false) | gpu (true): OffloadPolicy::build_on_gpu
 int64_t parse_store_cache(const std::string& s);  // auto (-1) | off (0) | a size ("16G")
 
 // The layers whose KV leaves the model for host memory (the top-k runtime's

@@ -1,0 +1,105 @@
+#include "gpu/gpu_kmeans.h"
+
+#include "src/common/error.h"
+
+#ifndef TOPKV_HAVE_CUDA
+namespace topkv {
+std::shared_ptr<const KMeansEngine> make_gpu_kmeans(cuda::CudaBackend&) {
+  fail("--build-on gpu needs a CUDA build of topkv (this one has no CUDA): use --build-on host");
+}
+}  // namespace topkv
+#else
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "gpu/cuda_backend_impl.h"
+#include "gpu/cuda_check.h"
+#include "gpu/cuda_kernels.h"
+
+namespace topkv {
+namespace {
+
+// Rows scored in one product: the [rows][k] scores stay within ~64 MiB.
+int64_t score_tile_rows(int64_t k) { return std::max<int64_t>(32, (int64_t(16) << 20) / std::max<int64_t>(k, 1)); }
+
+class GpuKMeans final : public KMeansEngine {
+ public:
+  explicit GpuKMeans(cuda::CudaBackend& be) : be_(&be) {
+    TOPKV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    TOPKV_CUBLAS_CHECK(cublasCreate(&blas_));
+    TOPKV_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    TOPKV_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH));  // fp32 products, as the twin's
+  }
+  ~GpuKMeans() override {
+    cudaStreamSynchronize(stream_);
+    cublasDestroy(blas_);
+    cudaStreamDestroy(stream_);
+  }
+  const char* name() const override { return "gpu"; }
+
+  void cluster(const float* train, int64_t n_train, const float* all, int64_t n_all, int d, int64_t k, int iters,
+               uint64_t seed, float* centroids, int32_t* labels) const override {
+    const std::vector<int64_t> init = kmeans_init_rows(n_train, k, seed);
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool same = all == train && n_all == n_train;
+    const int64_t tile = score_tile_rows(k), n_max = std::max(n_train, n_all);
+    float* x = grow(x_, (size_t)n_train * d * 4)->f32();
+    float* xa = same ? x : grow(xa_, (size_t)n_all * d * 4)->f32();
+    float* scores = grow(scores_, (size_t)std::min(tile, n_max) * k * 4)->f32();
+    auto* lab = static_cast<int32_t*>(grow(labels_, (size_t)n_max * 4)->mem.get());
+    float* sums = grow(sums_, (size_t)k * d * 4)->f32();
+    float* cent = grow(cent_, (size_t)k * d * 4)->f32();
+    host_.resize((size_t)k * d);
+    for (int64_t j = 0; j < k; ++j) std::copy_n(train + (size_t)init[(size_t)j] * d, d, host_.data() + (size_t)j * d);
+    TOPKV_CUDA_CHECK(cudaMemcpyAsync(x, train, (size_t)n_train * d * 4, cudaMemcpyHostToDevice, stream_));
+    TOPKV_CUDA_CHECK(cudaMemcpyAsync(cent, host_.data(), host_.size() * 4, cudaMemcpyHostToDevice, stream_));
+    for (int it = 0; it < iters; ++it) {
+      assign(x, n_train, cent, k, d, tile, scores, lab);
+      TOPKV_CUDA_CHECK(cudaMemsetAsync(sums, 0, (size_t)k * d * 4, stream_));
+      cuda::kmeans_accumulate(x, lab, n_train, d, sums, stream_);
+      cuda::kmeans_normalise(sums, k, d, cent, stream_);
+    }
+    if (!same) TOPKV_CUDA_CHECK(cudaMemcpyAsync(xa, all, (size_t)n_all * d * 4, cudaMemcpyHostToDevice, stream_));
+    assign(xa, n_all, cent, k, d, tile, scores, lab);
+    TOPKV_CUDA_CHECK(cudaMemcpyAsync(labels, lab, (size_t)n_all * 4, cudaMemcpyDeviceToHost, stream_));
+    TOPKV_CUDA_CHECK(cudaMemcpyAsync(centroids, cent, (size_t)k * d * 4, cudaMemcpyDeviceToHost, stream_));
+    TOPKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  // labels of n rows of x against k centroids, `tile` rows a product:
+  // scores [rows][k] = x_tile . cent^T (column-major: cent^T x_tile^T).
+  void assign(const float* x, int64_t n, const float* cent, int64_t k, int d, int64_t tile, float* scores,
+              int32_t* lab) const {
+    const float one = 1.f, zero = 0.f;
+    for (int64_t r0 = 0; r0 < n; r0 += tile) {
+      const int64_t r = std::min(tile, n - r0);
+      TOPKV_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, (int)k, (int)r, d, &one, cent, d,
+                                     x + (size_t)r0 * d, d, &zero, scores, (int)k));
+      cuda::kmeans_argmax_rows(scores, r, (int)k, lab + r0, stream_);
+    }
+  }
+  Buffer* grow(Buffer& b, size_t bytes) const {
+    if (b.bytes < bytes) {
+      cudaStreamSynchronize(stream_);  // the old buffer may still be read
+      b = Buffer{};
+      b = be_->alloc(bytes, cuda::MemKind::Scratch, "k-means work space (--build-on gpu)");
+    }
+    return &b;
+  }
+
+  cuda::CudaBackend* be_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  mutable std::mutex mu_;
+  mutable Buffer x_, xa_, scores_, labels_, sums_, cent_;
+  mutable std::vector<float> host_;
+};
+
+}  // namespace
+
+std::shared_ptr<const KMeansEngine> make_gpu_kmeans(cuda::CudaBackend& be) { return std::make_shared<GpuKMeans>(be); }
+
+}  // namespace topkv
+#endif  // TOPKV_HAVE_CUDA

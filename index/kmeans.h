@@ -1,0 +1,54 @@
+// Spherical k-means of one block of keys, as ClusterIndex's blockwise build
+// runs it (Multipole Attention, Sec. 3.3: blockwise clustering keeps the
+// build linear in the context). An engine is a capability handed in through
+// BuildOptions::kmeans: without one the build runs Faiss's k-means on the
+// host cores; the CUDA runtime hands in its GPU engine (gpu/gpu_kmeans.h)
+// with `--build-on gpu`, so that a long prefill's clustering runs on the
+// device instead of the host.
+//
+// LloydKMeans is the engine's plain CPU twin: the same initial rows, the
+// same Lloyd rounds, the same tie rules, so a GPU engine's labels equal its
+// labels wherever the floating-point order of the dot products does not
+// decide (tests/gpu/test_gpu_kmeans.cpp).
+//
+// Layouts: rows and centroids are row-major [n][d] fp32; every input row has
+// unit norm (the build normalises), and so has every centroid on return.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace topkv {
+
+class KMeansEngine {
+ public:
+  virtual ~KMeansEngine() = default;
+  virtual const char* name() const = 0;
+  // k centroids from `iters` Lloyd rounds over the n_train unit rows of
+  // `train`, started from the rows kmeans_init_rows(n_train, k, seed) picks;
+  // then each of the n_all rows of `all` labelled with its nearest centroid
+  // (largest inner product; the lowest index on a tie). `train` may be `all`.
+  // Safe to call from several threads at once.
+  virtual void cluster(const float* train, int64_t n_train, const float* all, int64_t n_all, int d, int64_t k,
+                       int iters, uint64_t seed, float* centroids, int32_t* labels) const = 0;
+};
+
+// The k distinct rows of [0, n) a k-means starts from, ascending (Knuth's
+// selection sampling with mt19937_64(seed)); k <= n.
+std::vector<int64_t> kmeans_init_rows(int64_t n, int64_t k, uint64_t seed);
+
+// One Lloyd round's update of the twin and of every engine: centroid j is the
+// normalised sum of its rows; a centroid that no row chose, or whose sum is
+// zero, keeps its place (Faiss splits a large cluster instead; the twin keeps
+// the rule an engine on any device can follow).
+class LloydKMeans final : public KMeansEngine {
+ public:
+  const char* name() const override { return "lloyd"; }
+  void cluster(const float* train, int64_t n_train, const float* all, int64_t n_all, int d, int64_t k, int iters,
+               uint64_t seed, float* centroids, int32_t* labels) const override;
+};
+
+// Labels of n unit rows against k centroids (largest inner product, lowest
+// index on ties): the twin's assignment step.
+void kmeans_assign_reference(const float* x, int64_t n, const float* centroids, int64_t k, int d, int32_t* labels);
+
+}  // namespace topkv
