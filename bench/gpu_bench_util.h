@@ -146,5 +146,7 @@ void bench_decode_attention(CudaBackend& be, EventTimer& tm, Report& rep, int re
 void bench_quant_matmul(CudaBackend& be, EventTimer& tm, Report& rep, int reps, bool quick);
 // The device search's steps at the million-token shapes (bench/gpu_search_bench.cpp).
 void bench_device_search(CudaBackend& be, EventTimer& tm, Report& rep, int reps);
+// The GPU k-means engine on one block of a multipole build (bench/gpu_kmeans_bench.cpp).
+void bench_kmeans(CudaBackend& be, Report& rep, int reps);
 
 }  // namespace topkv::bench

@@ -18,6 +18,9 @@
 //                against the tensor-core one (--only prefill: this group alone);
 //   search       the device search's steps at the 1M Gemma / 512K Llama
 //                shapes (--only search: this group alone);
+//   kmeans       the GPU k-means engine (--build-on gpu) on one block of a
+//                multipole build, alone and shared by 16 threads (--only
+//                kmeans: this group alone, bench/gpu_kmeans_bench.cpp);
 //   small ops    rms_norm, rope, glu, add, kv_write, embed, argmax, sampling
 //                at decode (T=1) and prefill (T=512) sizes;
 //   model        synthetic presets (--synth, default gemma3-270m and 4 layers
@@ -213,6 +216,10 @@ void run_gpu_ops(const GpuOpsArgs& a) {
     bench_device_search(be, tm, rep, a.reps);
     return;
   }
+  if (a.only == "kmeans") {
+    bench_kmeans(be, rep, a.reps);
+    return;
+  }
   {  // the ceiling every "% of copy" is taken against
     const size_t bytes = a.quick ? size_t{256} << 20 : size_t{1} << 30;
     Buffer src = be.alloc(bytes), dst = be.alloc(bytes);
@@ -235,6 +242,7 @@ void run_gpu_ops(const GpuOpsArgs& a) {
   bench_attention(be, tm, rep, a);
   bench_prefill_attention(be, tm, rep, a.reps, a.quick);
   bench_device_search(be, tm, rep, a.reps);
+  bench_kmeans(be, rep, a.reps);
   bench_small_ops(be, tm, rep, a);
   // --quick: the small synthetic model only, unless --synth says otherwise.
   const bool default_synth = a.synth == GpuOpsArgs{}.synth;
