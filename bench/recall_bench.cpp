@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "bench/recall_metrics.h"
+#include "index/kmeans.h"
 #include "src/common/error.h"
 #include "src/common/options.h"
 #include "src/common/progress.h"
@@ -164,6 +165,7 @@ RecallBenchResult run_recall_bench(const AttentionData& data, const RecallBenchC
     bo.n_threads = threads;
     bo.seed = cfg.seed;
     bo.progress = cfg.progress && n_heads == 1;
+    if (cfg.kmeans == "lloyd") bo.kmeans = std::make_shared<LloydKMeans>();
     std::vector<std::unique_ptr<KvIndex>> idx;
     double build_seconds = 0;
     {

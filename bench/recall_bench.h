@@ -49,6 +49,10 @@ struct RecallBenchConfig {
   int threads = 0;   // ground truth, builds, the layer-parallel search; 0 = all cores
   bool progress = true;
   uint64_t seed = 1234;  // index builds
+  // The blockwise k-means of centroid/multipole builds: "faiss" (the host
+  // build's) or "lloyd" (LloydKMeans: the --build-on gpu engine's twin, whose
+  // labels the GPU's equal; index/kmeans.h), to compare their indexes.
+  std::string kmeans = "faiss";
 };
 
 struct Stat {

@@ -107,6 +107,8 @@ void run_recall(RecallRunOptions& a) {
   cfg.k = a.k;
   cfg.threads = a.threads;
   cfg.progress = !a.quiet;
+  TOPKV_CHECK(a.kmeans == "faiss" || a.kmeans == "lloyd", "--kmeans '{}': use faiss or lloyd", a.kmeans);
+  cfg.kmeans = a.kmeans;
   for (auto& spec : cfg.index_specs) KvIndex::create(spec);  // unknown backend or parameter
   if (a.synthetic) {
     SyntheticConfig c = a.syn;

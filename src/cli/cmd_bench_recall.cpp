@@ -75,6 +75,9 @@ void register_bench_recall(CLI::App& bench) {
                   "PARAM: k (alias budget), ef, nprobe, threshold, gqa; VALUES: 16,32,64 or 16:512:x2 or "
                   "16:128:+16; gqa: union,mean");
   cmd->add_option("--k", a->k, "The k of recall@k (and the search k unless swept)")->capture_default_str();
+  cmd->add_option("--kmeans", a->kmeans, "k-means of centroid/multipole builds: faiss (the host build's) or lloyd "
+                  "(the --build-on gpu engine's CPU twin, which labels as the GPU does)")
+      ->check(CLI::IsMember({"faiss", "lloyd"}))->capture_default_str();
   cmd->add_option("--threads", a->threads,
                   "Threads for data, ground truth, builds and the layer-parallel search (0 = all cores)")->check(thread_count())
       ->capture_default_str();
