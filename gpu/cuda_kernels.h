@@ -415,8 +415,10 @@ const int32_t* summary_candidate_counts(const SummarySearchArgs& a);
 // labels[i] = argmax_j scores[i][j] over [n][k] scores, the lowest j on ties
 // (kmeans_assign_reference's rule).
 void kmeans_argmax_rows(const float* scores, int64_t n, int k, int32_t* labels, cudaStream_t stream);
-// sums[labels[i]] += x[i] for the n rows of x [n][d] (sums [k][d], zeroed by the caller).
-void kmeans_accumulate(const float* x, const int32_t* labels, int64_t n, int d, float* sums, cudaStream_t stream);
+// sums[j] = the sum of the rows of x [n][d] labelled j, in row order (the
+// twin's: bit for bit), and counts[j] their number, for j < k; d <= 1024.
+void kmeans_accumulate(const float* x, const int32_t* labels, int64_t n, int64_t k, int d, float* sums,
+                       int32_t* counts, cudaStream_t stream);
 // centroids[j] = sums[j] / |sums[j]| where the norm is positive; else unchanged (the Lloyd update).
 void kmeans_normalise(const float* sums, int64_t k, int d, float* centroids, cudaStream_t stream);
 

@@ -49,16 +49,27 @@ class GpuKMeans final : public KMeansEngine {
     float* scores = grow(scores_, (size_t)std::min(tile, n_max) * k * 4)->f32();
     auto* lab = static_cast<int32_t*>(grow(labels_, (size_t)n_max * 4)->mem.get());
     float* sums = grow(sums_, (size_t)k * d * 4)->f32();
+    auto* counts = static_cast<int32_t*>(grow(counts_, (size_t)k * 4)->mem.get());
     float* cent = grow(cent_, (size_t)k * d * 4)->f32();
     host_.resize((size_t)k * d);
     for (int64_t j = 0; j < k; ++j) std::copy_n(train + (size_t)init[(size_t)j] * d, d, host_.data() + (size_t)j * d);
     TOPKV_CUDA_CHECK(cudaMemcpyAsync(x, train, (size_t)n_train * d * 4, cudaMemcpyHostToDevice, stream_));
     TOPKV_CUDA_CHECK(cudaMemcpyAsync(cent, host_.data(), host_.size() * 4, cudaMemcpyHostToDevice, stream_));
+    count32_.resize((size_t)k), count_.resize((size_t)k);
     for (int it = 0; it < iters; ++it) {
       assign(x, n_train, cent, k, d, tile, scores, lab);
-      TOPKV_CUDA_CHECK(cudaMemsetAsync(sums, 0, (size_t)k * d * 4, stream_));
-      cuda::kmeans_accumulate(x, lab, n_train, d, sums, stream_);
+      cuda::kmeans_accumulate(x, lab, n_train, k, d, sums, counts, stream_);
       cuda::kmeans_normalise(sums, k, d, cent, stream_);
+      // Empty clusters split a large one on the host (the twin's rule, kmeans_split_empty):
+      // the counts come back each round, the centroids only when one is empty.
+      TOPKV_CUDA_CHECK(cudaMemcpyAsync(count32_.data(), counts, (size_t)k * 4, cudaMemcpyDeviceToHost, stream_));
+      TOPKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      std::copy(count32_.begin(), count32_.end(), count_.begin());
+      if (std::find(count_.begin(), count_.end(), 0) == count_.end()) continue;
+      TOPKV_CUDA_CHECK(cudaMemcpyAsync(host_.data(), cent, host_.size() * 4, cudaMemcpyDeviceToHost, stream_));
+      TOPKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      kmeans_split_empty(host_.data(), count_.data(), k, d, n_train, seed + 1 + (uint64_t)it);
+      TOPKV_CUDA_CHECK(cudaMemcpyAsync(cent, host_.data(), host_.size() * 4, cudaMemcpyHostToDevice, stream_));
     }
     if (!same) TOPKV_CUDA_CHECK(cudaMemcpyAsync(xa, all, (size_t)n_all * d * 4, cudaMemcpyHostToDevice, stream_));
     assign(xa, n_all, cent, k, d, tile, scores, lab);
@@ -93,8 +104,10 @@ class GpuKMeans final : public KMeansEngine {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   mutable std::mutex mu_;
-  mutable Buffer x_, xa_, scores_, labels_, sums_, cent_;
+  mutable Buffer x_, xa_, scores_, labels_, sums_, counts_, cent_;
   mutable std::vector<float> host_;
+  mutable std::vector<int32_t> count32_;
+  mutable std::vector<int64_t> count_;
 };
 
 }  // namespace

@@ -32,15 +32,48 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (lane == 0) labels[i] = arg < k ? arg : 0;  // a row of NaN scores: cluster 0, as the twin's
 }
 
-// sums[labels[i]][t] += x[i][t]: a thread per element, in float atomics (the
-// order of the additions is the device's: sums equal the twin's to rounding).
-__global__ void accumulate_kernel(const float* __restrict__ x, const int32_t* __restrict__ labels, int64_t n, int d,
-                                  float* __restrict__ sums) {
-  const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (e >= n * d) return;
-  const int64_t i = e / d;
-  const int t = (int)(e - i * d);
-  atomicAdd(&sums[(size_t)labels[i] * d + t], x[e]);
+// One block a cluster: its rows' sum and count, the rows taken in index order
+// (the twin's order, so the sums are the twin's to the bit, and a call's
+// result does not depend on the device's scheduling). A tile of labels at a
+// time, each warp marks which of its 32 labels are this cluster's (a ballot
+// word in shared memory); then every thread walks the words' set bits in
+// order, adding the rows' dims t = threadIdx.x + m * kSumThreads.
+constexpr int kSumThreads = 128, kSumDims = 8, kLabelTile = 4096, kTileWords = kLabelTile / 32;
+
+__global__ void __launch_bounds__(kSumThreads)
+    accumulate_kernel(const float* __restrict__ x, const int32_t* __restrict__ labels, int64_t n, int d,
+                      float* __restrict__ sums, int32_t* __restrict__ counts) {
+  __shared__ uint32_t word[kTileWords];
+  const int j = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float acc[kSumDims];
+#pragma unroll
+  for (int m = 0; m < kSumDims; ++m) acc[m] = 0.f;
+  int32_t count = 0;
+  for (int64_t i0 = 0; i0 < n; i0 += kLabelTile) {
+    __syncthreads();
+    for (int w = warp; w < kTileWords; w += kSumThreads / 32) {
+      const int64_t i = i0 + w * 32 + lane;
+      const uint32_t b = __ballot_sync(0xffffffffu, i < n && labels[i] == j);
+      if (lane == 0) word[w] = b;
+    }
+    __syncthreads();
+    for (int w = 0; w < kTileWords; ++w)
+      for (uint32_t b = word[w]; b; b &= b - 1) {
+        ++count;
+        const float* r = x + (size_t)(i0 + w * 32 + __ffs(b) - 1) * d;
+#pragma unroll
+        for (int m = 0; m < kSumDims; ++m) {
+          const int t = threadIdx.x + m * kSumThreads;
+          if (t < d) acc[m] += r[t];
+        }
+      }
+  }
+#pragma unroll
+  for (int m = 0; m < kSumDims; ++m) {
+    const int t = threadIdx.x + m * kSumThreads;
+    if (t < d) sums[(size_t)j * d + t] = acc[m];
+  }
+  if (threadIdx.x == 0) counts[j] = count;
 }
 
 // One warp a centroid: sums_j / |sums_j| where the norm is positive; else the
@@ -67,10 +100,12 @@ void kmeans_argmax_rows(const float* scores, int64_t n, int k, int32_t* labels, 
   TOPKV_CUDA_CHECK_LAUNCH();
 }
 
-void kmeans_accumulate(const float* x, const int32_t* labels, int64_t n, int d, float* sums, cudaStream_t stream) {
-  if (n == 0) return;
-  const int64_t e = n * d;
-  accumulate_kernel<<<(unsigned)((e + 255) / 256), 256, 0, stream>>>(x, labels, n, d, sums);
+void kmeans_accumulate(const float* x, const int32_t* labels, int64_t n, int64_t k, int d, float* sums,
+                       int32_t* counts, cudaStream_t stream) {
+  TOPKV_CHECK(d >= 1 && d <= kSumThreads * kSumDims, "the GPU k-means sums rows of at most {} dims, not {}",
+              kSumThreads * kSumDims, d);
+  if (k == 0) return;
+  accumulate_kernel<<<(unsigned)k, kSumThreads, 0, stream>>>(x, labels, n, d, sums, counts);
   TOPKV_CUDA_CHECK_LAUNCH();
 }
 

@@ -37,15 +37,23 @@ class KMeansEngine {
 std::vector<int64_t> kmeans_init_rows(int64_t n, int64_t k, uint64_t seed);
 
 // One Lloyd round's update of the twin and of every engine: centroid j is the
-// normalised sum of its rows; a centroid that no row chose, or whose sum is
-// zero, keeps its place (Faiss splits a large cluster instead; the twin keeps
-// the rule an engine on any device can follow).
+// normalised sum of its rows (one whose sum is zero keeps its place); then
+// every cluster that no row chose takes half of a large one
+// (kmeans_split_empty, Faiss's rule), so no centroid is wasted.
 class LloydKMeans final : public KMeansEngine {
  public:
   const char* name() const override { return "lloyd"; }
   void cluster(const float* train, int64_t n_train, const float* all, int64_t n_all, int d, int64_t k, int iters,
                uint64_t seed, float* centroids, int32_t* labels) const override;
 };
+
+// Faiss's split of empty clusters (Clustering.cpp, split_clusters): each
+// cluster j with counts[j] == 0 copies a cluster m picked with probability
+// (counts[m] - 1) / (n - k) in a round-robin walk, both moved apart by a
+// relative 1/1024 in alternating dimensions and normalised again, and takes
+// half of m's count. The walk's draws come from mt19937_64(seed). Returns how
+// many it split. centroids [k][d] unit rows; the counts sum to n >= k.
+int64_t kmeans_split_empty(float* centroids, int64_t* counts, int64_t k, int d, int64_t n, uint64_t seed);
 
 // Labels of n unit rows against k centroids (largest inner product, lowest
 // index on ties): the twin's assignment step.

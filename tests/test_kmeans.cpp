@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <set>
 
@@ -83,11 +84,19 @@ TEST_CASE("Lloyd k-means: each round's labels and centroids as recomputed plainl
       }
       return arg;
     };
+    auto renorm = [&](int64_t j) {
+      double nrm = 0;
+      for (int t = 0; t < c.d; ++t) nrm += ref[(size_t)j * c.d + t] * ref[(size_t)j * c.d + t];
+      for (int t = 0; t < c.d; ++t) ref[(size_t)j * c.d + t] /= std::sqrt(nrm);
+    };
+    int64_t splits = 0;
     for (int it = 0; it < c.iters; ++it) {
       std::vector<double> sum((size_t)c.k * c.d, 0.0);
+      std::vector<int64_t> count((size_t)c.k, 0);
       for (int64_t i = 0; i < c.n; ++i) {
         const int64_t j = nearest(x.data() + (size_t)i * c.d);
         for (int t = 0; t < c.d; ++t) sum[(size_t)j * c.d + t] += x[(size_t)i * c.d + t];
+        ++count[(size_t)j];
       }
       for (int64_t j = 0; j < c.k; ++j) {
         double nrm = 0;
@@ -95,7 +104,27 @@ TEST_CASE("Lloyd k-means: each round's labels and centroids as recomputed plainl
         if (nrm > 0)
           for (int t = 0; t < c.d; ++t) ref[(size_t)j * c.d + t] = sum[(size_t)j * c.d + t] / std::sqrt(nrm);
       }
+      // Faiss's split of empty clusters, written out again: a round-robin walk
+      // picks m with probability (count_m - 1) / (n - k); the two move apart.
+      std::mt19937_64 rng(9 + 1 + (uint64_t)it);
+      std::uniform_real_distribution<float> u(0.f, 1.f);
+      for (int64_t j = 0; j < c.k; ++j) {
+        if (count[(size_t)j]) continue;
+        int64_t m = 0;
+        while (!(count[(size_t)m] > 1 && u(rng) < (float)(count[(size_t)m] - 1) / (float)std::max<int64_t>(c.n - c.k, 1)))
+          m = (m + 1) % c.k;
+        for (int t = 0; t < c.d; ++t) {
+          const double v = ref[(size_t)m * c.d + t];
+          ref[(size_t)j * c.d + t] = v * (t % 2 ? 1 - 1.0 / 1024 : 1 + 1.0 / 1024);
+          ref[(size_t)m * c.d + t] = v * (t % 2 ? 1 + 1.0 / 1024 : 1 - 1.0 / 1024);
+        }
+        renorm(j), renorm(m);
+        count[(size_t)j] = count[(size_t)m] / 2, count[(size_t)m] -= count[(size_t)j];
+        ++splits;
+      }
     }
+    std::printf("lloyd n=%lld d=%d k=%lld iters=%d: %lld empty clusters split\n", (long long)c.n, c.d, (long long)c.k,
+                c.iters, (long long)splits);
     double worst = 0;
     for (size_t i = 0; i < cent.size(); ++i) worst = std::max(worst, std::abs((double)cent[i] - ref[i]));
     CHECK(worst < 1e-4);
@@ -111,17 +140,30 @@ TEST_CASE("Lloyd k-means: each round's labels and centroids as recomputed plainl
   }
 }
 
-TEST_CASE("Lloyd k-means: ties go to the lowest index; an empty cluster keeps its place; train and label sets apart") {
+TEST_CASE("Lloyd k-means: ties go to the lowest index, an empty cluster splits a large one, train and label sets apart") {
   const int d = 4;
   // Two copies of one row and one other: k = 3 starts on all three rows; the
   // duplicate's centroids tie, so both copies take the lower index and the
-  // higher one is left empty, keeping its starting row.
+  // higher one is left empty: it splits cluster 0 (the only one of two rows),
+  // a copy moved by 1/1024 in alternate dimensions, which normalises back to
+  // the same unit row here, so the tie and the split repeat every round.
   const std::vector<float> x = {1, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0};
   std::vector<float> cent(3 * d);
   std::vector<int32_t> lab(3);
   LloydKMeans().cluster(x.data(), 3, x.data(), 3, d, 3, 5, 1, cent.data(), lab.data());
   CHECK(lab == std::vector<int32_t>{0, 0, 2});
   CHECK(std::vector<float>(cent.begin() + d, cent.begin() + 2 * d) == std::vector<float>{1, 0, 0, 0});
+  {  // kmeans_split_empty alone: two empties, one cluster of 5 rows and one of 1 (n = 6, k = 4).
+    std::vector<float> c = {0.6f, 0.8f, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 1, 0, 0};
+    std::vector<int64_t> count = {5, 1, 0, 0};
+    CHECK(kmeans_split_empty(c.data(), count.data(), 4, d, 6, 3) == 2);
+    CHECK(count[0] + count[1] + count[2] + count[3] == 6);
+    CHECK(count[2] >= 1);
+    CHECK(count[3] >= 1);
+    for (int j = 0; j < 4; ++j) CHECK(dot(&c[(size_t)j * d], &c[(size_t)j * d], d) == Approx(1.0).epsilon(1e-6));
+    // Each split copy sits within 2/1024 of cluster 0's row (the only one with rows to spare).
+    for (int j : {2, 3}) CHECK(dot(&c[(size_t)j * d], std::vector<float>{0.6f, 0.8f, 0, 0}.data(), d) > 0.999);
+  }
   // Trained on a sample, labelling other rows: each label is the nearest centroid.
   const auto train = unit_rows(200, 16, 3), all = unit_rows(501, 16, 4);
   std::vector<float> c2(10 * 16);

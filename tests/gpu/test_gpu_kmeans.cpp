@@ -88,7 +88,7 @@ TEST_CASE("GPU k-means: one round labels every row as the twin does where roundi
   }
 }
 
-TEST_CASE("GPU k-means: ten rounds reach the twin's objective; calls from several threads at once") {
+TEST_CASE("GPU k-means: ten rounds reach the twin's objective, and calls from several threads at once") {
   const auto engine = make_gpu_kmeans(test::cuda_be());
   const LloydKMeans twin;
   for (int d : {64, 128, 256}) {
