@@ -176,6 +176,9 @@ OffloadPolicy ContextPack::policy_for_run(const OffloadPolicy& p) const {
   fixed(heads(b) == heads(p), "--heads", heads(b), heads(p));
   OffloadPolicy run = p;
   run.heads_file.clear();  // the pack's streaming masks stand (OffloadRuntime::take_pack)
+  // Its indexes are built: where the build ran (--build-on gpu when the pack was
+  // made) does not bind a run that only restores them, on any backend.
+  run.build_on_gpu = false;
   return run;
 }
 
