@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "src/common/error.h"
+#include "src/common/options.h"
 
 namespace topkv {
 
@@ -74,6 +75,25 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
   k_ = be_.alloc(C * kvd * f), v_ = be_.alloc(C * kvd * f);
   gate_ = be_.alloc(C * cfg_.n_ff * f), up_ = be_.alloc(C * cfg_.n_ff * f);
   logits_ = be_.alloc((size_t)kLogitRows * cfg_.n_vocab * f);
+
+  // What the offload runtime allocates after the prefill (device_reserve: its
+  // search tables, mirrors and work space at the context size) must fit what is
+  // left then, at best all that is left now plus the retrieval layers' caches
+  // on the backend, which the prefill releases. When even that cannot hold it,
+  // stop here rather than after a prefill.
+  if (opt_.device_reserve > 0) {
+    int64_t left = be_.memory_left();
+    if (left >= 0) {
+      for (int il : opt_.host_kv_candidates)
+        if (il >= 0 && il < cfg_.n_layer && !cache_[(size_t)il].in_host) left += (int64_t)cache_[(size_t)il].bytes();
+      TOPKV_CHECK(left >= opt_.device_reserve,
+                  "the GPU cannot hold what the top-k runtime needs at a context of {} tokens: {} (its search tables, "
+                  "sinks + window mirrors and work space: the memory plan's GPU lines) against {} left beside the "
+                  "weights and buffers. Raise --gpu-mem-budget, lower -c, choose an index with smaller tables (a "
+                  "larger quest:page or multipole:ratio), or --search-on host (no tables on the GPU)",
+                  opt_.n_ctx, format_bytes((double)opt_.device_reserve), format_bytes((double)left));
+    }
+  }
 }
 
 int64_t Model::planned_kv_capacity(const ModelConfig& cfg, const ModelOptions& opt, int il) {
