@@ -70,7 +70,7 @@ nlohmann::ordered_json recall_json(const RecallBenchResult& r) {
   json j = {
       {"schema", "topkv.bench_recall/1"},
       {"topkv_version", TOPKV_VERSION},
-      {"config", {{"k", r.config.k}, {"threads", r.threads}, {"indexes", r.config.index_specs}, {"sweeps", sweeps}, {"kmeans", r.config.kmeans}}},
+      {"config", {{"k", r.config.k}, {"threads", r.threads}, {"indexes", r.config.index_specs}, {"sweeps", sweeps}, {"kmeans", r.config.kmeans}, {"build_seed", r.config.seed}}},
       {"data",
        {{"source", r.source},
         {"n_keys", r.n_keys},

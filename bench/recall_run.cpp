@@ -109,6 +109,7 @@ void run_recall(RecallRunOptions& a) {
   cfg.progress = !a.quiet;
   TOPKV_CHECK(a.kmeans == "faiss" || a.kmeans == "lloyd", "--kmeans '{}': use faiss or lloyd", a.kmeans);
   cfg.kmeans = a.kmeans;
+  cfg.seed = a.build_seed;
   for (auto& spec : cfg.index_specs) KvIndex::create(spec);  // unknown backend or parameter
   if (a.synthetic) {
     SyntheticConfig c = a.syn;

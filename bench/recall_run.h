@@ -22,6 +22,7 @@ struct RecallRunOptions {
   std::vector<std::string> indexes, sweeps;
   int k = 32, threads = 0;
   std::string kmeans = "faiss";  // centroid/multipole builds' k-means: faiss | lloyd (RecallBenchConfig::kmeans)
+  uint64_t build_seed = 1234;     // RecallBenchConfig::seed
   std::string csv, json, png, png_metric = "recall";
   bool quiet = false;
   std::vector<std::string> synthetic_flags_given;  // synthetic-data options given (an Error with --dump)

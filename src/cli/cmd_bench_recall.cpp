@@ -78,6 +78,8 @@ void register_bench_recall(CLI::App& bench) {
   cmd->add_option("--kmeans", a->kmeans, "k-means of centroid/multipole builds: faiss (the host build's) or lloyd "
                   "(the --build-on gpu engine's CPU twin, which labels as the GPU does)")
       ->check(CLI::IsMember({"faiss", "lloyd"}))->capture_default_str();
+  cmd->add_option("--build-seed", a->build_seed, "Seed of the index builds (k-means starting rows, HNSW levels): "
+                  "run several to tell a difference between builds from seed noise")->capture_default_str();
   cmd->add_option("--threads", a->threads,
                   "Threads for data, ground truth, builds and the layer-parallel search (0 = all cores)")->check(thread_count())
       ->capture_default_str();
