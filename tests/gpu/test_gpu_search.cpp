@@ -13,6 +13,7 @@
 #include "gpu/cuda_kernels.h"
 #include "gpu/device_search_tables.h"
 #include "gpu/gpu_offload_runtime.h"
+#include "index/kmeans.h"
 #include "offload/partial_attention.h"
 #include "gpu/summary_search_ref.h"
 #include "offload/pack_file.h"
@@ -297,12 +298,14 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
 namespace {
 
 // The CPU runtime folding rows as the device search's runtime does.
+// With build_on_gpu its indexes cluster with LloydKMeans, the GPU engine's twin.
 class FoldingRuntime : public OffloadRuntime {
  public:
   FoldingRuntime(const ModelConfig& cfg, const OffloadPolicy& p, int fold) : OffloadRuntime(cfg, p, false), fold_(fold) {}
   OffloadedLayer::Config layer_config(int i) const override {
     auto c = OffloadRuntime::layer_config(i);
     c.fold_every = fold_;
+    if (policy().build_on_gpu) c.build.kmeans = std::make_shared<LloydKMeans>();
     return c;
   }
 
@@ -320,7 +323,9 @@ TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtim
   // stage: the store is not pinned; the searched rows go through the host's
   // staging buffer (GpuOffloadRuntime::stage_searched_rows).
   // rerank: the device's step 3b against the host index's rerank_rows.
-  struct Case { std::string index; int hd, heads, kv, n, window, sinks, k, fold; bool stage = false; double rerank = 1; };
+  // gpu_build: the GPU runtime clusters with the GPU k-means (--build-on gpu), the CPU runtime with its twin.
+  struct Case { std::string index; int hd, heads, kv, n, window, sinks, k, fold; bool stage = false; double rerank = 1;
+                bool gpu_build = false; };
   const std::vector<Case> cases = {
       {"multipole", 128, 4, 1, 3000, 16, 4, 256, 1024}, {"multipole", 256, 8, 1, 2500, 8, 2, 300, 5},
       {"centroid", 64, 8, 2, 1200, 32, 4, 64, 40},      {"quest:page=4", 128, 8, 8, 700, 8, 0, 40, 7},
@@ -336,14 +341,16 @@ TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtim
       {"multipole:rerank_far=1,spread=0.5", 64, 8, 2, 1200, 32, 4, 64, 40, false, 3},
       {"quest:page=4,coarse_ratio=4,expand=2", 128, 8, 8, 700, 8, 0, 40, 7},  // two levels
       {"quest:page=8,coarse_ratio=8", 64, 8, 2, 3000, 16, 4, 64, 40},
+      {"multipole", 128, 4, 1, 3000, 16, 4, 256, 1024, false, 0, true},
+      {"centroid", 64, 8, 2, 1200, 32, 4, 64, 40, false, 0, true},
   };
   for (const Case& c : cases) {
-    CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, c.fold, c.stage, c.rerank);
+    CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, c.fold, c.stage, c.rerank, c.gpu_build);
     const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = c.k, pol.sinks = c.sinks, pol.window = c.window;
     pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32, pol.device_fold = c.fold;
-    pol.stage_rows = c.stage, pol.search.rerank = c.rerank;
+    pol.stage_rows = c.stage, pol.search.rerank = c.rerank, pol.build_on_gpu = c.gpu_build;
     pol.sync_folds = true;  // the CPU runtime folds on its step too: the same rows covered at every step
     FoldingRuntime ref(cfg, pol, c.fold);
     auto got = make_gpu_offload_runtime(be, cfg, pol, false);
