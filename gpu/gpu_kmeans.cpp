@@ -40,7 +40,7 @@ class GpuKMeans final : public KMeansEngine {
 
   void cluster(const float* train, int64_t n_train, const float* all, int64_t n_all, int d, int64_t k, int iters,
                uint64_t seed, float* centroids, int32_t* labels) const override {
-    const std::vector<int64_t> init = kmeans_init_rows(n_train, k, seed);
+    const std::vector<int64_t> init = select_rows(n_train, k, seed);
     std::lock_guard<std::mutex> lock(mu_);
     const bool same = all == train && n_all == n_train;
     const int64_t tile = score_tile_rows(k), n_max = std::max(n_train, n_all);
@@ -55,16 +55,15 @@ class GpuKMeans final : public KMeansEngine {
     for (int64_t j = 0; j < k; ++j) std::copy_n(train + (size_t)init[(size_t)j] * d, d, host_.data() + (size_t)j * d);
     TOPKV_CUDA_CHECK(cudaMemcpyAsync(x, train, (size_t)n_train * d * 4, cudaMemcpyHostToDevice, stream_));
     TOPKV_CUDA_CHECK(cudaMemcpyAsync(cent, host_.data(), host_.size() * 4, cudaMemcpyHostToDevice, stream_));
-    count32_.resize((size_t)k), count_.resize((size_t)k);
+    count_.resize((size_t)k);
     for (int it = 0; it < iters; ++it) {
       assign(x, n_train, cent, k, d, tile, scores, lab);
       cuda::kmeans_accumulate(x, lab, n_train, k, d, sums, counts, stream_);
       cuda::kmeans_normalise(sums, k, d, cent, stream_);
       // Empty clusters split a large one on the host (the twin's rule, kmeans_split_empty):
       // the counts come back each round, the centroids only when one is empty.
-      TOPKV_CUDA_CHECK(cudaMemcpyAsync(count32_.data(), counts, (size_t)k * 4, cudaMemcpyDeviceToHost, stream_));
+      TOPKV_CUDA_CHECK(cudaMemcpyAsync(count_.data(), counts, (size_t)k * 4, cudaMemcpyDeviceToHost, stream_));
       TOPKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      std::copy(count32_.begin(), count32_.end(), count_.begin());
       if (std::find(count_.begin(), count_.end(), 0) == count_.end()) continue;
       TOPKV_CUDA_CHECK(cudaMemcpyAsync(host_.data(), cent, host_.size() * 4, cudaMemcpyDeviceToHost, stream_));
       TOPKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -106,8 +105,7 @@ class GpuKMeans final : public KMeansEngine {
   mutable std::mutex mu_;
   mutable Buffer x_, xa_, scores_, labels_, sums_, counts_, cent_;
   mutable std::vector<float> host_;
-  mutable std::vector<int32_t> count32_;
-  mutable std::vector<int64_t> count_;
+  mutable std::vector<int32_t> count_;
 };
 
 }  // namespace

@@ -9,7 +9,6 @@
 #include <climits>
 #include <cmath>
 #include <optional>
-#include <random>
 
 #include "index/ann_util.h"
 #include "index/backends.h"
@@ -84,18 +83,6 @@ void assign_rows(const RowStore& keys, int64_t from, int64_t to, const faiss::In
   }
 }
 
-// The rows [0, n) chosen for training: all of them, or m in ascending order by
-// Knuth's selection sampling (Algorithm S), which needs no index array.
-std::vector<int64_t> training_rows(int64_t n, int64_t m, uint64_t seed) {
-  std::vector<int64_t> rows;
-  rows.reserve((size_t)m);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  for (int64_t i = 0; i < n && (int64_t)rows.size() < m; ++i)
-    if ((double)(n - i) * u(rng) < (double)(m - (int64_t)rows.size())) rows.push_back(i);
-  return rows;
-}
-
 }  // namespace
 
 ClusterIndex::ClusterIndex(std::string name, const Params& p, const BuildOptions& opt, int64_t default_ratio)
@@ -153,7 +140,7 @@ void ClusterIndex::cluster_block(const BlockPlan& p, int64_t b, int32_t* assign,
   const int d = keys_->dim();
   auto [lo, hi] = p.range(b);
   const int64_t len = hi - lo, kb = p.k_first[(size_t)b + 1] - p.k_first[(size_t)b];
-  auto rows = training_rows(len, std::min(len, std::max(max_train_, kb)), opt_.seed + (uint64_t)b);
+  auto rows = select_rows(len, std::min(len, std::max(max_train_, kb)), opt_.seed + (uint64_t)b);  // training sample
   std::vector<float> x(rows.size() * d);
   for (int64_t i = 0; i < (int64_t)rows.size(); ++i) keys_->row_f32(lo + rows[(size_t)i], x.data() + (size_t)i * d);
   normalise_rows(x.data(), (int64_t)rows.size(), d);

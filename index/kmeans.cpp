@@ -9,14 +9,15 @@
 
 namespace topkv {
 
-std::vector<int64_t> kmeans_init_rows(int64_t n, int64_t k, uint64_t seed) {
-  TOPKV_CHECK(k >= 1 && k <= n, "k-means of {} rows into {} clusters: k must be in [1, rows]", n, k);
+std::vector<int64_t> select_rows(int64_t n, int64_t m, uint64_t seed) {
+  TOPKV_CHECK(m >= 1 && m <= n, "choosing {} of {} rows (k-means starting rows or a training sample): the count "
+              "must be in [1, rows]", m, n);
   std::vector<int64_t> rows;
-  rows.reserve((size_t)k);
+  rows.reserve((size_t)m);
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(0.0, 1.0);
-  for (int64_t i = 0; i < n && (int64_t)rows.size() < k; ++i)
-    if ((double)(n - i) * u(rng) < (double)(k - (int64_t)rows.size())) rows.push_back(i);
+  for (int64_t i = 0; i < n && (int64_t)rows.size() < m; ++i)
+    if ((double)(n - i) * u(rng) < (double)(m - (int64_t)rows.size())) rows.push_back(i);
   return rows;
 }
 
@@ -33,7 +34,7 @@ void kmeans_assign_reference(const float* x, int64_t n, const float* centroids, 
   }
 }
 
-int64_t kmeans_split_empty(float* centroids, int64_t* counts, int64_t k, int d, int64_t n, uint64_t seed) {
+int64_t kmeans_split_empty(float* centroids, int32_t* counts, int64_t k, int d, int64_t n, uint64_t seed) {
   constexpr float kEps = 1.f / 1024.f;
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(0.f, 1.f);
@@ -64,11 +65,11 @@ int64_t kmeans_split_empty(float* centroids, int64_t* counts, int64_t k, int d, 
 
 void LloydKMeans::cluster(const float* train, int64_t n_train, const float* all, int64_t n_all, int d, int64_t k,
                           int iters, uint64_t seed, float* centroids, int32_t* labels) const {
-  const std::vector<int64_t> init = kmeans_init_rows(n_train, k, seed);
+  const std::vector<int64_t> init = select_rows(n_train, k, seed);
   for (int64_t j = 0; j < k; ++j) std::copy_n(train + (size_t)init[(size_t)j] * d, d, centroids + (size_t)j * d);
   std::vector<int32_t> lab((size_t)n_train);
   std::vector<float> sum((size_t)k * d);
-  std::vector<int64_t> count((size_t)k);
+  std::vector<int32_t> count((size_t)k);
   for (int it = 0; it < iters; ++it) {
     kmeans_assign_reference(train, n_train, centroids, k, d, lab.data());
     std::fill(sum.begin(), sum.end(), 0.f);

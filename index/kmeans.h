@@ -24,7 +24,7 @@ class KMeansEngine {
   virtual ~KMeansEngine() = default;
   virtual const char* name() const = 0;
   // k centroids from `iters` Lloyd rounds over the n_train unit rows of
-  // `train`, started from the rows kmeans_init_rows(n_train, k, seed) picks;
+  // `train`, started from the rows select_rows(n_train, k, seed) picks;
   // then each of the n_all rows of `all` labelled with its nearest centroid
   // (largest inner product; the lowest index on a tie). `train` may be `all`.
   // Safe to call from several threads at once.
@@ -32,9 +32,10 @@ class KMeansEngine {
                        int iters, uint64_t seed, float* centroids, int32_t* labels) const = 0;
 };
 
-// The k distinct rows of [0, n) a k-means starts from, ascending (Knuth's
-// selection sampling with mt19937_64(seed)); k <= n.
-std::vector<int64_t> kmeans_init_rows(int64_t n, int64_t k, uint64_t seed);
+// m distinct rows of [0, n), ascending: Knuth's selection sampling
+// (Algorithm S) with mt19937_64(seed), no index array. A k-means's starting
+// rows (m = k), and the blockwise build's training sample; 1 <= m <= n.
+std::vector<int64_t> select_rows(int64_t n, int64_t m, uint64_t seed);
 
 // One Lloyd round's update of the twin and of every engine: centroid j is the
 // normalised sum of its rows (one whose sum is zero keeps its place); then
@@ -53,7 +54,7 @@ class LloydKMeans final : public KMeansEngine {
 // relative 1/1024 in alternating dimensions and normalised again, and takes
 // half of m's count. The walk's draws come from mt19937_64(seed). Returns how
 // many it split. centroids [k][d] unit rows; the counts sum to n >= k.
-int64_t kmeans_split_empty(float* centroids, int64_t* counts, int64_t k, int d, int64_t n, uint64_t seed);
+int64_t kmeans_split_empty(float* centroids, int32_t* counts, int64_t k, int d, int64_t n, uint64_t seed);
 
 // Labels of n unit rows against k centroids (largest inner product, lowest
 // index on ties): the twin's assignment step.

@@ -41,21 +41,21 @@ double dot(const float* a, const float* b, int d) {
 
 }  // namespace
 
-TEST_CASE("k-means starting rows: k distinct ascending rows, a function of the seed") {
+TEST_CASE("select_rows (k-means starting rows, training samples): m distinct ascending rows, a function of the seed") {
   for (int64_t n : {1, 2, 7, 100, 8192})
     for (int64_t k : {int64_t(1), n / 3 + 1, n}) {
       CAPTURE(n, k);
-      const auto r = kmeans_init_rows(n, k, 42);
+      const auto r = select_rows(n, k, 42);
       REQUIRE((int64_t)r.size() == k);
       CHECK(std::is_sorted(r.begin(), r.end()));
       CHECK(std::set<int64_t>(r.begin(), r.end()).size() == r.size());
       CHECK(r.front() >= 0);
       CHECK(r.back() < n);
-      CHECK(kmeans_init_rows(n, k, 42) == r);
+      CHECK(select_rows(n, k, 42) == r);
     }
-  CHECK(kmeans_init_rows(1000, 10, 1) != kmeans_init_rows(1000, 10, 2));
-  CHECK_THROWS_WITH(kmeans_init_rows(5, 6, 1), Catch::Contains("k must be in [1, rows]"));
-  CHECK_THROWS_WITH(kmeans_init_rows(5, 0, 1), Catch::Contains("k must be in [1, rows]"));
+  CHECK(select_rows(1000, 10, 1) != select_rows(1000, 10, 2));
+  CHECK_THROWS_WITH(select_rows(5, 6, 1), Catch::Contains("must be in [1, rows]"));
+  CHECK_THROWS_WITH(select_rows(5, 0, 1), Catch::Contains("must be in [1, rows]"));
 }
 
 TEST_CASE("Lloyd k-means: each round's labels and centroids as recomputed plainly, unit centroids") {
@@ -70,7 +70,7 @@ TEST_CASE("Lloyd k-means: each round's labels and centroids as recomputed plainl
     std::vector<int32_t> lab((size_t)c.n);
     km.cluster(x.data(), c.n, x.data(), c.n, c.d, c.k, c.iters, 9, cent.data(), lab.data());
     // The plain recomputation: start rows, then rounds in double.
-    const auto init = kmeans_init_rows(c.n, c.k, 9);
+    const auto init = select_rows(c.n, c.k, 9);
     std::vector<double> ref((size_t)c.k * c.d);
     for (int64_t j = 0; j < c.k; ++j)
       for (int t = 0; t < c.d; ++t) ref[(size_t)j * c.d + t] = x[(size_t)init[(size_t)j] * c.d + t];
@@ -155,7 +155,7 @@ TEST_CASE("Lloyd k-means: ties go to the lowest index, an empty cluster splits a
   CHECK(std::vector<float>(cent.begin() + d, cent.begin() + 2 * d) == std::vector<float>{1, 0, 0, 0});
   {  // kmeans_split_empty alone: two empties, one cluster of 5 rows and one of 1 (n = 6, k = 4).
     std::vector<float> c = {0.6f, 0.8f, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 1, 0, 0};
-    std::vector<int64_t> count = {5, 1, 0, 0};
+    std::vector<int32_t> count = {5, 1, 0, 0};
     CHECK(kmeans_split_empty(c.data(), count.data(), 4, d, 6, 3) == 2);
     CHECK(count[0] + count[1] + count[2] + count[3] == 6);
     CHECK(count[2] >= 1);
