@@ -152,6 +152,8 @@ TEST_CASE("bench recall: CSV and JSON (valid against the schema) hold one row pe
   CHECK(j["data"]["group"] == 2);
   CHECK(j["data"]["kv_heads"] == 2);
   CHECK(j["config"]["k"] == 16);
+  CHECK(j["config"]["kmeans"] == "faiss");
+  CHECK(j["config"]["build_seed"] == 1234);
   CHECK(j["results"][3]["search"]["gqa"] == "mean");
   CHECK(j["results"][3]["layer"]["heads"] == 2);
   fs::remove_all(dir);
@@ -231,6 +233,9 @@ TEST_CASE("bench recall: bad input is a clear error, a non-zero exit, and no out
   bad("bench recall --synthetic --head-dim 63 --quiet", "head_dim");
   bad(kTiny + " --png-metric speed", "--png-metric");
   bad(kTiny + " --dtype f8", "unknown element type");
+  bad(kTiny + " --kmeans gpu", "--kmeans: gpu not in {faiss,lloyd}");
+  bad(kTiny + " --build-seed -3", "a seed is a whole number >= 0 (got '-3')");
+  bad(kTiny + " --seed -1", "a seed is a whole number >= 0 (got '-1')");
   bad(kTiny + " --layer 2", "--layer selects a layer");
   bad(kTiny + " --skip-keys 4", "--skip-keys leaves keys of a --dump file out");
   bad("bench recall --quiet", "exactly one data source");

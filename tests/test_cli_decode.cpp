@@ -79,6 +79,8 @@ TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
       {"-m " + model() + " -p " + kPrompt + " -c 4", "raise it with -c"},
       {"-m " + model() + " -p hi -f /etc/hostname", "not both"},
       {"-m " + model() + " -p hi --top-p 2", "top-p"},
+      {"-m " + model() + " -p hi --seed -7", "a seed is a whole number >= 0 (got '-7')"},
+      {"-m " + model() + " -p hi --seed 1e3", "a seed is a whole number >= 0 (got '1e3')"},
       {"-m " + model() + " -p hi --backend cpu --gpu-mem-budget 1G", "--gpu-mem-budget applies to the CUDA backend"},
       {"-m " + model() + " -p hi --backend cpu --gpu-mem-budget 12Q", "12Q"},
       {"-m " + model() + " -p hi --backend tpu", "tpu"},

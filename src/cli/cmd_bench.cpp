@@ -135,7 +135,7 @@ void register_bench_decode(CLI::App& bench) {
                   "dequantised to fp32 at load)")
       ->check(CLI::IsMember({"quant", "f16", "f32"}))->capture_default_str();
   cmd->add_option("--chunk", a->chunk, "Prefill chunk (--fill prefill)")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Seed of the synthetic data and the passkey")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the synthetic data and the passkey")->check(seed_value())->capture_default_str();
   cmd->add_flag("--beyond-trained", a->beyond_trained, "Allow contexts past the model's trained context (speed is "
                 "measured; the text would be meaningless)");
   cmd->add_option("--out-dir", a->out_dir, "Write decode.csv, decode.json (bench/decode_schema.json) and decode.png here")->check(output_folder("--out-dir"));

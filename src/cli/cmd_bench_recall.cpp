@@ -50,6 +50,7 @@ void register_bench_recall(CLI::App& bench) {
   syn("--head-dim", s.head_dim, "Head dimension (even)");
   syn("--gqa-group", s.group, "Query heads per KV head (GQA group G)");
   syn("--seed", s.seed, "Random seed (same seed, same data)");
+  syn_opts->back()->check(seed_value());
   syn("--key-offset", s.key_offset, "Shared key offset, |o|/sqrt(d), on the low-frequency RoPE pairs");
   syn("--dim-spread", s.dim_spread, "Largest/smallest per-dimension std of the keys");
   syn("--topic-len", s.topic_len, "Correlation length (tokens) of the drifting topic; 0 = none");
@@ -79,7 +80,7 @@ void register_bench_recall(CLI::App& bench) {
                   "(the --build-on gpu engine's CPU twin, which labels as the GPU does)")
       ->check(CLI::IsMember({"faiss", "lloyd"}))->capture_default_str();
   cmd->add_option("--build-seed", a->build_seed, "Seed of the index builds (k-means starting rows, HNSW levels): "
-                  "run several to tell a difference between builds from seed noise")->capture_default_str();
+                  "run several to tell a difference between builds from seed noise")->check(seed_value())->capture_default_str();
   cmd->add_option("--threads", a->threads,
                   "Threads for data, ground truth, builds and the layer-parallel search (0 = all cores)")->check(thread_count())
       ->capture_default_str();

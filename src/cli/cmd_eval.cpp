@@ -191,7 +191,7 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--answer-tokens", a->answer_tokens, "Tokens decoded per answer")->capture_default_str();
   cmd->add_option("--threads", a->threads, "CPU threads (0 = OpenMP default)")->check(thread_count());
   cmd->add_option("--chunk", a->chunk, "Prefill chunk")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Seed for keys and needles")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed for keys and needles")->check(seed_value())->capture_default_str();
   cmd->add_option("--csv", a->csv, "One row per (method, prompt)")->check(output_file("--csv report"));
   cmd->add_option("--json", a->json, "Summary per method")->check(output_file("--json report"));
   cmd->add_option("--png", a->png, "Depth x length heat map (scripts/plot_passkey.py; needs --csv)")->check(output_file("--png plot"));

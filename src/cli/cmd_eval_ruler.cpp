@@ -312,7 +312,7 @@ void register_eval_ruler(CLI::App& eval) {
                   "tokens (e.g. 4K,8K,16K)")->capture_default_str();
   cmd->add_option("--samples", a->samples, "Prompts per task and length")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of every prompt (each gets its own from it, the task, length and "
-                  "sample)")->capture_default_str();
+                  "sample)")->check(seed_value())->capture_default_str();
   cmd->add_option("--answer-tokens", a->answer_tokens, "Tokens generated per answer, for every task (0: RULER's: "
                   "128 niah, 30 vt, 120 cwe, 50 fwe); generation stops early at end of generation")
       ->capture_default_str();

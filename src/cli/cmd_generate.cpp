@@ -331,7 +331,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--top-p", a->top_p, "Sample from the smallest set of tokens whose probability reaches p; 1 = off")
       ->capture_default_str();
   cmd->add_option_function<uint64_t>("--seed", [a](uint64_t s) { a->seed = s, a->seed_given = true; },
-                                     "Random seed for sampling (default: random; the same seed repeats a run)");
+                                     "Random seed for sampling (default: random; the same seed repeats a run)")
+      ->check(seed_value());
   add_backend_options(cmd, a->where, ". With cuda and --attn topk the retrieval layers' KV stays in pinned host "
                       "memory and only sinks + window live on the GPU");
   cmd->add_option("--weights", a->weights,

@@ -180,7 +180,7 @@ void register_model(CLI::App& app) {
   synth->add_option("--norm-eps", a->norm_eps, "RMSNorm epsilon (llama 1e-5, gemma3 and qwen2 1e-6)");
   synth->add_option("--type", a->type, "Weight type of the matrices and token_embd: f32 f16 bf16 q8_0 q4_0 q4_1 "
                                        "q5_0 q5_1 q4_k q5_k q6_k (default f32; norms are always f32)");
-  synth->add_option("--seed", a->seed, "Random seed (default 1); the same seed writes the same file");
+  synth->add_option("--seed", a->seed, "Random seed (default 1); the same seed writes the same file")->check(seed_value());
   synth->add_flag("--tied", a->tied, "llama, qwen2: no output.weight, logits use token_embd (gemma3 always ties)");
   synth->add_flag("--force", a->force, "Overwrite the output file if it exists");
   synth->add_flag("-q,--quiet", a->quiet, "No progress bar or summary");

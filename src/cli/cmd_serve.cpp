@@ -7,6 +7,7 @@
 #include "src/cli/cli_util.h"
 #include "src/cli/commands.h"
 #include "src/cli/policy_options.h"
+#include "src/common/cli_files.h"
 #include "src/common/error.h"
 #include "src/common/progress.h"
 #include "src/server/server.h"
@@ -124,7 +125,8 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--top-k", a->opt.sampling.top_k, "Default top-k; 0 = all")->capture_default_str();
   cmd->add_option("--top-p", a->opt.sampling.top_p, "Default top-p; 1 = off")->capture_default_str();
   cmd->add_option_function<uint64_t>("--seed", [a](uint64_t s) { a->opt.sampling.seed = s, a->seed_given = true; },
-                                     "Default seed (default: random per request; a request's \"seed\" wins)");
+                                     "Default seed (default: random per request; a request's \"seed\" wins)")
+      ->check(seed_value());
   add_backend_options(cmd, a->where, "");
   cmd->add_option("--weights", a->weights, "quant, f32 (CPU) or f16 (CUDA), as generate takes it")
       ->check(CLI::IsMember({"quant", "f16", "f32"}))

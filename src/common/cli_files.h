@@ -41,6 +41,19 @@ inline CLI::Validator output_folder(const std::string& what) {
       "");
 }
 
+// A seed: a whole number >= 0. Checked as text, because an unsigned option
+// would take "-3" as 2^64 - 3 (found by the bad-input test of bench recall's
+// --build-seed); CLI11 itself rejects a value past the option's type.
+inline CLI::Validator seed_value() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos)
+          return "a seed is a whole number >= 0 (got '" + v + "')";
+        return {};
+      },
+      "UINT");
+}
+
 // --threads: 0 (every core) to kMaxThreads, checked when parsed.
 inline CLI::Validator thread_count() {
   return CLI::Validator(
