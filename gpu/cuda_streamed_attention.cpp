@@ -35,6 +35,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/cuda_kernels.h"
 #include "src/common/options.h"
+#include "src/model/kv_past.h"
 
 namespace topkv::cuda {
 
@@ -104,13 +105,23 @@ void CudaBackend::streamed_attention(const float* q, int T, int n_head, int64_t 
   const int n_kv = c.n_kv_heads, hd = c.head_dim;
   int64_t first = 0, last = 0;
   tc_key_range(pos0, T, window, 0, -1, &first, &last);
-  TOPKV_CHECK(last - first + 1 <= c.capacity, "attention over positions {}..{} needs {} cache slots but the cache "
-              "keeps {}", first, last, last - first + 1, c.capacity);
+  // A prefill ring holds the chunk [pos0, pos0 + T); its past's runs come from
+  // c.past (the runtime's stores), each copied to its place in the stage, or
+  // (another element type: an f8 store, the fp32 sinks and window) copied raw
+  // into `raw` and converted there.
+  const int64_t in_ring = c.ring ? pos0 : first;  // positions from here on are in the cache's slots
+  if (c.ring && first < pos0) check_ring_past(c, pos0);
+  TOPKV_CHECK(last - std::max(first, in_ring) + 1 <= c.capacity, "attention over positions {}..{} needs {} cache "
+              "slots but the cache keeps {}", std::max(first, in_ring), last, last - std::max(first, in_ring) + 1,
+              c.capacity);
   const size_t row = (size_t)hd * dtype_size(c.dtype);
   const int64_t B = stream_block_keys(c), rows = (int64_t)T * n_head;
   const size_t plane = (size_t)n_kv * B * row, stage_bytes = 2 * plane;
-  uint8_t* base = static_cast<uint8_t*>(scratch(Scratch::Stream, 2 * stage_bytes + (size_t)rows * (hd + 2) * 4));
-  float* acc_m = reinterpret_cast<float*>(base + 2 * stage_bytes);
+  const size_t raw_bytes = c.ring ? (size_t)B * hd * sizeof(float) : 0;  // one run of the widest type
+  uint8_t* base = static_cast<uint8_t*>(
+      scratch(Scratch::Stream, 2 * stage_bytes + raw_bytes + (size_t)rows * (hd + 2) * 4));
+  uint8_t* raw = base + 2 * stage_bytes;
+  float* acc_m = reinterpret_cast<float*>(raw + raw_bytes);
   float *acc_l = acc_m + rows, *acc_o = acc_l + rows;
   TOPKV_CUDA_CHECK(cudaMemsetAsync(acc_l, 0, (size_t)rows * sizeof(float), stream_));  // l = 0: empty
 
@@ -128,7 +139,22 @@ void CudaBackend::streamed_attention(const float* q, int T, int n_head, int64_t 
     uint8_t* sk = base + s * stage_bytes;
     const int64_t lo = std::max(k0, first), hi = std::min(k0 + B - 1, last);
     if (b >= 2) TOPKV_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, consumed[s], 0));  // block b-2 is done with it
-    for (int64_t p = lo; p <= hi;) {  // runs up to the host ring's end
+    if (lo < in_ring) {  // the ring's past, head by head, run by run
+      const int64_t end = std::min(hi + 1, in_ring);
+      for (int h = 0; h < n_kv; ++h)
+        for (int kv = 0; kv < 2; ++kv)
+          c.past->past_runs(c.layer, h, kv == 1, lo, end, [&](const KvPastRun& r) {
+            uint8_t* dst = sk + kv * plane + ((size_t)h * B + (size_t)(r.pos - k0)) * row;
+            const size_t n = (size_t)r.n * hd;
+            if (r.dtype == c.dtype) {
+              TOPKV_CUDA_CHECK(cudaMemcpyAsync(dst, r.rows, (size_t)r.n * row, cudaMemcpyDefault, copy_stream_));
+              return;
+            }
+            TOPKV_CUDA_CHECK(cudaMemcpyAsync(raw, r.rows, n * dtype_size(r.dtype), cudaMemcpyDefault, copy_stream_));
+            cuda::convert(r.dtype, raw, c.dtype, dst, (int64_t)n, copy_stream_);  // `raw` reused in stream order
+          });
+    }
+    for (int64_t p = std::max(lo, in_ring); p <= hi;) {  // runs up to the host ring's end
       const int64_t slot = p % c.capacity, n = std::min(hi - p + 1, c.capacity - slot);
       for (int kv = 0; kv < 2; ++kv)
         TOPKV_CUDA_CHECK(cudaMemcpy2DAsync(sk + kv * plane + (size_t)(p - k0) * row, (size_t)B * row,

@@ -60,6 +60,14 @@ __global__ void kv_write_kernel(E* __restrict__ k_cache, E* __restrict__ v_cache
   }
 }
 
+// Element by element: dst[i] = src[i] through fp32 (exact for every source
+// type; the destination rounds to nearest even, as the host's from_f32).
+template <class S, class D>
+__global__ void convert_kernel(const S* __restrict__ src, D* __restrict__ dst, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = from_float<D>(to_float(src[i]));
+}
+
 }  // namespace
 
 void check_kernel_image(int major, int minor) {
@@ -114,6 +122,23 @@ void kv_write(DType dtype, void* k_cache, void* v_cache, int n_kv, int head_dim,
                                                                  n_kv, head_dim, capacity, k, v, t_first, pos0,
                                                                  dev_pos);
   });
+  TOPKV_CUDA_CHECK_LAUNCH();
+}
+
+void convert(DType from, const void* src, DType to, void* dst, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  const auto run = [&](auto s_elem) {
+    with_elem_type(to, [&](auto d_elem) {
+      using S = decltype(s_elem);
+      using D = decltype(d_elem);
+      convert_kernel<S, D><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<const S*>(src),
+                                                                         static_cast<D*>(dst), n);
+    });
+  };
+  if (from == DType::F8E4M3)
+    run(__nv_fp8_e4m3{});
+  else
+    with_elem_type(from, run);
   TOPKV_CUDA_CHECK_LAUNCH();
 }
 

@@ -55,10 +55,16 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     plan.lines.push_back({fmt::format("KV of {} sliding-window layers ({} slots)", sliding, (int64_t)ring),
                           sliding * ring * kv_per_tok, 0});
   }
-  const int in_model = in.from_pack ? full - retrieval : full;
+  const int in_model = in.from_pack || in.retrieval_rings ? full - retrieval : full;
   plan.lines.push_back({fmt::format("KV of {} full-context layers ({} tokens, {})", in_model, in.context,
                                     dtype_name(in.kv_dtype)),
                         in_model * (double)in.context * kv_per_tok, 0});
+  if (in.retrieval_rings && !in.from_pack && retrieval) {
+    const int64_t slots = std::min<int64_t>(in.context, in.max_chunk);
+    plan.lines.push_back({fmt::format("prefill rings of {} top-k layers ({} slots)",
+                                      retrieval, slots),
+                          retrieval * (double)slots * kv_per_tok, 0});
+  }
   if (retrieval) {
     const double stored = (double)std::max<int64_t>(0, in.context - p.sinks - p.window);
     const double heads = (double)retrieval * c.n_head_kv;

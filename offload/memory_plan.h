@@ -33,6 +33,7 @@ struct MemoryPlanInput {
   DType kv_dtype = DType::F32;
   DType store_dtype = DType::F16;
   bool from_pack = false;     // context restored from a pack: top-k layers never fill the model's cache
+  bool retrieval_rings = false;  // top-k layers prefill into rings of max_chunk (ModelOptions::host_kv_past)
   std::vector<std::string> extra_indexes;  // index build: more indexes per head beside policy->index
   std::vector<MemoryPlan::Line> device_lines;  // the offload runtime's GPU memory (OffloadRuntime::device_plan)
 };

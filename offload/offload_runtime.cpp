@@ -151,6 +151,23 @@ void OffloadRuntime::absorb(int64_t upto, const KvRangeReader& read) {
   absorbed_ = upto;
 }
 
+bool OffloadRuntime::serves_prefill_past() const {
+  for (const std::vector<char>& heads : streaming_)
+    if (std::find(heads.begin(), heads.end(), 1) != heads.end()) return false;
+  return true;
+}
+
+int64_t OffloadRuntime::past_end(int layer) const {
+  return absorbed_ >= 0 && layer >= 0 && layer < (int)slot_.size() && slot_[(size_t)layer] >= 0 ? absorbed_ : 0;
+}
+
+void OffloadRuntime::past_runs(int layer, int kv_head, bool values, int64_t begin, int64_t end,
+                               const std::function<void(const KvPastRun&)>& f) const {
+  TOPKV_CHECK(absorbed_ >= 0 && end <= past_end(layer), "internal: the past of layer {} up to {} was asked for, "
+              "the runtime holds {}", layer, end, past_end(layer));
+  layers_[(size_t)slot_[(size_t)layer]]->past_runs(kv_head, values, begin, end, f);
+}
+
 void OffloadRuntime::end_context() {
   TOPKV_CHECK(absorbed_ >= 0, "internal: end_context without begin_context");
   Timer t;

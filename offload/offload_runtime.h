@@ -42,7 +42,7 @@ struct OffloadStats {
   double device_store_share = 0;
 };
 
-class OffloadRuntime : public AttentionOverride {
+class OffloadRuntime : public AttentionOverride, public KvPastSource {
  public:
   OffloadRuntime(const ModelConfig& cfg, const OffloadPolicy& policy, bool progress = true);
 
@@ -64,6 +64,15 @@ class OffloadRuntime : public AttentionOverride {
   void begin_context(int64_t n);
   void absorb(int64_t upto, const KvRangeReader& read);
   void end_context();
+  // While begin_context ... end_context runs, the positions absorbed so far are
+  // the past of the model's prefill rings (KvPastSource, src/model/kv_past.h;
+  // Model::set_kv_past): sinks, store chunks and window as the layers hold
+  // them (OffloadedLayer::past_runs). Only when every retrieval head keeps its
+  // rows (serves_prefill_past: no DuoAttention streaming head).
+  bool serves_prefill_past() const;
+  int64_t past_end(int layer) const override;
+  void past_runs(int layer, int kv_head, bool values, int64_t begin, int64_t end,
+                 const std::function<void(const KvPastRun&)>& f) const override;
   // Context packs (offload/context_pack.h). build_extra_indexes(), before
   // take_context, makes each head also build these index specs (saved in
   // the pack beside the policy's, never searched here). save() writes every

@@ -106,6 +106,40 @@ void OffloadedLayer::prefill_rows(const float* keys, const float* values, int64_
   prefill_done_ = t0 + m;
 }
 
+void OffloadedLayer::past_runs(int kv_head, bool values, int64_t begin, int64_t end,
+                               const std::function<void(const KvPastRun&)>& f) const {
+  TOPKV_CHECK(kv_head >= 0 && kv_head < cfg_.kv_heads, "internal: KV head {} of {}", kv_head, cfg_.kv_heads);
+  TOPKV_CHECK(prefill_total_ >= 0 && 0 <= begin && begin <= end && end <= prefill_done_,
+              "internal: past positions {}..{} of a layer that took {} of a prefill", begin, end, prefill_done_);
+  const Head& hd = heads_[(size_t)kv_head];
+  TOPKV_CHECK(!hd.streaming, "internal: the past of a streaming head (it keeps no store rows) was asked for");
+  const size_t d = (size_t)cfg_.head_dim;
+  int64_t p = begin;
+  if (p < end && p < n_sinks_) {  // sink i is position i
+    const int64_t n = std::min<int64_t>(end, n_sinks_) - p;
+    f({p, n, (values ? hd.sink_v : hd.sink_k).data() + (size_t)p * d, DType::F32});
+    p += n;
+  }
+  if (p < end && p < win_start_) {  // store row r is position n_sinks + r
+    const RowStore& s = values ? *hd.values : *hd.keys;
+    const int64_t e = std::min(end, win_start_);
+    s.for_each_span(p - n_sinks_, e - n_sinks_, [&](int64_t first, int64_t n, const void* rows) {
+      f({first + n_sinks_, n, rows, s.dtype()});
+    });
+    p = e;
+  }
+  const std::vector<float>& ring = values ? hd.win_v : hd.win_k;
+  while (p < end) {  // window position q sits in ring slot q % window
+    const int64_t slot = p % cfg_.window, n = std::min<int64_t>(end - p, cfg_.window - slot);
+    f({p, n, ring.data() + (size_t)slot * d, DType::F32});
+    p += n;
+  }
+}
+
+bool OffloadedLayer::keeps_every_row() const {
+  return std::none_of(heads_.begin(), heads_.end(), [](const Head& h) { return h.streaming; });
+}
+
 void OffloadedLayer::end_prefill() {
   TOPKV_CHECK(prefill_total_ >= 0 && prefill_done_ == prefill_total_,
               "internal: prefill ends after {} of {} tokens", prefill_done_, prefill_total_);

@@ -17,6 +17,7 @@
 //   output: [n_heads][head_dim], query head g reads KV head g / (n_heads / kv_heads).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "offload/partial_attention.h"
 #include "index/kv_index.h"
 #include "offload/policy.h"
+#include "src/model/kv_past.h"
 
 namespace topkv {
 
@@ -88,6 +90,14 @@ class OffloadedLayer {
   void prefill_rows(const float* keys, const float* values, int64_t t0, int64_t m, size_t token_stride,
                     size_t head_stride);
   void end_prefill();
+  // While a piecewise prefill runs: positions [begin, end) of a KV head's keys
+  // (values) as the layer holds them, in order: sinks (fp32), store rows (its
+  // type, in its chunks) and window (fp32, ring runs); end <= the positions
+  // taken so far. The past a model's prefill ring reads (KvPastSource,
+  // src/model/backend.h). A streaming head keeps no store: Error.
+  void past_runs(int kv_head, bool values, int64_t begin, int64_t end,
+                 const std::function<void(const KvPastRun&)>& f) const;
+  bool keeps_every_row() const;  // no streaming head: past_runs serves any range
   // Appends one generated token; evicts the window's oldest token if full.
   void append(const float* key, const float* value);
   // append() in two halves, for a runtime that has the new token's key and

@@ -93,6 +93,8 @@ TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
       {"-m " + model() + " -p hi --attn topk --prefill-kv disk", "disk"},
       {"-m " + model() + " -p hi --backend cpu --attn topk --prefill-kv host", "--prefill-kv host applies to the CUDA"},
       {"-m " + model() + " -p hi --backend cpu --attn topk --prefill-kv gpu", "--prefill-kv gpu applies to the CUDA"},
+      {"-m " + model() + " -p hi --backend cpu --attn topk --prefill-kv host-copy",
+       "--prefill-kv host-copy applies to the CUDA"},
       {"-m " + model() + " -p hi --measure-error", "--measure-error compares top-k attention"},
       {"-m " + model() + " -p hi --backend cpu --weights f16", "--weights f16 is for the CUDA backend"},
       {"-m " + model() + " -p hi --weights f8", "f8"},

@@ -40,15 +40,20 @@ void add_backend_options(CLI::App* cmd, BackendArgs& a, const std::string& cuda_
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_option("--prefill-kv", a.prefill_kv, "Top-k on the GPU: where the retrieval layers' KV lives while the "
-                  "model prefills: gpu, host (pinned host memory; each chunk's attention streams it up in blocks), "
-                  "or auto (on the GPU while --gpu-mem-budget or the device's free memory holds it beside what "
-                  "decoding will need, in host memory from the first layer that does not fit)")
-      ->check(CLI::IsMember({"auto", "gpu", "host"}))
+                  "model prefills: gpu; host (each chunk's attention streams the past up in blocks from the top-k "
+                  "runtime's host stores, which take each chunk as it is done: no second copy of the context; at "
+                  "the store's type, so E4M3 with --store-type f8. Needs the build during the prefill "
+                  "(--overlap-build) and no streaming heads, else as host-copy); host-copy (a full pinned copy of "
+                  "each layer's KV at --kv-type beside the stores); or auto (on the GPU while --gpu-mem-budget or "
+                  "the device's free memory holds it beside what decoding will need, as host from the first layer "
+                  "that does not fit)")
+      ->check(CLI::IsMember({"auto", "gpu", "host", "host-copy"}))
       ->capture_default_str();
 }
 
 void place_prefill_kv(const BackendArgs& a, bool cuda, const OffloadRuntime* rt, ModelOptions& mo) {
-  mo.kv_place = parse_kv_place(a.prefill_kv);
+  const bool copy = a.prefill_kv == "host-copy";
+  mo.kv_place = parse_kv_place(copy ? "host" : a.prefill_kv);
   if (a.prefill_kv == "auto") {
     if (!cuda || !rt) return;
   } else {
@@ -59,11 +64,19 @@ void place_prefill_kv(const BackendArgs& a, bool cuda, const OffloadRuntime* rt,
   }
   mo.host_kv_candidates = rt->retrieval_layers();
   mo.device_reserve = rt->device_bytes_estimate(mo.n_ctx);
+  // A layer placed in host memory keeps only the chunk when the runtime takes
+  // the prefill chunk by chunk and keeps every row: its stores are the past.
+  mo.host_kv_past = !copy && overlap_build(a, cuda) && rt->serves_prefill_past();
 }
 
 std::string describe_prefill_kv(const Model& model) {
   const std::vector<int> layers = model.host_kv_layers();
   if (layers.empty()) return "";
+  if (model.options().host_kv_past)
+    return fmt::format("topkv: the KV of layers {} lives in host memory: the top-k runtime's stores hold the past, "
+                       "which each prefill chunk streams up ({} pinned for the chunk; it does not fit the GPU "
+                       "beside the rest; --prefill-kv)", fmt::join(layers, ","),
+                       format_bytes((double)model.host_kv_bytes()));
   return fmt::format("topkv: the KV of layers {} ({} pinned) lives in host memory: each prefill chunk streams it "
                      "up (it does not fit the GPU beside the rest; --prefill-kv)", fmt::join(layers, ","),
                      format_bytes((double)model.host_kv_bytes()));
@@ -136,6 +149,7 @@ void check_memory_plan(const GgufFile& file, const ModelConfig& cfg, const Offlo
   if (runtime) mi.device_lines = runtime->device_plan(mo.n_ctx);
   mi.cfg = &cfg, mi.policy = &policy, mi.context = mo.n_ctx, mi.max_chunk = mo.max_chunk;
   mi.kv_dtype = mo.kv_dtype, mi.store_dtype = policy.store_dtype, mi.from_pack = from_pack;
+  mi.retrieval_rings = mo.host_kv_past;
   mi.extra_indexes = extra_indexes;
   mi.weight_bytes = (double)file.file_size();  // quant: the mapped file becomes resident
   if (mo.weights == WeightMode::F32) {         // f32: 4 bytes per parameter

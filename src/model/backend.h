@@ -23,6 +23,7 @@
 #include "src/common/dtype.h"
 #include "src/common/error.h"
 #include "src/model/ggml_types.h"
+#include "src/model/kv_past.h"
 #include "src/model/op_kinds.h"
 
 namespace topkv {
@@ -128,12 +129,21 @@ struct RopeParams {
 // through a device staging copy and prefill attention streams the cache up
 // in blocks (gpu/cuda_streamed_attention.cpp): a retrieval layer's prefill
 // whose KV does not fit the GPU budget.
+//
+// A prefill ring (ModelOptions::host_kv_past): a retrieval layer's cache that
+// keeps only the chunk being prefilled (capacity = max_chunk; in_host on a
+// device backend). Positions before the chunk are read from `past`, the
+// offload runtime's host stores that take each chunk as it is done
+// (Model::set_kv_past), so the prefill holds no second copy of the context.
 struct KvLayerCache {
   DType dtype = DType::F32;
   int n_kv_heads = 0, head_dim = 0;
   int64_t capacity = 0;
   Buffer k, v;
   bool in_host = false;
+  bool ring = false;                   // a prefill ring: positions before the chunk are in `past`
+  const KvPastSource* past = nullptr;  // set while a prefill can read them
+  int layer = -1;                      // the model layer, for `past`
   size_t head_stride() const { return (size_t)capacity * head_dim; }  // elements
   size_t bytes() const { return 2 * (size_t)n_kv_heads * head_stride() * dtype_size(dtype); }
 };
@@ -147,6 +157,10 @@ inline KvLayerCache kv_cache_shape(int n_kv_heads, int head_dim, int64_t capacit
   c.dtype = dtype, c.n_kv_heads = n_kv_heads, c.head_dim = head_dim, c.capacity = capacity;
   return c;
 }
+
+// Throws Error unless a chunk at pos0 can attend a ring's past: a source is
+// set and holds every position before the chunk.
+void check_ring_past(const KvLayerCache& c, int64_t pos0);
 
 class Backend {
  public:

@@ -92,6 +92,15 @@ void Backend::attention_prologue(float* q, float* k, const float* v, int T, int 
   if (cache) kv_write(*cache, k, v, T, pos0);
 }
 
+void check_ring_past(const KvLayerCache& c, int64_t pos0) {
+  TOPKV_CHECK(c.past, "layer {} keeps only the chunk being prefilled (its past lives in the top-k runtime's host "
+              "stores), and no runtime serves that past now: prefill it through the runtime that takes the chunks "
+              "(OffloadRuntime::begin_context), or give the model full caches (--prefill-kv host-copy)", c.layer);
+  const int64_t held = c.past->past_end(c.layer);
+  TOPKV_CHECK(held >= pos0, "internal: the chunk at position {} of layer {} attends every position before it, but "
+              "the runtime's stores hold {} (absorb each chunk before the next)", pos0, c.layer, held);
+}
+
 void Backend::begin_recording(int64_t, int32_t) {
   fail("backend '{}' cannot record decode steps (can_record() is false); run the ops directly", name());
 }
@@ -245,7 +254,46 @@ class CpuBackend final : public Backend {
 
   void attention(const float* q, int T, int n_head, int64_t pos0, const KvLayerCache& c, int64_t window,
                  float scale, float* out) override {
+    if (c.ring && pos0 > 0) {
+      const KvLayerCache whole = with_past(c, pos0, T);
+      cpu::attention(q, T, n_head, pos0, whole, window, scale, out);
+      return;
+    }
     cpu::attention(q, T, n_head, pos0, c, window, scale, out);
+  }
+
+ private:
+  // A prefill ring's positions [0, pos0 + T) as one cache of that many slots:
+  // the past's runs converted to the cache's type, then the chunk from the
+  // ring. The plain reference of the CUDA backend's streamed attention over a
+  // ring (gpu/cuda_streamed_attention.cpp), and on the CPU the ring's cost:
+  // one layer's context at a time instead of every layer's for the prefill.
+  static KvLayerCache with_past(const KvLayerCache& c, int64_t pos0, int T) {
+    check_ring_past(c, pos0);
+    TOPKV_CHECK(T <= c.capacity, "a chunk of {} tokens does not fit layer {}'s prefill ring of {}", T, c.layer,
+                c.capacity);
+    KvLayerCache w = kv_cache_shape(c.n_kv_heads, c.head_dim, pos0 + T, c.dtype);
+    const size_t es = dtype_size(c.dtype), hd = (size_t)c.head_dim;
+    w.k = host_alloc(w.bytes() / 2), w.v = host_alloc(w.bytes() / 2);
+    std::vector<float> tmp;
+    for (int h = 0; h < c.n_kv_heads; ++h)
+      for (int kv = 0; kv < 2; ++kv) {
+        uint8_t* dst = (kv ? w.v : w.k).as<uint8_t>() + (size_t)h * w.head_stride() * es;
+        c.past->past_runs(c.layer, h, kv == 1, 0, pos0, [&](const KvPastRun& r) {
+          const size_t n = (size_t)r.n * hd;
+          if (r.dtype == c.dtype) {
+            std::memcpy(dst + (size_t)r.pos * hd * es, r.rows, n * es);
+            return;
+          }
+          tmp.resize(n);
+          to_f32(r.dtype, r.rows, tmp.data(), n);
+          from_f32(c.dtype, tmp.data(), dst + (size_t)r.pos * hd * es, n);
+        });
+        const uint8_t* ring = (kv ? c.v : c.k).as<uint8_t>() + (size_t)h * c.head_stride() * es;
+        for (int t = 0; t < T; ++t)
+          std::memcpy(dst + (size_t)(pos0 + t) * hd * es, ring + (size_t)((pos0 + t) % c.capacity) * hd * es, hd * es);
+      }
+    return w;
   }
 };
 

@@ -64,8 +64,12 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
                             (double)planned_scratch_bytes(cfg_, opt_) + (double)opt_.device_reserve;
         in_host = left >= 0 && need > (double)left;
       }
-      cache_[il] = in_host ? be_.alloc_kv_host(cfg_.n_head_kv, cfg_.head_dim, cap, opt_.kv_dtype)
-                           : be_.alloc_kv(cfg_.n_head_kv, cfg_.head_dim, cap, opt_.kv_dtype);
+      // A prefill ring holds the chunk; the runtime's stores hold the past.
+      const bool ring = in_host && opt_.host_kv_past;
+      const int64_t slots = ring ? std::min<int64_t>(cap, opt_.max_chunk) : cap;
+      cache_[il] = in_host ? be_.alloc_kv_host(cfg_.n_head_kv, cfg_.head_dim, slots, opt_.kv_dtype)
+                           : be_.alloc_kv(cfg_.n_head_kv, cfg_.head_dim, slots, opt_.kv_dtype);
+      cache_[il].ring = ring, cache_[il].layer = il;
     }
 
   const size_t C = (size_t)opt_.max_chunk, f = sizeof(float);
@@ -135,6 +139,8 @@ void Model::rewind(int64_t n) {
               "override keeps its own state; set a fresh one instead");
   for (int il = 0; il < cfg_.n_layer; ++il) {
     const int64_t window = cfg_.layers[(size_t)il].window, cap = cache_[(size_t)il].capacity;
+    TOPKV_CHECK(!cache_[(size_t)il].ring || cap == 0 || n == n_past_, "cannot take back positions: layer {} keeps "
+                "only a prefill ring (its past is in the top-k runtime's stores, which keep what they took)", il);
     if (window > 0 && cap < opt_.n_ctx)
       TOPKV_CHECK(n_past_ - n <= cap - window, "cannot take back {} positions: layer {}'s sliding-window ring "
                   "has room for {} beyond its window (raise max_chunk)", n_past_ - n, il, cap - window);
@@ -321,6 +327,18 @@ std::vector<int> Model::host_kv_layers() const {
   return out;
 }
 
+std::vector<int> Model::ring_kv_layers() const {
+  std::vector<int> out;
+  for (int il = 0; il < cfg_.n_layer; ++il)
+    if (cache_[(size_t)il].ring && cache_[(size_t)il].capacity > 0) out.push_back(il);
+  return out;
+}
+
+void Model::set_kv_past(const KvPastSource* past) {
+  for (KvLayerCache& c : cache_)
+    if (c.ring) c.past = past;
+}
+
 ModelOptions::KvPlace parse_kv_place(const std::string& s) {
   if (s == "auto") return ModelOptions::KvPlace::Auto;
   if (s == "gpu") return ModelOptions::KvPlace::Device;
@@ -366,8 +384,9 @@ void Model::read_kv(int il, std::vector<float>& k, std::vector<float>& v, int64_
   TOPKV_CHECK(c.capacity > 0 || n_past_ == from, "layer {} has no KV cache to read (an attention override holds "
               "its keys)", il);
   TOPKV_CHECK(from >= 0 && from <= n_past_, "cannot read positions from {}: the cache holds {}", from, n_past_);
-  TOPKV_CHECK(n_past_ - from <= c.capacity, "layer {} keeps only its last {} positions (sliding window); "
-              "positions from {} cannot be read back", il, c.capacity, from);
+  TOPKV_CHECK(n_past_ - from <= c.capacity, "layer {} keeps only its last {} positions ({}); positions from {} "
+              "cannot be read back", il, c.capacity, c.ring ? "a prefill ring: the top-k runtime's stores hold the "
+              "rest" : "sliding window", from);
   const size_t hd = (size_t)c.head_dim, n = (size_t)(n_past_ - from), es = dtype_size(c.dtype);
   k.resize((size_t)c.n_kv_heads * n * hd);
   v.resize(k.size());

@@ -55,6 +55,14 @@ struct ModelOptions {
   std::vector<int> host_kv_candidates;
   KvPlace kv_place = KvPlace::Auto;
   int64_t device_reserve = 0;
+  // A candidate placed in host memory keeps only the chunk being prefilled (a
+  // prefill ring of max_chunk slots, KvLayerCache::ring): the past is read
+  // from the offload runtime's stores, which take each chunk as it is done
+  // (set_kv_past). Set when such a runtime takes the prefill chunk by chunk
+  // and keeps every row (no streaming heads): the prefill then holds no second
+  // host copy of the context. The past comes back at the store's type: with
+  // an 8-bit store (--store-type f8) the prefill attends E4M3 keys and values.
+  bool host_kv_past = false;
 };
 // "auto" | "gpu" | "host" (--prefill-kv); throws Error.
 ModelOptions::KvPlace parse_kv_place(const std::string& s);
@@ -129,8 +137,14 @@ class Model {
   void set_n_past(int64_t n);
   // Slots of a layer's cache: n_ctx, a sliding window's ring, or 0 (override layer / released).
   int64_t kv_capacity(int layer) const;
-  // The layers whose cache lives in host memory (ModelOptions::kv_place).
+  // The layers whose cache lives in host memory (ModelOptions::kv_place),
+  // and those of them that keep only a prefill ring (ModelOptions::host_kv_past).
   std::vector<int> host_kv_layers() const;
+  std::vector<int> ring_kv_layers() const;
+  // Where the rings' past comes from while a prefill runs (null: none; a
+  // chunk past the first then stops with an Error). The source must hold
+  // every position before each chunk when the chunk attends.
+  void set_kv_past(const KvPastSource* past);
   size_t host_kv_bytes() const;  // what they hold (pinned host memory on a CUDA backend)
   // What a model with these options will allocate, known before it is built
   // (benchmarks skip what cannot fit a memory budget): one layer's cache

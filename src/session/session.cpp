@@ -26,6 +26,13 @@ std::vector<float> prefill_into(Model& model, std::span<const int32_t> ids, int 
   const auto read = [&model](int layer, int64_t from, std::vector<float>& k, std::vector<float>& v) {
     model.read_kv(layer, k, v, from);
   };
+  // The model's prefill rings (ModelOptions::host_kv_past) read their past
+  // from the stores the runtime fills here, chunk by chunk.
+  struct PastScope {
+    Model& m;
+    ~PastScope() { m.set_kv_past(nullptr); }
+  } past_scope{model};
+  if (overlap && rt->serves_prefill_past()) model.set_kv_past(rt);
   std::vector<float> logits = model.prefill(ids, chunk, false, [&](int64_t done) {
     bar.set(done);
     if (overlap) rt->absorb(done, read);

@@ -10,7 +10,13 @@
 //      bit for bit;
 //   2. a model: a synthetic gemma3 prefilled with its global layers in host
 //      memory (ModelOptions::kv_place Host) against the same model with every
-//      cache on the device: logits of every position and the layers' KV.
+//      cache on the device: logits of every position and the layers' KV;
+//   3. prefill rings (ModelOptions::host_kv_past): a synthetic qwen2 whose
+//      retrieval layers keep only the chunk and read the past from the top-k
+//      runtime's stores (the CPU runtime's heap store, the CUDA runtime's
+//      pinned one) gives the full host caches' logits bit for bit with an f16
+//      store, close ones with an f8 store (the past in E4M3), and the CPU
+//      backend's ring logits within the usual GPU/CPU tolerance.
 // Run: gpu_test_cuda_streamed.
 #include <catch2/catch.hpp>
 
@@ -22,6 +28,8 @@
 #include "gpu/cuda_backend_impl.h"
 #include "src/model/model.h"
 #include "src/model/synth.h"
+#include "src/session/make_runtime.h"
+#include "src/session/session.h"
 #include "tests/gpu/cuda_test_util.h"
 #include "tests/test_util.h"
 
@@ -151,13 +159,76 @@ TEST_CASE("a model prefilled with its global layers' KV in host memory gives the
       CHECK(rel_err(vh, vd) < 5e-3);
     }
   }
-  // Auto with a budget too small for the global layers' caches puts them in host memory.
+  // Auto with a budget too small for the global layers' caches puts them in
+  // host memory. The reserve leaves half a cache of room: less than a cache
+  // (so neither fits the device) and more than the model's own buffers (so
+  // the reserve itself still fits what is left, which Model checks since
+  // session 18), with ~100 MiB of slack for other processes on the GPU
+  // (compute-sanitizer runs tests side by side).
   ModelOptions auto_opt = dev_opt;
+  auto_opt.n_ctx = 200000;  // 200 MiB a global layer's cache
   auto_opt.host_kv_candidates = host_opt.host_kv_candidates;
-  // Nothing left beside the reserve, with room to spare: other processes on
-  // the GPU (compute-sanitizer runs 16 tests side by side) free memory
-  // between this line and the model's placement.
-  auto_opt.device_reserve = be.memory_left() + (int64_t{8} << 30);
+  const int64_t cache = (int64_t)kv_cache_shape(1, 256, auto_opt.n_ctx, DType::F16).bytes();
+  auto_opt.device_reserve = be.memory_left() - cache / 2;
   Model m_auto(file, be, auto_opt);
   CHECK(m_auto.host_kv_layers() == host_opt.host_kv_candidates);
+}
+
+namespace {
+
+// Last-token logits of a prompt prefilled in chunks while `rt` takes each
+// chunk; the retrieval layers' caches in host memory, full or rings.
+std::vector<float> ring_prefill(const std::shared_ptr<const GgufFile>& file, Backend& be, OffloadRuntime& rt,
+                                const std::vector<int32_t>& prompt, int chunk, bool rings) {
+  ModelOptions mo;
+  mo.n_ctx = (int64_t)prompt.size() + 8, mo.max_chunk = chunk, mo.kv_dtype = DType::F16;
+  mo.host_kv_candidates = rt.retrieval_layers();
+  mo.kv_place = ModelOptions::KvPlace::Host;
+  mo.host_kv_past = rings;
+  Model model(file, be, mo);
+  CHECK(model.host_kv_layers().size() == (be.host_memory() ? 0 : rt.retrieval_layers().size()));
+  CHECK(model.ring_kv_layers().size() == (rings ? rt.retrieval_layers().size() : 0));
+  return prefill_into(model, prompt, chunk, &rt, /*overlap=*/true, /*progress=*/false);
+}
+
+}  // namespace
+
+TEST_CASE("prefill rings read the past from the runtime's stores: the full host caches' logits") {
+  TempDir td;
+  auto& be = cuda_be();
+  auto cpu = make_cpu_backend();
+  SmallStages stages(96 * 1024);  // 96 keys per block (2 KV heads of 128, f16): blocks cut chunks and runs
+  SynthConfig c = synth_defaults("qwen2");
+  c.layers = 4, c.width = 512, c.heads = 8, c.kv_heads = 2, c.head_dim = 128, c.ffn = 1024, c.vocab = 1024;
+  c.type = GgmlType::Q8_0, c.seed = 29;
+  const std::string path = (td.dir / "m.gguf").string();
+  synth_write(c, path);
+  std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  const ModelConfig cfg = read_model_config(*file);
+  std::mt19937 rng(61);
+  std::vector<int32_t> prompt(777);  // 6 chunks of 120 and a tail of 57
+  for (auto& id : prompt) id = (int32_t)(rng() % (uint32_t)cfg.n_vocab);
+  OffloadPolicy p;
+  p.attn = AttnMode::TopK, p.index = "multipole", p.search.k = 32, p.sinks = 5, p.window = 150, p.dense_layers = 1;
+
+  OffloadRuntime host_rt_copy(cfg, p, false), host_rt_ring(cfg, p, false);
+  const auto copy = ring_prefill(file, be, host_rt_copy, prompt, 120, false);
+  const auto ring_heap = ring_prefill(file, be, host_rt_ring, prompt, 120, true);
+  CHECK(ring_heap == copy);  // the same f16 values staged in the same places: bit for bit
+  auto gpu_rt = make_offload_runtime(be, cfg, p, false);
+  const auto ring_pinned = ring_prefill(file, be, *gpu_rt, prompt, 120, true);
+  CHECK(ring_pinned == copy);
+
+  OpSummary s_cpu("ring prefill logits, CUDA vs CPU backend", 5e-3), s_f8("ring prefill, f8 store vs f16", 5e-2);
+  OffloadRuntime cpu_rt(cfg, p, false);
+  const auto ring_cpu = ring_prefill(file, *cpu, cpu_rt, prompt, 120, true);
+  s_cpu.check(rel_err(ring_heap, ring_cpu));
+
+  OffloadPolicy p8 = p;
+  p8.store_dtype = DType::F8E4M3;
+  auto gpu_rt8 = make_offload_runtime(be, cfg, p8, false);
+  const auto ring_f8 = ring_prefill(file, be, *gpu_rt8, prompt, 120, true);
+  const double e_f8 = rel_err(ring_f8, copy);
+  CHECK(e_f8 > 0);  // E4M3 changes what the prefill attends
+  s_f8.check(e_f8);
 }
