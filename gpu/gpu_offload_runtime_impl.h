@@ -74,7 +74,7 @@ class GpuOffloadRuntime final : public OffloadRuntime {
     // (stage_rows copies rows on the host, which cannot read a GPU copy).
     if (device_search_ && !policy.stage_rows && policy.store_cache != 0)
       store_cache_ = std::make_unique<DeviceStoreCache>(be, policy.store_cache > 0 ? policy.store_cache : -1);
-    if (policy.build_on_gpu) kmeans_ = make_gpu_kmeans(be);
+    if (kmeans_on_gpu(policy, /*cuda=*/true)) kmeans_ = make_gpu_kmeans(be);
   }
   ~GpuOffloadRuntime() override {
     for (auto& f : folds_)

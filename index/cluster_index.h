@@ -62,6 +62,7 @@ class ClusterIndex : public KvIndex {
   std::optional<SummaryTables::Kind> summary_kind() const override { return SummaryTables::Kind::Centroid; }
   bool is_topk() const override { return false; }
   bool reranks() const override { return levels_ == 1; }
+  bool uses_kmeans() const override { return true; }
   double own_rerank() const override { return rerank_; }
 
  protected:

@@ -194,6 +194,9 @@ class KvIndex {
   // Whether SearchParams::rerank > 1 changes this backend's search, and the
   // factor its spec sets (what SearchParams::rerank 0 means; 1: none).
   virtual bool reranks() const { return false; }
+  // Whether the build clusters blocks of keys with BuildOptions::kmeans (the
+  // GPU engine with --build-on gpu|auto, gpu/gpu_kmeans.h).
+  virtual bool uses_kmeans() const { return false; }
   virtual double own_rerank() const { return 1.0; }
   // The rerank factor a search with `p` runs: p.rerank, or the spec's own
   // when p.rerank is 0; 1 on a backend that does not rerank.

@@ -178,7 +178,7 @@ OffloadPolicy ContextPack::policy_for_run(const OffloadPolicy& p) const {
   run.heads_file.clear();  // the pack's streaming masks stand (OffloadRuntime::take_pack)
   // Its indexes are built: where the build ran (--build-on gpu when the pack was
   // made) does not bind a run that only restores them, on any backend.
-  run.build_on_gpu = false;
+  run.build_on = BuildOn::Host;
   return run;
 }
 

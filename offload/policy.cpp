@@ -8,6 +8,7 @@
 #include <limits>
 #include <numeric>
 
+#include "index/kv_index.h"
 #include "src/common/error.h"
 #include "src/common/file_io.h"
 #include "src/common/options.h"
@@ -19,6 +20,7 @@ constexpr Named<AttnMode> kAttnModes[] = {{AttnMode::Dense, "dense"}, {AttnMode:
 constexpr Named<KSchedule> kKSchedules[] = {
     {KSchedule::Uniform, "uniform"}, {KSchedule::Linear, "linear"}, {KSchedule::Ends, "ends"}};
 constexpr Named<SearchOn> kSearchOn[] = {{SearchOn::Auto, "auto"}, {SearchOn::Host, "host"}, {SearchOn::Gpu, "gpu"}};
+constexpr Named<BuildOn> kBuildOn[] = {{BuildOn::Auto, "auto"}, {BuildOn::Host, "host"}, {BuildOn::Gpu, "gpu"}};
 }  // namespace
 
 const char* attn_mode_name(AttnMode m) { return name_of(kAttnModes, m); }
@@ -64,9 +66,12 @@ std::string k_schedule_spec(const OffloadPolicy& p) {
 const char* search_on_name(SearchOn s) { return name_of(kSearchOn, s); }
 SearchOn parse_search_on(const std::string& s) { return parse_named(kSearchOn, s, "search place"); }
 std::vector<std::string> search_on_names() { return names_of(kSearchOn); }
-bool parse_build_on(const std::string& s) {
-  TOPKV_CHECK(s == "host" || s == "gpu", "unknown build place '{}': use host or gpu", s);
-  return s == "gpu";
+const char* build_on_name(BuildOn b) { return name_of(kBuildOn, b); }
+BuildOn parse_build_on(const std::string& s) { return parse_named(kBuildOn, s, "build place"); }
+std::vector<std::string> build_on_names() { return names_of(kBuildOn); }
+bool kmeans_on_gpu(const OffloadPolicy& policy, bool cuda) {
+  if (!cuda || policy.build_on == BuildOn::Host) return false;
+  return policy.build_on == BuildOn::Gpu || KvIndex::create(policy.index)->uses_kmeans();
 }
 
 std::vector<int> offloaded_layers(const ModelConfig& cfg, int dense_layers) {
@@ -238,7 +243,7 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
       else if (key == "stage_rows") stage_rows = json_bool(v, key);
       else if (key == "search_on") search_on = parse_search_on(json_str(v, key));
       else if (key == "device_table_type") device_table_type = parse_dtype(json_str(v, key));
-      else if (key == "build_on") build_on_gpu = parse_build_on(json_str(v, key));
+      else if (key == "build_on") build_on = parse_build_on(json_str(v, key));
       else if (key == "device_fold") device_fold = json_int<int>(v, key);
       else if (key == "sync_folds") sync_folds = json_bool(v, key);
       else if (key == "store_cache") store_cache = v.is_string() ? parse_store_cache(v.get<std::string>())
@@ -283,7 +288,7 @@ std::string OffloadPolicy::to_json() const {
                       {"stage_rows", stage_rows},
                       {"search_on", search_on_name(search_on)},
                       {"device_table_type", dtype_name(device_table_type)},
-                      {"build_on", build_on_gpu ? "gpu" : "host"},
+                      {"build_on", build_on_name(build_on)},
                       {"device_fold", device_fold},
                       {"sync_folds", sync_folds},
                       {"store_cache", store_cache},

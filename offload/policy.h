@@ -15,6 +15,8 @@ namespace topkv {
 enum class AttnMode : uint8_t { Dense, TopK };
 enum class KSchedule : uint8_t { Uniform, Linear, Ends, Weights };
 enum class SearchOn : uint8_t { Auto, Host, Gpu };
+// Where the clustering indexes' blockwise k-means runs (OffloadPolicy::build_on).
+enum class BuildOn : uint8_t { Auto, Host, Gpu };
 
 struct OffloadPolicy {
   AttnMode attn = AttnMode::Dense;
@@ -46,11 +48,13 @@ struct OffloadPolicy {
   // host cores search every index; Auto: Gpu where the index allows it.
   SearchOn search_on = SearchOn::Auto;
   DType device_table_type = DType::F16;  // element type of the device summary tables
-  // CUDA runtime: the clustering backends' blockwise k-means (centroid,
-  // multipole) on the GPU (gpu/gpu_kmeans.h) instead of Faiss on the host
-  // cores; the rest of the build stays on the host. Off by default until the
-  // fidelity suite has run on its indexes.
-  bool build_on_gpu = false;
+  // CUDA runtime: where the clustering backends' blockwise k-means runs
+  // (centroid, multipole: KvIndex::uses_kmeans). Gpu: Lloyd rounds on the
+  // device (gpu/gpu_kmeans.h); Host: Faiss on the host cores; Auto (since
+  // session 19): Gpu on the CUDA runtime when the index clusters, Host
+  // elsewhere (the CPU runtime, `index build`). The rest of the build stays on
+  // the host either way.
+  BuildOn build_on = BuildOn::Auto;
   int device_fold = 1024;  // Gpu search: rows evicted from the window are attended exactly from the
                            // device until this many are pending, then folded into the index (and its
                            // tables uploaded again device_fold/4 steps later: a fixed step, whatever
@@ -89,7 +93,12 @@ std::string k_schedule_spec(const OffloadPolicy& p);
 const char* search_on_name(SearchOn s);
 SearchOn parse_search_on(const std::string& s);  // auto | host | gpu
 std::vector<std::string> search_on_names();
-bool parse_build_on(const std::string& s);  // host (false) | gpu (true): OffloadPolicy::build_on_gpu
+const char* build_on_name(BuildOn b);
+BuildOn parse_build_on(const std::string& s);  // auto | host | gpu
+std::vector<std::string> build_on_names();
+// Whether a runtime on the CUDA backend (cuda) or the host runs the k-means of
+// `policy`'s index on the GPU.
+bool kmeans_on_gpu(const OffloadPolicy& policy, bool cuda);
 int64_t parse_store_cache(const std::string& s);  // auto (-1) | off (0) | a size ("16G")
 
 // The layers whose KV leaves the model for host memory (the top-k runtime's

@@ -356,8 +356,8 @@ TEST_CASE("a context pack refuses another model, a changed build-time policy and
   sp.restore(sp.pack_path, "flat");  // the other index built into the pack
   OffloadPolicy query = pack.policy();
   query.search.k = 3, query.k_schedule = KSchedule::Linear, query.search.threshold = 0.01;  // query-time: fine
-  query.build_on_gpu = true;  // as a pack built with --build-on gpu records it: nothing is built from a pack
-  CHECK_FALSE(pack.policy_for_run(query).build_on_gpu);
+  query.build_on = BuildOn::Gpu;  // as a pack built with --build-on gpu records it: nothing is built from a pack
+  CHECK(pack.policy_for_run(query).build_on == BuildOn::Host);
   OffloadRuntime rq(sp.cfg, pack.policy_for_run(query), false);
   Model small(sp.file, *sp.be, model_options(39, 8));
   CHECK_THROWS_WITH(pack.restore(small, &rq), Catch::Contains("more than the context size 39"));

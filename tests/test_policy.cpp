@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <numeric>
 
 #include "offload/head_pattern.h"
@@ -155,6 +156,33 @@ TEST_CASE("policy: where the search runs, the device tables' type and fold") {
   // The device search stages its rows through the host when asked (a store that is not pinned).
   CHECK_NOTHROW(OffloadPolicy().apply_json(R"({"search_on":"gpu","stage_rows":true})", "c.json"));
   CHECK_NOTHROW(OffloadPolicy().apply_json(R"({"search_on":"auto","stage_rows":true})", "c.json"));
+}
+
+TEST_CASE("policy: where the k-means runs, auto by default, chosen by the index's capability") {
+  OffloadPolicy p;
+  CHECK(p.build_on == BuildOn::Auto);
+  for (const char* index : {"multipole", "centroid", "multipole:levels=2"}) {
+    p.index = index;
+    CHECK(kmeans_on_gpu(p, /*cuda=*/true));
+    CHECK_FALSE(kmeans_on_gpu(p, /*cuda=*/false));  // the CPU runtime clusters on the host
+  }
+  for (const char* index : {"quest", "flat", "hnswlib"}) {  // nothing to cluster
+    p.index = index;
+    CHECK_FALSE(kmeans_on_gpu(p, true));
+  }
+  p.index = "multipole", p.build_on = BuildOn::Host;
+  CHECK_FALSE(kmeans_on_gpu(p, true));
+  p.index = "quest", p.build_on = BuildOn::Gpu;  // asked for: the engine is made (and idle)
+  CHECK(kmeans_on_gpu(p, true));
+  for (const char* v : {"auto", "host", "gpu"}) {
+    OffloadPolicy q;
+    q.apply_json(fmt::format(R"({{"build_on":"{}"}})", v), "c.json");
+    CHECK(build_on_name(q.build_on) == std::string(v));
+    OffloadPolicy r;
+    r.apply_json(q.to_json(), "roundtrip");
+    CHECK(r.build_on == q.build_on);
+  }
+  CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"build_on":"tpu"})", "c.json"), Catch::Contains("auto, host or gpu"));
 }
 
 #include "offload/memory_plan.h"

@@ -60,8 +60,15 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
       bool in_host = pass == 1 && opt_.kv_place == ModelOptions::KvPlace::Host;
       if (pass == 1 && opt_.kv_place == ModelOptions::KvPlace::Auto) {
         const int64_t left = be_.memory_left();
+        // Slack for what no plan line counts: the backend's scratch, which the
+        // prefill grows (dequantised weight tiles, attention work space,
+        // stream stages: 0.84-0.86 GiB for the 8B geometry at chunk 8192), and
+        // the GPU sampler's buffers. Without it a budget filled to the brim by
+        // the caches failed a 2-9 MiB allocation after the prefill (session
+        // 19, the 8B geometry at 131K under 24G).
+        constexpr double kSlack = 1024.0 * (1 << 20);
         const double need = (double)kv_cache_shape(cfg_.n_head_kv, cfg_.head_dim, cap, opt_.kv_dtype).bytes() +
-                            (double)planned_scratch_bytes(cfg_, opt_) + (double)opt_.device_reserve;
+                            (double)planned_scratch_bytes(cfg_, opt_) + (double)opt_.device_reserve + kSlack;
         in_host = left >= 0 && need > (double)left;
       }
       // A prefill ring holds the chunk; the runtime's stores hold the past.

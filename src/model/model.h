@@ -47,8 +47,9 @@ struct ModelOptions {
   //   Device  on the backend (a cache that does not fit is an Error);
   //   Host    all in host memory (Backend::alloc_kv_host);
   //   Auto    on the backend while Backend::memory_left(), less the
-  //           activations and device_reserve, holds them; in host memory
-  //           from the first that does not fit.
+  //           activations, device_reserve and 1 GiB of slack (the backend's
+  //           scratch), holds them; in host memory from the first that does
+  //           not fit.
   // device_reserve: what else will need backend memory later (the offload
   // runtime's tables and buffers, OffloadRuntime::device_bytes_estimate).
   enum class KvPlace { Auto, Device, Host };

@@ -11,7 +11,7 @@ std::unique_ptr<OffloadRuntime> make_offload_runtime(Backend& be, const ModelCon
   if (is_cuda_backend(be)) return make_gpu_offload_runtime(be, cfg, policy, progress);
   TOPKV_CHECK(policy.search_on != SearchOn::Gpu, "--search-on gpu needs the CUDA backend (--backend cuda); the {} "
               "backend searches on the host", be.name());
-  TOPKV_CHECK(!policy.build_on_gpu, "--build-on gpu needs the CUDA backend (--backend cuda); the {} backend builds "
+  TOPKV_CHECK(policy.build_on != BuildOn::Gpu, "--build-on gpu needs the CUDA backend (--backend cuda); the {} backend builds "
               "its indexes on the host", be.name());
   return std::make_unique<OffloadRuntime>(cfg, policy, progress);
 }

@@ -145,6 +145,7 @@ TEST_CASE("GpuOffloadRuntime serves the CPU OffloadRuntime's attention, step by 
     pol.search.rerank = 1;  // the plain lookup (rerank: test_gpu_search)
     pol.stage_rows = c.stage, pol.store_dtype = c.store;
     pol.search_on = SearchOn::Host;  // the host's search; tests/gpu/test_gpu_search.cpp checks the device's
+    pol.build_on = BuildOn::Host;    // Faiss's k-means, as the reference's (the engine: test_gpu_search)
     OffloadRuntime ref(cfg, pol, false);
     auto got = make_gpu_offload_runtime(be, cfg, pol, false);
     REQUIRE(got->on_device());

@@ -298,14 +298,15 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
 namespace {
 
 // The CPU runtime folding rows as the device search's runtime does.
-// With build_on_gpu its indexes cluster with LloydKMeans, the GPU engine's twin.
+// When the GPU runtime's k-means runs on the device (kmeans_on_gpu) its
+// indexes cluster with LloydKMeans, the GPU engine's twin.
 class FoldingRuntime : public OffloadRuntime {
  public:
   FoldingRuntime(const ModelConfig& cfg, const OffloadPolicy& p, int fold) : OffloadRuntime(cfg, p, false), fold_(fold) {}
   OffloadedLayer::Config layer_config(int i) const override {
     auto c = OffloadRuntime::layer_config(i);
     c.fold_every = fold_;
-    if (policy().build_on_gpu) c.build.kmeans = std::make_shared<LloydKMeans>();
+    if (kmeans_on_gpu(policy(), /*cuda=*/true)) c.build.kmeans = std::make_shared<LloydKMeans>();
     return c;
   }
 
@@ -350,7 +351,7 @@ TEST_CASE("GpuOffloadRuntime with the search on the device serves the CPU runtim
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = c.k, pol.sinks = c.sinks, pol.window = c.window;
     pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32, pol.device_fold = c.fold;
-    pol.stage_rows = c.stage, pol.search.rerank = c.rerank, pol.build_on_gpu = c.gpu_build;
+    pol.stage_rows = c.stage, pol.search.rerank = c.rerank, pol.build_on = c.gpu_build ? BuildOn::Gpu : BuildOn::Host;
     pol.sync_folds = true;  // the CPU runtime folds on its step too: the same rows covered at every step
     FoldingRuntime ref(cfg, pol, c.fold);
     auto got = make_gpu_offload_runtime(be, cfg, pol, false);
@@ -450,6 +451,7 @@ TEST_CASE("Async folds land at a fixed step: the same outputs however fast the h
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = 16, pol.sinks = 4, pol.window = 16;
     pol.search.rerank = 1;  // the plain lookup (rerank: the runtime case above)
     pol.search_on = SearchOn::Gpu, pol.device_fold = c.fold;  // sync_folds stays off
+    pol.build_on = BuildOn::Host;  // Faiss, as the reference's
     const int64_t n = 3000;
     const int steps = 4 * c.fold + 10;  // three folds and more (one starts every device_fold steps)
     std::mt19937 rng(11);
