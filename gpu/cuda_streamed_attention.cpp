@@ -15,6 +15,13 @@
 //              that merges into one running partial (m, l, o) per row
 //              (merge_partials_into), and releases the stage; the next
 //              block's copy overlaps it. A final merge writes o / l.
+//   rings      a prefill ring (KvLayerCache::ring, ModelOptions::host_kv_past)
+//              holds only the chunk; a block's positions before it come from
+//              the ring's past source (the top-k runtime's stores: sinks,
+//              store chunks, window; src/model/kv_past.h), one copy per run
+//              and head into the stage, or for a run of another type (f8
+//              store rows, fp32 sinks and window) a raw copy converted on the
+//              copy stream (cuda::convert). No second host copy of the past.
 // The union of the blocks is every key once, so the result is the
 // in-device attention's up to summation order (the CPU emulation of the
 // tensor-core tile loop checks the key-range blocks against the whole call:

@@ -118,7 +118,7 @@ class GpuOffloadRuntime final : public OffloadRuntime {
  protected:
   OffloadedLayer::Config layer_config(int i) const override {
     OffloadedLayer::Config c = OffloadRuntime::layer_config(i);
-    c.build.kmeans = kmeans_;  // --build-on gpu: the indexes' blockwise k-means on the device
+    if (kmeans_) c.build.kmeans = kmeans_;  // --build-on gpu/auto: the indexes' blockwise k-means on the device
     if (!policy_.stage_rows) c.store_alloc = pinned_chunk_allocator();
     // Device search: the runtime folds (manage_folds), on a host thread
     // unless sync_folds; the layer then never folds by itself.

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "index/kmeans.h"
 #include "offload/memory_plan.h"
 #include "offload/pack_file.h"
 #include "src/common/error.h"
@@ -72,6 +73,8 @@ OffloadedLayer::Config OffloadRuntime::layer_config(int i) const {
   // has one) each search may score its summaries on the spare cores.
   c.search_threads = std::max(1, omp_get_max_threads() / std::max(1, cfg_.n_head_kv));
   c.extra_indexes = extra_indexes_;
+  // --build-on lloyd: the GPU engine's k-means on the host (its twin).
+  if (policy_.build_on == BuildOn::Lloyd) c.build.kmeans = std::make_shared<LloydKMeans>();
   return c;
 }
 

@@ -20,7 +20,8 @@ constexpr Named<AttnMode> kAttnModes[] = {{AttnMode::Dense, "dense"}, {AttnMode:
 constexpr Named<KSchedule> kKSchedules[] = {
     {KSchedule::Uniform, "uniform"}, {KSchedule::Linear, "linear"}, {KSchedule::Ends, "ends"}};
 constexpr Named<SearchOn> kSearchOn[] = {{SearchOn::Auto, "auto"}, {SearchOn::Host, "host"}, {SearchOn::Gpu, "gpu"}};
-constexpr Named<BuildOn> kBuildOn[] = {{BuildOn::Auto, "auto"}, {BuildOn::Host, "host"}, {BuildOn::Gpu, "gpu"}};
+constexpr Named<BuildOn> kBuildOn[] = {
+    {BuildOn::Auto, "auto"}, {BuildOn::Host, "host"}, {BuildOn::Gpu, "gpu"}, {BuildOn::Lloyd, "lloyd"}};
 }  // namespace
 
 const char* attn_mode_name(AttnMode m) { return name_of(kAttnModes, m); }
@@ -70,7 +71,7 @@ const char* build_on_name(BuildOn b) { return name_of(kBuildOn, b); }
 BuildOn parse_build_on(const std::string& s) { return parse_named(kBuildOn, s, "build place"); }
 std::vector<std::string> build_on_names() { return names_of(kBuildOn); }
 bool kmeans_on_gpu(const OffloadPolicy& policy, bool cuda) {
-  if (!cuda || policy.build_on == BuildOn::Host) return false;
+  if (!cuda || policy.build_on == BuildOn::Host || policy.build_on == BuildOn::Lloyd) return false;
   return policy.build_on == BuildOn::Gpu || KvIndex::create(policy.index)->uses_kmeans();
 }
 

@@ -16,7 +16,7 @@ enum class AttnMode : uint8_t { Dense, TopK };
 enum class KSchedule : uint8_t { Uniform, Linear, Ends, Weights };
 enum class SearchOn : uint8_t { Auto, Host, Gpu };
 // Where the clustering indexes' blockwise k-means runs (OffloadPolicy::build_on).
-enum class BuildOn : uint8_t { Auto, Host, Gpu };
+enum class BuildOn : uint8_t { Auto, Host, Gpu, Lloyd };
 
 struct OffloadPolicy {
   AttnMode attn = AttnMode::Dense;
@@ -48,12 +48,13 @@ struct OffloadPolicy {
   // host cores search every index; Auto: Gpu where the index allows it.
   SearchOn search_on = SearchOn::Auto;
   DType device_table_type = DType::F16;  // element type of the device summary tables
-  // CUDA runtime: where the clustering backends' blockwise k-means runs
-  // (centroid, multipole: KvIndex::uses_kmeans). Gpu: Lloyd rounds on the
-  // device (gpu/gpu_kmeans.h); Host: Faiss on the host cores; Auto (since
-  // session 19): Gpu on the CUDA runtime when the index clusters, Host
-  // elsewhere (the CPU runtime, `index build`). The rest of the build stays on
-  // the host either way.
+  // Where the clustering backends' blockwise k-means runs (centroid,
+  // multipole: KvIndex::uses_kmeans). Gpu (CUDA runtime): Lloyd rounds on the
+  // device (gpu/gpu_kmeans.h); Host: Faiss on the host cores; Lloyd: the GPU
+  // engine's twin on the host cores (LloydKMeans, index/kmeans.h: the labels
+  // the device gives, on any machine; slower than Faiss); Auto (since session
+  // 19): Gpu on the CUDA runtime when the index clusters, Host elsewhere (the
+  // CPU runtime, `index build`). The rest of the build stays on the host.
   BuildOn build_on = BuildOn::Auto;
   int device_fold = 1024;  // Gpu search: rows evicted from the window are attended exactly from the
                            // device until this many are pending, then folded into the index (and its
@@ -94,7 +95,7 @@ const char* search_on_name(SearchOn s);
 SearchOn parse_search_on(const std::string& s);  // auto | host | gpu
 std::vector<std::string> search_on_names();
 const char* build_on_name(BuildOn b);
-BuildOn parse_build_on(const std::string& s);  // auto | host | gpu
+BuildOn parse_build_on(const std::string& s);  // auto | host | gpu | lloyd
 std::vector<std::string> build_on_names();
 // Whether a runtime on the CUDA backend (cuda) or the host runs the k-means of
 // `policy`'s index on the GPU.

@@ -7,6 +7,7 @@
 
 #include <random>
 
+#include "index/kmeans.h"
 #include "offload/offload_runtime.h"
 #include "tests/test_util.h"
 
@@ -94,5 +95,57 @@ TEST_CASE("the index build overlapped with the prefill equals the build after it
         during.decode_attention(il, q.data(), k.data(), v.data(), c.n + step, scale, b.data());
         REQUIRE(b == a);
       }
+  }
+}
+
+namespace {
+
+// A runtime whose layers cluster with LloydKMeans handed in directly.
+class TwinRuntime : public OffloadRuntime {
+ public:
+  using OffloadRuntime::OffloadRuntime;
+  OffloadedLayer::Config layer_config(int i) const override {
+    auto c = OffloadRuntime::layer_config(i);
+    c.build.kmeans = std::make_shared<LloydKMeans>();
+    return c;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("--build-on lloyd clusters with the GPU engine's twin on the host; host clusters with Faiss") {
+  ModelConfig cfg;
+  cfg.n_layer = 2, cfg.n_head = 4, cfg.n_head_kv = 2, cfg.head_dim = 32;
+  cfg.layers.resize(2);
+  std::mt19937 rng(23);
+  const int64_t n = 900;
+  std::vector<std::vector<float>> ks, vs;
+  for (int il = 0; il < 2; ++il) {
+    ks.push_back(randn((size_t)2 * n * 32, rng, 0.3f));
+    vs.push_back(randn(ks.back().size(), rng));
+  }
+  const auto read = [&](int il, std::vector<float>& k, std::vector<float>& v) { k = ks[il], v = vs[il]; };
+  for (const char* index : {"multipole:block=200,ratio=8", "centroid:block=128"}) {
+    CAPTURE(index);
+    OffloadPolicy pol;
+    pol.attn = AttnMode::TopK, pol.index = index, pol.search.k = 24, pol.sinks = 3, pol.window = 10;
+    OffloadPolicy lloyd = pol, host = pol;
+    lloyd.build_on = BuildOn::Lloyd, host.build_on = BuildOn::Host;
+    OffloadRuntime by_policy(cfg, lloyd, false), by_faiss(cfg, host, false);
+    TwinRuntime twin(cfg, pol, false);
+    for (OffloadRuntime* rt : {&by_policy, &by_faiss, static_cast<OffloadRuntime*>(&twin)}) rt->take_context(n, read);
+    int differ_from_faiss = 0;
+    for (int il : twin.retrieval_layers())
+      for (int h = 0; h < 2; ++h) {
+        SummaryTables a, b, f;
+        REQUIRE(by_policy.layer(il)->index(h)->export_summaries(a));
+        REQUIRE(twin.layer(il)->index(h)->export_summaries(b));
+        REQUIRE(by_faiss.layer(il)->index(h)->export_summaries(f));
+        CHECK(a.counts == b.counts);
+        CHECK(a.rows == b.rows);
+        CHECK(a.members == b.members);
+        differ_from_faiss += a.counts != f.counts;
+      }
+    CHECK(differ_from_faiss > 0);  // Faiss starts from other rows: other clusters
   }
 }

@@ -174,7 +174,9 @@ TEST_CASE("policy: where the k-means runs, auto by default, chosen by the index'
   CHECK_FALSE(kmeans_on_gpu(p, true));
   p.index = "quest", p.build_on = BuildOn::Gpu;  // asked for: the engine is made (and idle)
   CHECK(kmeans_on_gpu(p, true));
-  for (const char* v : {"auto", "host", "gpu"}) {
+  p.index = "multipole", p.build_on = BuildOn::Lloyd;  // the engine's twin, on the host
+  CHECK_FALSE(kmeans_on_gpu(p, true));
+  for (const char* v : {"auto", "host", "gpu", "lloyd"}) {
     OffloadPolicy q;
     q.apply_json(fmt::format(R"({{"build_on":"{}"}})", v), "c.json");
     CHECK(build_on_name(q.build_on) == std::string(v));
@@ -182,7 +184,7 @@ TEST_CASE("policy: where the k-means runs, auto by default, chosen by the index'
     r.apply_json(q.to_json(), "roundtrip");
     CHECK(r.build_on == q.build_on);
   }
-  CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"build_on":"tpu"})", "c.json"), Catch::Contains("auto, host or gpu"));
+  CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"build_on":"tpu"})", "c.json"), Catch::Contains("auto, host, gpu or lloyd"));
 }
 
 #include "offload/memory_plan.h"

@@ -86,7 +86,8 @@ void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
   std::unique_ptr<OffloadRuntime> rt;
   if (topk) {  // checks the policy, the head pattern and every index spec before any work
     TOPKV_CHECK(policy.build_on != BuildOn::Gpu, "--build-on gpu: `index build` builds its indexes with the host "
-                "runtime (Faiss's k-means on the host cores); drop it, or build on the GPU as `generate` does");
+                "runtime (Faiss's k-means on the host cores, or --build-on lloyd: the GPU's rounds there); drop it, "
+                "or build on the GPU as `generate` does");
     rt = std::make_unique<OffloadRuntime>(cfg, policy, !a.quiet);
     rt->build_extra_indexes(extra);
   }

@@ -55,10 +55,11 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
                   "there, budget mode (multipole, centroid, quest); host: the host cores search; auto (default): "
                   "gpu where the index and options allow it")
       ->group(g)->check(CLI::IsMember(search_on_names()));
-  cmd->add_option("--build-on", a->build_on, "CUDA: where centroid and multipole indexes run their blockwise "
-                  "k-means: gpu (Lloyd rounds on the device, cuBLAS products; ~3x faster to a built index), host "
-                  "(Faiss on the host cores), or auto (default: gpu when the run is on the GPU and the index "
-                  "clusters, host otherwise)")
+  cmd->add_option("--build-on", a->build_on, "Where centroid and multipole indexes run their blockwise "
+                  "k-means: gpu (CUDA: Lloyd rounds on the device, cuBLAS products; ~3x faster to a built index), host "
+                  "(Faiss on the host cores), lloyd (the GPU's rounds on the host cores: the indexes gpu builds, on "
+                  "any machine; slower), or auto (default: gpu when the run is on the GPU and the index clusters, "
+                  "host otherwise)")
       ->group(g)->check(CLI::IsMember(build_on_names()));
   cmd->add_option("--device-table-type", a->device_table_type, "CUDA, --search-on gpu: element type of the "
                   "device summary tables (f16 default, bf16, f32)")
