@@ -181,6 +181,36 @@ TEST_CASE("a model prefilling its retrieval layers into rings gives the full cac
   CHECK(rel < 0.05);   // but little
 }
 
+TEST_CASE("prefill rings over awkward shapes: one-token chunks, head_dim 64/128, GQA 1-4, odd prompts") {
+  struct Case { int heads, kv, head_dim, chunk, prompt, sinks, window; std::string index; };
+  const Case cases[] = {
+      {2, 1, 64, 1, 23, 2, 5, "multipole"},                // one token a chunk: the ring is one slot
+      {8, 2, 128, 13, 61, 4, 16, "quest:page=4"},          // GQA 4, a window longer than a chunk
+      {4, 4, 64, 64, 97, 0, 40, "flat"},                   // no GQA, no sinks
+      {6, 2, 64, 29, 29, 3, 8, "centroid"},                // one chunk: no past read at all
+  };
+  test::TempDir tmp("topkv_ring_shapes");
+  for (const Case& c : cases) {
+    CAPTURE(c.heads, c.kv, c.head_dim, c.chunk, c.prompt, c.index);
+    const std::string path = tmp.file("m" + std::to_string(c.head_dim) + "_" + std::to_string(c.heads) + ".gguf");
+    SynthConfig sc = synth_preset("tiny-qwen2");
+    sc.layers = 2, sc.heads = c.heads, sc.kv_heads = c.kv, sc.head_dim = c.head_dim, sc.width = c.heads * c.head_dim;
+    synth_write(sc, path);
+    std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+    auto be = make_cpu_backend();
+    std::mt19937 rng(c.prompt);
+    std::vector<int32_t> prompt((size_t)c.prompt);
+    for (auto& id : prompt) id = (int32_t)(rng() % 1000u);
+    OffloadPolicy p;
+    p.attn = AttnMode::TopK, p.index = c.index, p.search.k = 8, p.sinks = c.sinks, p.window = c.window;
+    const RingRun full = prefill_with_runtime(file, *be, p, prompt, c.chunk, false);
+    const RingRun ring = prefill_with_runtime(file, *be, p, prompt, c.chunk, true);
+    CHECK(ring.rings.size() == 2);
+    CHECK(ring.logits == full.logits);
+    CHECK(ring.fingerprints == full.fingerprints);
+  }
+}
+
 TEST_CASE("a prefill ring refuses a chunk whose past no runtime serves, and a rewind") {
   test::TempDir tmp("topkv_ring_err");
   const std::string path = tmp.file("m.gguf");
