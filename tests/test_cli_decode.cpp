@@ -32,6 +32,9 @@ TEST_CASE("generate: dense and top-k runs stream tokens and write their statisti
     CHECK(j["generated_tokens"].get<int>() >= 1);
     CHECK(j["prompt_tokens"].get<int>() > 5);
     CHECK(j["attn"].get<std::string>() == attn.substr(0, attn.find(' ')));
+    // The prefill KV's place: every cache is host memory on the CPU, none a ring or "host" layer.
+    CHECK(j["prefill_kv"]["mode"] == "auto");
+    if (!cuda_device_count()) CHECK(j["prefill_kv"]["ring_layers"].empty());
     // The other weight mode of the backend that ran (auto: CUDA when there is a device).
     CHECK(r.err.find(cuda_device_count() ? "--weights f16 would take" : "--weights f32 would take") !=
           std::string::npos);
