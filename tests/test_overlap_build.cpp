@@ -113,7 +113,7 @@ class TwinRuntime : public OffloadRuntime {
 
 }  // namespace
 
-TEST_CASE("--build-on lloyd clusters with the GPU engine's twin on the host; host clusters with Faiss") {
+TEST_CASE("the k-means place lloyd clusters with the GPU engine's twin on the host, and host with Faiss") {
   ModelConfig cfg;
   cfg.n_layer = 2, cfg.n_head = 4, cfg.n_head_kv = 2, cfg.head_dim = 32;
   cfg.layers.resize(2);
