@@ -55,6 +55,7 @@ TEST_CASE("index build writes a pack that index info describes and verifies") {
   auto j = nlohmann::json::parse(test::slurp(f.dir.file("build.json")));
   CHECK(j["tokens"].get<int>() > 40);
   CHECK(j["retrieval_layers"] == nlohmann::json::array({2, 5}));
+  CHECK(j["prefill_kv"]["mode"] == "auto");
   CHECK(j["pack_bytes"].get<size_t>() == std::filesystem::file_size(f.pack));
   auto r = run_topkv("index info " + f.pack + " --verify");
   INFO(r.err);

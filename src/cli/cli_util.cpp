@@ -82,6 +82,13 @@ std::string describe_prefill_kv(const Model& model) {
                      format_bytes((double)model.host_kv_bytes()));
 }
 
+nlohmann::json prefill_kv_json(const BackendArgs& a, const Model& model) {
+  return {{"mode", a.prefill_kv},
+          {"host_layers", model.host_kv_layers()},
+          {"ring_layers", model.ring_kv_layers()},
+          {"host_bytes", model.host_kv_bytes()}};
+}
+
 void add_q8_terms_option(CLI::App* cmd, int& terms) {
   cmd->add_option("--q8-terms", terms, "CUDA, quantised weights: how the decode products (<= 8 tokens) round the "
                   "activations: 2 (the default: a 16-bit code in two int8 halves, ~15 bits; greedy tokens as "

@@ -46,6 +46,9 @@ SessionOptions session_options(const BackendArgs& a, bool progress, bool measure
 void place_prefill_kv(const BackendArgs& a, bool cuda, const OffloadRuntime* rt, ModelOptions& mo);
 // One line on the layers whose prefill streams from host memory, or "".
 std::string describe_prefill_kv(const Model& model);
+// The same for a JSON report, read before the runtime takes the layers
+// (release_kv): {"mode", "host_layers", "ring_layers", "host_bytes"}.
+nlohmann::json prefill_kv_json(const BackendArgs& a, const Model& model);
 
 inline constexpr const char* kDefaultModel = ".models/gemma-3-270m-q4_k_m.gguf";  // scripts/fetch-model.sh
 

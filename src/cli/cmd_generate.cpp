@@ -150,11 +150,7 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
   Model& model = session.load(mo);
   const double load_s = load_timer.seconds();
   if (const std::string s = describe_prefill_kv(model); !s.empty()) note(s);
-  // Where the prefill KV lives, before the runtime takes the layers (release_kv).
-  const nlohmann::json prefill_kv = {{"mode", a.where.prefill_kv},
-                                     {"host_layers", model.host_kv_layers()},
-                                     {"ring_layers", model.ring_kv_layers()},
-                                     {"host_bytes", model.host_kv_bytes()}};
+  const nlohmann::json prefill_kv = prefill_kv_json(a.where, model);
   const char* other = weight_mode_name(backend.other_weight_mode(mo.weights));
   note(fmt::format("topkv: {}", cfg.summary()));
   note(fmt::format("topkv: weights {} ({}; --weights {} would take {}), KV cache {} ({} positions, {}), "

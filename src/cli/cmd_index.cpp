@@ -97,6 +97,7 @@ void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
   model.touch_weights();
   note(fmt::format("topkv: {}; document {} tokens ({})", cfg.summary(), n, source));
   if (const std::string s = describe_prefill_kv(model); !s.empty()) note(s);
+  const nlohmann::json prefill_kv = prefill_kv_json(a.where, model);
 
   Timer prefill_timer;
   const bool overlap = overlap_build(a.where, cuda);
@@ -131,6 +132,7 @@ void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
                                     {"keys_indexed", rt ? rt->stats().keys_indexed : 0},
                                     {"host_bytes", rt ? rt->host_bytes() : 0},
                                     {"prefill_s", prefill_s},
+                                    {"prefill_kv", prefill_kv},
                                     {"index_build_s", build_s},
                                     {"overlap_build", rt && overlap},
                                     {"write_s", write_s},
