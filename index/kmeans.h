@@ -3,13 +3,14 @@
 // build linear in the context). An engine is a capability handed in through
 // BuildOptions::kmeans: without one the build runs Faiss's k-means on the
 // host cores; the CUDA runtime hands in its GPU engine (gpu/gpu_kmeans.h)
-// with `--build-on gpu`, so that a long prefill's clustering runs on the
-// device instead of the host.
+// with `--build-on gpu` or `auto` (the default), so that a long prefill's
+// clustering runs on the device instead of the host.
 //
 // LloydKMeans is the engine's plain CPU twin: the same initial rows, the
 // same Lloyd rounds, the same tie rules, so a GPU engine's labels equal its
 // labels wherever the floating-point order of the dot products does not
-// decide (tests/gpu/test_gpu_kmeans.cpp).
+// decide (tests/gpu/test_gpu_kmeans.cpp). `--build-on lloyd` hands it to a
+// host build: the device's indexes on any machine.
 //
 // Layouts: rows and centroids are row-major [n][d] fp32; every input row has
 // unit norm (the build normalises), and so has every centroid on return.

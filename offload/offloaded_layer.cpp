@@ -136,10 +136,6 @@ void OffloadedLayer::past_runs(int kv_head, bool values, int64_t begin, int64_t 
   }
 }
 
-bool OffloadedLayer::keeps_every_row() const {
-  return std::none_of(heads_.begin(), heads_.end(), [](const Head& h) { return h.streaming; });
-}
-
 void OffloadedLayer::end_prefill() {
   TOPKV_CHECK(prefill_total_ >= 0 && prefill_done_ == prefill_total_,
               "internal: prefill ends after {} of {} tokens", prefill_done_, prefill_total_);

@@ -97,7 +97,6 @@ class OffloadedLayer {
   // src/model/backend.h). A streaming head keeps no store: Error.
   void past_runs(int kv_head, bool values, int64_t begin, int64_t end,
                  const std::function<void(const KvPastRun&)>& f) const;
-  bool keeps_every_row() const;  // no streaming head: past_runs serves any range
   // Appends one generated token; evicts the window's oldest token if full.
   void append(const float* key, const float* value);
   // append() in two halves, for a runtime that has the new token's key and

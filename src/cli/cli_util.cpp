@@ -72,14 +72,11 @@ void place_prefill_kv(const BackendArgs& a, bool cuda, const OffloadRuntime* rt,
 std::string describe_prefill_kv(const Model& model) {
   const std::vector<int> layers = model.host_kv_layers();
   if (layers.empty()) return "";
-  if (model.options().host_kv_past)
-    return fmt::format("topkv: the KV of layers {} lives in host memory: the top-k runtime's stores hold the past, "
-                       "which each prefill chunk streams up ({} pinned for the chunk; it does not fit the GPU "
-                       "beside the rest; --prefill-kv)", fmt::join(layers, ","),
-                       format_bytes((double)model.host_kv_bytes()));
-  return fmt::format("topkv: the KV of layers {} ({} pinned) lives in host memory: each prefill chunk streams it "
+  const bool rings = model.options().host_kv_past;
+  return fmt::format("topkv: the KV of layers {} lives in host memory ({} pinned{}): each prefill chunk streams {} "
                      "up (it does not fit the GPU beside the rest; --prefill-kv)", fmt::join(layers, ","),
-                     format_bytes((double)model.host_kv_bytes()));
+                     format_bytes((double)model.host_kv_bytes()), rings ? " for the chunk" : "",
+                     rings ? "the past from the top-k runtime's stores" : "it");
 }
 
 nlohmann::json prefill_kv_json(const BackendArgs& a, const Model& model) {

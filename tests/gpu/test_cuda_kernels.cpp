@@ -1,9 +1,12 @@
 // The CUDA kernels beyond the Backend interface, against their CPU twins:
-// the exact partial-attention merge (offload/partial_attention.h) and device
-// sampling (src/model/sampler.h). One SUMMARY line per kernel.
+// the exact partial-attention merge (offload/partial_attention.h), device
+// sampling (src/model/sampler.h) and the element conversion of the prefill
+// rings' past (cuda::convert against to_f32 + from_f32). One SUMMARY line per
+// kernel.
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -168,4 +171,33 @@ TEST_CASE("CudaSampler draws Sampler's tokens for the same seed and logits") {
   CudaSampler greedy(be, SamplerParams{});
   Buffer d = poisoned(be, 4);
   REQUIRE_THROWS_AS(greedy.sample(d.f32(), 0), Error);
+}
+
+TEST_CASE("convert on the device equals to_f32 then from_f32, every store type into every cache type") {
+  auto& be = cuda_be();
+  std::mt19937 rng(37);
+  int cases = 0, mismatches = 0;
+  for (DType from : {DType::F32, DType::F16, DType::BF16, DType::F8E4M3})
+    for (DType to : {DType::F32, DType::F16, DType::BF16})
+      for (int64_t n : {1, 127, 100003}) {
+        CAPTURE(dtype_name(from), dtype_name(to), n);
+        // Values over E4M3's range and past it (saturated when stored as f8), subnormals included.
+        std::vector<float> x = randn((size_t)n, rng, 60.f);
+        for (int64_t i = 0; i < n; i += 17) x[(size_t)i] *= 1e-4f;
+        std::vector<uint8_t> src((size_t)n * dtype_size(from)), want((size_t)n * dtype_size(to));
+        from_f32(from, x.data(), src.data(), (size_t)n);
+        std::vector<float> back((size_t)n);
+        to_f32(from, src.data(), back.data(), (size_t)n);
+        from_f32(to, back.data(), want.data(), (size_t)n);
+        Buffer d_src = be.alloc(src.size()), d_dst = be.alloc(want.size());
+        be.from_host(src.data(), d_src, 0, src.size());
+        cuda::convert(from, d_src.mem.get(), to, d_dst.mem.get(), n, be.stream());
+        std::vector<uint8_t> got(want.size());
+        be.to_host(d_dst, 0, got.data(), got.size());
+        const bool same = std::memcmp(got.data(), want.data(), got.size()) == 0;
+        CHECK(same);
+        ++cases, mismatches += !same;
+      }
+  std::printf("SUMMARY %-34s cases %5d   mismatches %d   %s\n", "convert (store -> cache types)", cases,
+              mismatches, mismatches ? "FAIL" : "ok");
 }
