@@ -48,6 +48,11 @@ OffloadRuntime::OffloadRuntime(const ModelConfig& cfg, const OffloadPolicy& poli
   topkv::k_per_layer(1, (int)retrieval_layers_.size(), policy_.k_schedule, policy_.k_weights);  // a weights schedule's length
 }
 
+bool kmeans_on_gpu(const OffloadPolicy& policy, bool cuda) {
+  if (!cuda || policy.build_on == BuildOn::Host || policy.build_on == BuildOn::Lloyd) return false;
+  return policy.build_on == BuildOn::Gpu || KvIndex::create(policy.index)->uses_kmeans();
+}
+
 bool OffloadRuntime::overrides(int layer) const {
   return layer >= 0 && layer < (int)slot_.size() && slot_[(size_t)layer] >= 0;
 }

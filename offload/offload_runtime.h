@@ -42,6 +42,12 @@ struct OffloadStats {
   double device_store_share = 0;
 };
 
+// Whether a runtime on the CUDA backend (cuda) or the host runs the k-means of
+// `policy`'s index on the GPU (--build-on; auto asks the index whether it
+// clusters, KvIndex::uses_kmeans). Here, not in policy.cpp: it creates an
+// index, and the policy's parser stays free of the index factory.
+bool kmeans_on_gpu(const OffloadPolicy& policy, bool cuda);
+
 class OffloadRuntime : public AttentionOverride, public KvPastSource {
  public:
   OffloadRuntime(const ModelConfig& cfg, const OffloadPolicy& policy, bool progress = true);

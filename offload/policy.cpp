@@ -70,10 +70,6 @@ std::vector<std::string> search_on_names() { return names_of(kSearchOn); }
 const char* build_on_name(BuildOn b) { return name_of(kBuildOn, b); }
 BuildOn parse_build_on(const std::string& s) { return parse_named(kBuildOn, s, "build place"); }
 std::vector<std::string> build_on_names() { return names_of(kBuildOn); }
-bool kmeans_on_gpu(const OffloadPolicy& policy, bool cuda) {
-  if (!cuda || policy.build_on == BuildOn::Host || policy.build_on == BuildOn::Lloyd) return false;
-  return policy.build_on == BuildOn::Gpu || KvIndex::create(policy.index)->uses_kmeans();
-}
 
 std::vector<int> offloaded_layers(const ModelConfig& cfg, int dense_layers) {
   std::vector<int> out;

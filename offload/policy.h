@@ -97,9 +97,6 @@ std::vector<std::string> search_on_names();
 const char* build_on_name(BuildOn b);
 BuildOn parse_build_on(const std::string& s);  // auto | host | gpu | lloyd
 std::vector<std::string> build_on_names();
-// Whether a runtime on the CUDA backend (cuda) or the host runs the k-means of
-// `policy`'s index on the GPU.
-bool kmeans_on_gpu(const OffloadPolicy& policy, bool cuda);
 int64_t parse_store_cache(const std::string& s);  // auto (-1) | off (0) | a size ("16G")
 
 // The layers whose KV leaves the model for host memory (the top-k runtime's

@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "offload/head_pattern.h"
+#include "offload/offload_runtime.h"
 #include "offload/policy.h"
 
 using namespace topkv;
