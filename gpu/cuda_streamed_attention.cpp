@@ -157,7 +157,7 @@ void CudaBackend::streamed_attention(const float* q, int T, int n_head, int64_t 
               TOPKV_CUDA_CHECK(cudaMemcpyAsync(dst, r.rows, (size_t)r.n * row, cudaMemcpyDefault, copy_stream_));
               return;
             }
-            TOPKV_CUDA_CHECK(cudaMemcpyAsync(raw, r.rows, n * dtype_size(r.dtype), cudaMemcpyDefault, copy_stream_));
+            TOPKV_CUDA_CHECK(cudaMemcpyAsync(raw, r.rows, dtype_bytes(r.dtype, n), cudaMemcpyDefault, copy_stream_));
             cuda::convert(r.dtype, raw, c.dtype, dst, (int64_t)n, copy_stream_);  // `raw` reused in stream order
           });
     }

@@ -103,7 +103,7 @@ void GpuOffloadRuntime::ensure_capacity(int max_ids) {
   if (parts_.bytes == 0) parts_ = be_.alloc((size_t)cfg_.n_head * kMaxParts * (2 + d) * sizeof(float));
   ids_cap_ = std::max({ids_cap_, 64, max_ids + max_ids / 2});  // room to grow without a wait
   lists_ = be_.alloc(2 * (size_t)nkv * ids_cap_ * sizeof(void*) + (size_t)nkv * sizeof(int32_t));
-  if (policy_.stage_rows) staged_ = be_.alloc((size_t)nkv * ids_cap_ * 2 * d * dtype_size(policy_.store_dtype));
+  if (policy_.stage_rows) staged_ = be_.alloc((size_t)nkv * ids_cap_ * 2 * dtype_bytes(policy_.store_dtype, (size_t)d));
 }
 
 void GpuOffloadRuntime::write_mirror(Mirror& mir, const OffloadedLayer::Placement& at, const float* k,
@@ -153,7 +153,7 @@ void GpuOffloadRuntime::attend_parts(const Mirror& mir, const OffloadedLayer& L,
 
 void GpuOffloadRuntime::stage_listed_rows(const void** hl, const int32_t* hcount, int stride) {
   const int nkv = cfg_.n_head_kv;
-  const size_t n_ptr = (size_t)nkv * stride, row_bytes = (size_t)cfg_.head_dim * dtype_size(policy_.store_dtype);
+  const size_t n_ptr = (size_t)nkv * stride, row_bytes = dtype_bytes(policy_.store_dtype, (size_t)cfg_.head_dim);
   uint8_t* hrows = host_rows_.get(n_ptr * 2 * row_bytes);
   uint8_t* drows = staged_.as<uint8_t>();
   int64_t total = 0;

@@ -9,8 +9,11 @@
 namespace topkv {
 
 RowStore::RowStore(int dim, DType dtype, ChunkAllocator alloc)
-    : dim_(dim), dtype_(dtype), row_bytes_((size_t)dim * dtype_size(dtype)), alloc_(std::move(alloc)) {
+    : dim_(dim), dtype_(dtype), row_bytes_(dtype_bytes(dtype, (size_t)std::max(dim, 0))), alloc_(std::move(alloc)) {
   TOPKV_CHECK(dim > 0 && dim <= 65536, "row dimension {} is out of range (1..65536)", dim);
+  TOPKV_CHECK(!dtype_blocked(dtype) || dim % (int)kQ8Block == 0,
+              "rows of {} elements cannot be stored as {} (blocks of {}): use f8, f16 or bf16", dim,
+              dtype_name(dtype), kQ8Block);
   chunks_.reserve(kMaxChunks);
 }
 

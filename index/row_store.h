@@ -1,5 +1,6 @@
 // RowStore: the shared, append-only host store of one (layer, KV head)'s keys
-// (or values). Rows are `dim` elements of f32/f16/bf16, kept in fixed-size
+// (or values). Rows are `dim` elements of f32/f16/bf16/f8 (or dim / 32 Q8_0
+// blocks, src/common/dtype.h), kept in fixed-size
 // chunks so that a row's address never changes when rows are appended: an
 // index may keep pointers into it, and searches may read rows [0, size())
 // while a single writer appends (size() is published with release order).

@@ -70,7 +70,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     const double heads = (double)retrieval * c.n_head_kv;
     plan.lines.push_back({fmt::format("host KV store, {} layers x {} KV heads ({})", retrieval, c.n_head_kv,
                                       dtype_name(in.store_dtype)),
-                          heads * stored * 2.0 * row * dtype_size(in.store_dtype), 0});
+                          heads * stored * 2.0 * (double)dtype_bytes(in.store_dtype, (size_t)c.head_dim), 0});
     std::vector<std::string> specs{p.index};
     specs.insert(specs.end(), in.extra_indexes.begin(), in.extra_indexes.end());
     for (const std::string& spec : specs) {

@@ -41,6 +41,9 @@ OffloadRuntime::OffloadRuntime(const ModelConfig& cfg, const OffloadPolicy& poli
               "--attn topk has no layer to serve: every full-context layer is among the first --dense-layers {} "
               "(the model has {} layers); lower --dense-layers",
               policy_.dense_layers, cfg_.n_layer);
+  TOPKV_CHECK(!dtype_blocked(policy_.store_dtype) || cfg_.head_dim % (int)kQ8Block == 0,
+              "--store-type {} stores blocks of {} elements; this model's head_dim {} is not a multiple: use f8 "
+              "(also 8 bits) or f16", dtype_name(policy_.store_dtype), kQ8Block, cfg_.head_dim);
   // Reject a bad index spec, and a search parameter it would ignore, before any prefill work.
   TOPKV_CHECK(KvIndex::create(policy_.index)->reranks() || policy_.search.rerank <= 1.0,
               "--rerank {} applies to one-level centroid and multipole indexes; index '{}' would ignore it",
@@ -96,7 +99,7 @@ int OffloadRuntime::layers_in_flight(int64_t n) const {
   const int nl = (int)retrieval_layers_.size();
   const double staging = 2.0 * cfg_.n_head_kv * (double)n * cfg_.head_dim * sizeof(float);
   const double keys = (double)nl * cfg_.n_head_kv * n;
-  const double stores = keys * 2.0 * cfg_.head_dim * dtype_size(policy_.store_dtype) +
+  const double stores = keys * 2.0 * (double)dtype_bytes(policy_.store_dtype, (size_t)cfg_.head_dim) +
                         keys * KvIndex::create(policy_.index)->bytes_per_key_estimate(cfg_.head_dim);
   const double avail = host_memory_available();
   int cap = std::max(1, std::min(nl, omp_get_max_threads()));

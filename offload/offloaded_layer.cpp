@@ -188,7 +188,8 @@ void OffloadedLayer::save(PackWriter& w, const std::string& prefix) const {
       store->for_each_span(0, store->size(), [&](int64_t, int64_t cnt, const void* rows) {
         parts.push_back({rows, (size_t)cnt * store->row_bytes()});
       });
-      w.add(name + what, st_dtype_of(store->dtype()), {store->size(), d}, std::move(parts));
+      w.add(name + what, st_dtype_of(store->dtype()), {store->size(), st_row_elems(store->dtype(), d)},
+            std::move(parts));
     }
     for (size_t i = 0; i <= hd.extra_indexes.size(); ++i) {
       const KvIndex& index = i == 0 ? *hd.index : *hd.extra_indexes[i - 1];
@@ -241,15 +242,17 @@ void OffloadedLayer::restore(const PackReader& r, const std::string& prefix, int
                 hd.streaming ? "streaming" : "retrieval");
     if (hd.streaming || stored == 0) continue;
     const StDType st = st_dtype_of(cfg_.store_dtype);
+    const int64_t cols = st_row_elems(cfg_.store_dtype, d);
     for (auto [store, what] : {std::pair{hd.keys.get(), "keys"}, std::pair{hd.values.get(), "values"}}) {
       const std::string tensor = name + what;
       const size_t row_bytes = store->row_bytes();
       // The last partial chunk in place too, copy-on-write, with room to append.
-      const auto map_tail = [&r, &tensor, st, stored, d, row_bytes](int64_t first, size_t chunk_bytes) {
-        SafetensorsReader::CowView v = r.tensor_copy_on_write(tensor, st, {stored, d}, first * row_bytes, chunk_bytes);
+      const auto map_tail = [&r, &tensor, st, stored, cols, row_bytes](int64_t first, size_t chunk_bytes) {
+        SafetensorsReader::CowView v =
+            r.tensor_copy_on_write(tensor, st, {stored, cols}, first * row_bytes, chunk_bytes);
         return std::shared_ptr<uint8_t>(std::move(v.owner), v.data);
       };
-      store->append_mapped(r.tensor(tensor, st, {stored, d}), stored, r.owner(), map_tail);
+      store->append_mapped(r.tensor(tensor, st, {stored, cols}), stored, r.owner(), map_tail);
     }
     const std::string index = fmt::format("{}index.{}", name, index_slot);
     auto [blob, bytes] = r.blob(index);

@@ -161,8 +161,9 @@ void OffloadPolicy::validate() const {
   TOPKV_CHECK(sinks >= 0 && sinks <= kMaxTokens, "--sinks must be in [0, {}] (got {})", kMaxTokens, sinks);
   TOPKV_CHECK(window >= 1 && window <= kMaxTokens, "--window must be at least 1 token and at most {} (got {})", kMaxTokens,
               window);
-  TOPKV_CHECK(store_dtype == DType::F16 || store_dtype == DType::BF16 || store_dtype == DType::F8E4M3,
-              "the host KV store holds f16, bf16 or f8 (got {})", dtype_name(store_dtype));
+  TOPKV_CHECK(store_dtype == DType::F16 || store_dtype == DType::BF16 || store_dtype == DType::F8E4M3 ||
+                  store_dtype == DType::Q8_0,
+              "the host KV store holds f16, bf16, f8 or q8_0 (got {})", dtype_name(store_dtype));
   TOPKV_CHECK(device_fold >= 1 && device_fold <= kMaxTokens, "--device-fold must be at least 1 row and at most {} (got {})",
               kMaxTokens, device_fold);
   TOPKV_CHECK(store_cache >= -1, "store_cache must be -1 (auto), 0 (off) or a size in bytes (got {})", store_cache);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <random>
 
+#include "index/row_store.h"
 #include "src/common/binary_io.h"
 #include "src/common/dtype.h"
 #include "src/common/options.h"
@@ -110,8 +111,9 @@ TEST_CASE("dot products of every row type match a double-precision reference") {
     std::vector<float> a(dim), q(dim);
     for (auto& x : a) x = nd(rng);
     for (auto& x : q) x = nd(rng);
-    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F8E4M3}) {
-      std::vector<uint8_t> row(dim * dtype_size(t));
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::Q8_0}) {
+      if (dtype_blocked(t) && dim % (int)kQ8Block) continue;  // whole blocks only
+      std::vector<uint8_t> row(dtype_bytes(t, dim));
       from_f32(t, a.data(), row.data(), dim);
       std::vector<float> back(dim);
       to_f32(t, row.data(), back.data(), dim);
@@ -126,6 +128,84 @@ TEST_CASE("dot products of every row type match a double-precision reference") {
         REQUIRE(out[g] == Approx(dot_row(t, row.data(), qs.data() + g * dim, dim)).epsilon(1e-5).margin(1e-5));
     }
   }
+}
+
+// The plain reference of a Q8_0 block (src/common/dtype.h): d = f16(max|x|
+// / 127), one step up if 127 d falls short of max|x|; q = round-half-away(x
+// / d) (ggml rounds against the fp32 d instead).
+static std::vector<uint8_t> q8_0_reference(const std::vector<float>& x) {
+  std::vector<uint8_t> out;
+  for (size_t b = 0; b < x.size(); b += 32) {
+    double amax = 0;
+    for (size_t j = 0; j < 32; ++j) amax = std::max(amax, (double)std::fabs(x[b + j]));
+    uint16_t h = f32_to_f16((float)amax / 127);
+    if ((double)f16_to_f32(h) * 127 < amax) ++h;
+    const double d = f16_to_f32(h);
+    out.push_back((uint8_t)(h & 0xff)), out.push_back((uint8_t)(h >> 8));  // little-endian, as ggml writes it
+    for (size_t j = 0; j < 32; ++j) {
+      const double q = d > 0 ? std::round(x[b + j] * (double)(float)(1 / (float)d)) : 0;
+      REQUIRE(std::fabs(q) <= 127);
+      out.push_back((uint8_t)(int8_t)q);
+    }
+  }
+  return out;
+}
+
+TEST_CASE("Q8_0 rows: ggml's block bytes, half a step of rounding, whole blocks only") {
+  CHECK(dtype_bytes(DType::Q8_0, 128) == 136);
+  CHECK(dtype_bytes(DType::Q8_0, 32) == 34);
+  CHECK(dtype_bytes(DType::F8E4M3, 128) == 128);
+  CHECK(dtype_bytes(DType::F16, 7) == 14);
+  CHECK_THROWS_WITH(dtype_size(DType::Q8_0), Catch::Contains("use dtype_bytes"));
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.3f, 2.f);
+  for (size_t n : {32, 64, 96, 256, 4096}) {
+    CAPTURE(n);
+    std::vector<float> x(n);
+    for (auto& v : x) v = nd(rng);
+    x[n / 2] = 90.f;                                           // an outlier: its block's step grows
+    if (n >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.f);  // an all-zero block: d = 0
+    if (n >= 96) for (size_t j = 64; j < 96; ++j) x[j] *= 1e-6f;  // tiny values: d in f16's subnormals
+    if (n >= 256) for (size_t j = 96; j < 128; ++j) x[j] *= 1e-12f;  // below f16's smallest step
+    std::vector<uint8_t> q(dtype_bytes(DType::Q8_0, n));
+    from_f32(DType::Q8_0, x.data(), q.data(), n);
+    CHECK(q == q8_0_reference(x));
+    std::vector<float> back(n);
+    to_f32(DType::Q8_0, q.data(), back.data(), n);
+    int64_t over = 0;
+    for (size_t b = 0; b < n; b += 32) {
+      uint16_t h;
+      std::memcpy(&h, q.data() + b / 32 * 34, 2);
+      const float d = f16_to_f32(h);
+      for (size_t j = b; j < b + 32; ++j) {
+        const auto c = (int8_t)q[b / 32 * 34 + 2 + (j - b)];
+        CHECK(back[j] == d * (float)c);
+        CHECK(c >= -127);
+        // |x - d q| <= d / 2 (and the product's own rounding)
+        over += std::fabs(back[j] - x[j]) > 0.5f * d * (1 + 1e-6f) + 1e-7f * std::fabs(x[j]);
+      }
+    }
+    CHECK(over == 0);
+    // axpy of a row: y += a * row, against the decoded row.
+    std::vector<float> y(n, 1.f), want(n);
+    for (size_t j = 0; j < n; ++j) want[j] = 1.f + 0.75f * back[j];
+    axpy_row(DType::Q8_0, 0.75f, q.data(), y.data(), n);
+    for (size_t j = 0; j < n; ++j) REQUIRE(y[j] == Approx(want[j]).epsilon(1e-6).margin(1e-6));
+  }
+  std::vector<float> x(33, 1.f);
+  std::vector<uint8_t> q(68);
+  CHECK_THROWS_WITH(from_f32(DType::Q8_0, x.data(), q.data(), 33), Catch::Contains("not whole blocks of 32"));
+  CHECK_THROWS_WITH(to_f32(DType::Q8_0, q.data(), x.data(), 33), Catch::Contains("not whole blocks of 32"));
+  // A store of rows that are not whole blocks is refused with what to use.
+  CHECK_THROWS_WITH(RowStore(48, DType::Q8_0), Catch::Contains("use f8, f16 or bf16"));
+  RowStore store(64, DType::Q8_0);
+  CHECK(store.row_bytes() == 68);
+  std::vector<float> rows(3 * 64), got(64);
+  for (auto& v : rows) v = nd(rng);
+  store.append_f32(rows.data(), 3);
+  std::vector<uint8_t> want(dtype_bytes(DType::Q8_0, 64));
+  from_f32(DType::Q8_0, rows.data() + 2 * 64, want.data(), 64);
+  CHECK(std::memcmp(store.row(2), want.data(), want.size()) == 0);
 }
 
 TEST_CASE("option parsing: specs, sweeps, sizes, and errors that name the problem") {
@@ -184,7 +264,13 @@ TEST_CASE("dtype names: compute types and store types each take their own, with 
     CHECK(parse_store_dtype(name) == DType::F8E4M3);
     CHECK_THROWS_WITH(parse_dtype(name), Catch::Contains("use f32, f16 or bf16"));
   }
-  CHECK_THROWS_WITH(parse_store_dtype("f32"), Catch::Contains("use f16, bf16 or f8"));
+  for (const char* name : {"q8_0", "q8", "int8"}) {
+    INFO(name);
+    CHECK(parse_store_dtype(name) == DType::Q8_0);
+    CHECK_THROWS_WITH(parse_dtype(name), Catch::Contains("use f32, f16 or bf16"));
+  }
+  CHECK(std::string(dtype_name(DType::Q8_0)) == "q8_0");
+  CHECK_THROWS_WITH(parse_store_dtype("f32"), Catch::Contains("use f16, bf16, f8 (8-bit E4M3) or q8_0"));
   CHECK_THROWS_WITH(parse_store_dtype("F16"), Catch::Contains("unknown KV store type 'F16'"));
   CHECK_THROWS_WITH(parse_dtype(""), Catch::Contains("unknown element type ''"));
 }

@@ -84,6 +84,7 @@ TEST_CASE("an offloaded layer restored from a pack answers exactly as the saved 
       {8, 8, 64, 3, 5, 2, 20, 8, "multipole", {}},  // fewer tokens than sinks: no store yet
       {4, 4, 256, 8, 32, 1, 50, 16, "centroid:levels=2,block=100", {}, DType::BF16},
       {8, 2, 128, 2, 8, 300, 30, 32, "multipole", {}, DType::F8E4M3},  // 8-bit store rows in the pack
+      {4, 2, 64, 3, 8, 2 * RowStore::kChunkRows + 5, 20, 32, "quest:page=7", {}, DType::Q8_0},  // int8 blocks, mapped
       {8, 1, 64, 2, 4, 600, 25, 64, "multipole:levels=2,coarse_ratio=3", {}},
       {4, 2, 64, 4, 16, 400, 30, 1 << 20, "hnswlib", {1, 0}},  // k covers all: appends re-seed the graph's levels
       {4, 2, 64, 4, 16, 400, 30, 1 << 20, "faiss-hnsw", {}},

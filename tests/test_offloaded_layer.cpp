@@ -121,21 +121,54 @@ TEST_CASE("an f8 (E4M3) store serves exact attention on representable rows, and 
   std::vector<float> q((size_t)H * d);
   for (auto& x : q) x = nd(rng);
   const auto ref = dense(kv, n, q, 0.09f);
-  double err[2];
-  for (DType t : {DType::F16, DType::F8E4M3}) {
+  double err[3];
+  const DType types[] = {DType::F16, DType::F8E4M3, DType::Q8_0};
+  for (int ti = 0; ti < 3; ++ti) {
     OffloadedLayer::Config c = config(H, KV, d, 4, 16, 1 << 20);
-    c.index = "flat", c.store_dtype = t;
+    c.index = "flat", c.store_dtype = types[ti];
     OffloadedLayer layer(c);
     layer.prefill(kv.k.data(), kv.v.data(), n);
     std::vector<float> out(q.size());
     layer.attend(q.data(), 0.09f, out.data(), nullptr);
     double num = 0, den = 0;
     for (size_t i = 0; i < out.size(); ++i) num += std::pow(out[i] - ref[i], 2), den += std::pow(ref[i], 2);
-    err[t == DType::F8E4M3] = std::sqrt(num / den);
+    err[ti] = std::sqrt(num / den);
   }
-  INFO("relative L2 error: f16 store " << err[0] << ", f8 store " << err[1]);
+  INFO("relative L2 error: f16 store " << err[0] << ", f8 store " << err[1] << ", q8_0 store " << err[2]);
   CHECK(err[1] > err[0]);
   CHECK(err[1] < 0.06);
+  CHECK(err[2] > err[0]);      // 8 bits of the block's largest lose more than f16's 11 of each
+  CHECK(err[2] < err[1] / 4);  // but far less than E4M3's 3 mantissa bits
+}
+
+// Q8_0 rows (int8, a scale per 32): rows it represents exactly are served
+// exactly by every index, as for E4M3 above.
+TEST_CASE("a q8_0 store serves exact attention on representable rows, head_dim 64/128/256, GQA 1-4") {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (const auto& [index, H, KV, d] : {std::tuple<const char*, int, int, int>{"flat", 8, 2, 64},
+                                        {"multipole", 4, 4, 128}, {"quest:page=4", 6, 2, 256},
+                                        {"hnswlib", 3, 1, 64}}) {
+    INFO(index << " heads " << H << "/" << KV << " d " << d);
+    const int64_t n = 211;
+    Kv kv = random_kv(n, H, KV, d, rng);
+    for (auto* v : {&kv.k, &kv.v}) {  // every row through Q8_0 and back
+      std::vector<uint8_t> buf(dtype_bytes(DType::Q8_0, (size_t)d));
+      for (size_t r = 0; r < v->size(); r += (size_t)d) {
+        from_f32(DType::Q8_0, v->data() + r, buf.data(), (size_t)d);
+        to_f32(DType::Q8_0, buf.data(), v->data() + r, (size_t)d);
+      }
+    }
+    OffloadedLayer::Config c = config(H, KV, d, 3, 11, 1 << 20);
+    c.index = index, c.store_dtype = DType::Q8_0;
+    OffloadedLayer layer(c);
+    layer.prefill(kv.k.data(), kv.v.data(), n);
+    std::vector<float> q((size_t)H * d), out(q.size());
+    for (auto& x : q) x = nd(rng);
+    layer.attend(q.data(), 0.125f, out.data(), nullptr);
+    const auto ref = dense(kv, n, q, 0.125f);
+    for (size_t i = 0; i < out.size(); ++i) REQUIRE(out[i] == Approx(ref[i]).margin(2e-5));
+  }
 }
 
 TEST_CASE("a token that leaves the window is found by later searches") {

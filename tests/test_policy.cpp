@@ -104,7 +104,7 @@ TEST_CASE("policy config files: fields, unknown keys, bad values") {
   p.apply_json(R"({"attn":"topk","index":"flat","k":128,"k_schedule":"linear","window":64,"sinks":8,"store_type":"bf16"})",
                "c.json");
   CHECK(p.store_dtype == DType::BF16);
-  CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"store_type":"f32"})", "c.json"), Catch::Contains("f16, bf16 or f8"));
+  CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"store_type":"f32"})", "c.json"), Catch::Contains("f16, bf16, f8 (8-bit E4M3) or q8_0"));
   CHECK(p.attn == AttnMode::TopK);
   CHECK(p.search.k == 128);
   CHECK(p.k_schedule == KSchedule::Linear);
@@ -120,6 +120,12 @@ TEST_CASE("policy config files: fields, unknown keys, bad values") {
   g.apply_json(f.to_json(), "roundtrip");
   CHECK(g.to_json() == f.to_json());
   CHECK(g.store_dtype == DType::F8E4M3);
+  OffloadPolicy q8;
+  q8.apply_json(R"({"store_type":"q8_0"})", "c.json");
+  CHECK(q8.store_dtype == DType::Q8_0);
+  OffloadPolicy q2;
+  q2.apply_json(q8.to_json(), "roundtrip");
+  CHECK(q2.store_dtype == DType::Q8_0);
   g.apply_json(R"({"store_cache":"off"})", "c.json");
   CHECK(g.store_cache == 0);
   g.apply_json(R"({"store_cache":"auto"})", "c.json");

@@ -1,5 +1,6 @@
 #include "src/common/dtype.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -16,8 +17,14 @@ const char* dtype_name(DType t) {
     case DType::F16: return "f16";
     case DType::BF16: return "bf16";
     case DType::F8E4M3: return "f8";
+    case DType::Q8_0: return "q8_0";
   }
   return "?";
+}
+
+void fail_blocked_dtype_size(DType t) {
+  fail("internal: {} has no size per element (blocks of {} in {} bytes): use dtype_bytes", dtype_name(t), kQ8Block,
+       kQ8BlockBytes);
 }
 
 namespace {
@@ -29,7 +36,8 @@ struct DTypeName {
 constexpr DTypeName kDTypeNames[] = {
     {"f32", DType::F32},   {"fp32", DType::F32},      {"float32", DType::F32}, {"f16", DType::F16},
     {"fp16", DType::F16},  {"float16", DType::F16},   {"bf16", DType::BF16},   {"bfloat16", DType::BF16},
-    {"f8", DType::F8E4M3}, {"fp8", DType::F8E4M3},    {"f8e4m3", DType::F8E4M3}, {"e4m3", DType::F8E4M3}};
+    {"f8", DType::F8E4M3}, {"fp8", DType::F8E4M3},    {"f8e4m3", DType::F8E4M3}, {"e4m3", DType::F8E4M3},
+    {"q8_0", DType::Q8_0}, {"q8", DType::Q8_0},       {"int8", DType::Q8_0}};
 
 std::optional<DType> dtype_named(std::string_view s) {
   for (const DTypeName& n : kDTypeNames)
@@ -41,14 +49,15 @@ std::optional<DType> dtype_named(std::string_view s) {
 // Compute and cache types: 8-bit is a storage format only.
 DType parse_dtype(std::string_view s) {
   const std::optional<DType> t = dtype_named(s);
-  if (!t || *t == DType::F8E4M3) fail("unknown element type '{}': use f32, f16 or bf16", s);
+  if (!t || *t == DType::F8E4M3 || *t == DType::Q8_0) fail("unknown element type '{}': use f32, f16 or bf16", s);
   return *t;
 }
 
 // The host store holds 16- or 8-bit rows (f32 would double it for nothing).
 DType parse_store_dtype(std::string_view s) {
   const std::optional<DType> t = dtype_named(s);
-  if (!t || *t == DType::F32) fail("unknown KV store type '{}': use f16, bf16 or f8 (8-bit E4M3)", s);
+  if (!t || *t == DType::F32)
+    fail("unknown KV store type '{}': use f16, bf16, f8 (8-bit E4M3) or q8_0 (int8, a scale per 32)", s);
   return *t;
 }
 
@@ -101,8 +110,38 @@ inline uint16_t load16(const void* base, size_t i) {
 }
 }  // namespace
 
+namespace {
+// Q8_0 blocks (ggml's block_q8_0 and quantize_row_q8_0_ref). Bytes are read
+// and written with memcpy: a block's f16 scale sits at an even offset only.
+void check_whole_blocks(size_t n) {
+  TOPKV_CHECK(n % kQ8Block == 0, "internal: {} q8_0 elements are not whole blocks of {}", n, kQ8Block);
+}
+void q8_0_to_f32(const uint8_t* src, float* dst, size_t n) {
+  check_whole_blocks(n);
+  for (size_t b = 0; b < n / kQ8Block; ++b, src += kQ8BlockBytes, dst += kQ8Block) {
+    const float d = f16_to_f32(load16(src, 0));
+    const auto* q = reinterpret_cast<const int8_t*>(src + 2);
+    for (size_t j = 0; j < kQ8Block; ++j) dst[j] = d * (float)q[j];
+  }
+}
+void q8_0_from_f32(const float* src, uint8_t* dst, size_t n) {
+  check_whole_blocks(n);
+  for (size_t b = 0; b < n / kQ8Block; ++b, src += kQ8Block, dst += kQ8BlockBytes) {
+    float amax = 0;
+    for (size_t j = 0; j < kQ8Block; ++j) amax = std::max(amax, std::fabs(src[j]));
+    uint16_t dh = f32_to_f16(amax / 127);
+    if (f16_to_f32(dh) * 127 < amax) ++dh;  // the next f16 up (from 0: the smallest step): no q past 127
+    const float d = f16_to_f32(dh), id = d != 0 ? 1 / d : 0;
+    std::memcpy(dst, &dh, 2);
+    for (size_t j = 0; j < kQ8Block; ++j)
+      dst[2 + j] = (uint8_t)(int8_t)std::clamp(std::lround(src[j] * id), -127L, 127L);
+  }
+}
+}  // namespace
+
 void to_f32(DType t, const void* src, float* dst, size_t n) {
   switch (t) {
+    case DType::Q8_0: return q8_0_to_f32(static_cast<const uint8_t*>(src), dst, n);
     case DType::F32: std::memcpy(dst, src, n * 4); return;
     case DType::F16: {
       auto* s = static_cast<const uint16_t*>(src);
@@ -128,6 +167,7 @@ void to_f32(DType t, const void* src, float* dst, size_t n) {
 
 void from_f32(DType t, const float* src, void* dst, size_t n) {
   switch (t) {
+    case DType::Q8_0: return q8_0_from_f32(src, static_cast<uint8_t*>(dst), n);
     case DType::F32: std::memcpy(dst, src, n * 4); return;
     case DType::F16: {
       auto* d = static_cast<uint16_t*>(dst);

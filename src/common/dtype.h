@@ -18,12 +18,34 @@ namespace topkv {
 // finite 448, smallest subnormal 2^-9). Only the host KV store holds it
 // (--store-type f8): half the bytes of f16 per key and value, read over PCIe
 // and held in host memory.
-enum class DType : uint8_t { F32 = 0, F16 = 1, BF16 = 2, F8E4M3 = 3 };
+//
+// Q8_0: int8 with one scale per group of 32 (ggml's block_q8_0, byte for
+// byte: `f16 d; int8 q[32]`, x = d * q, 34 bytes per 32 elements, 8.5 bits an
+// element). Also a host-store type only (--store-type q8_0): E4M3 keeps 3
+// mantissa bits of every element, Q8_0 ~7 bits of the block's largest, so its
+// rows are ~16x closer to the f16 ones for 6% more bytes than f8. A blocked
+// type: a run of n elements (n a multiple of 32) is n / 32 whole blocks, so
+// rows of a multiple-of-32 head_dim lie back to back as for the other types
+// and every bulk conversion below takes a run of rows; never a part of a
+// block (dtype_bytes).
+enum class DType : uint8_t { F32 = 0, F16 = 1, BF16 = 2, F8E4M3 = 3, Q8_0 = 4 };
 
-inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : t == DType::F8E4M3 ? 1 : 2; }
+constexpr size_t kQ8Block = 32, kQ8BlockBytes = 34;  // elements, bytes of one Q8_0 block
+inline bool dtype_blocked(DType t) { return t == DType::Q8_0; }
+[[noreturn]] void fail_blocked_dtype_size(DType t);
+// Bytes of one element; a blocked type has none (use dtype_bytes).
+inline size_t dtype_size(DType t) {
+  if (dtype_blocked(t)) fail_blocked_dtype_size(t);
+  return t == DType::F32 ? 4 : t == DType::F8E4M3 ? 1 : 2;
+}
+// Bytes of a run of n elements (for Q8_0, n a multiple of kQ8Block).
+inline size_t dtype_bytes(DType t, size_t n) {
+  return dtype_blocked(t) ? n / kQ8Block * kQ8BlockBytes : n * dtype_size(t);
+}
 const char* dtype_name(DType t);
 DType parse_dtype(std::string_view name);  // "f32"|"fp32"|"f16"|"fp16"|"bf16"; throws Error
-// A host KV store's element type: f16, bf16 or f8 ("f8e4m3", "fp8"); throws Error.
+// A host KV store's element type: f16, bf16, f8 ("f8e4m3", "fp8") or q8_0
+// ("int8", "q8"); throws Error.
 DType parse_store_dtype(std::string_view name);
 
 // E4M3 <-> fp32. Decoding is exact (a table of the 256 codes); encoding
@@ -96,7 +118,14 @@ inline uint16_t f32_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
-// Bulk conversions between a row of `n` elements of type `t` and fp32.
+// Bulk conversions between a run of `n` elements of type `t` and fp32. For
+// Q8_0, n is a multiple of 32 (whole blocks); to_f32 gives d * q as ggml
+// does. from_f32 picks d = f16(max|x| / 127) as ggml's quantize_row_q8_0_ref
+// does, moved one f16 step up where that falls short of max|x| / 127, and
+// rounds x against the d it stores (q = round-half-away(x / d)), not against
+// the fp32 one: so |x - d q| <= d / 2 for every element, also for the tiny
+// values some value heads hold, where ggml's f16-subnormal (or zero) d
+// misplaces every q of the block.
 void to_f32(DType t, const void* src, float* dst, size_t n);
 void from_f32(DType t, const float* src, void* dst, size_t n);
 

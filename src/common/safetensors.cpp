@@ -57,8 +57,13 @@ StDType st_dtype_of(DType t) {
     case DType::F16: return StDType::F16;
     case DType::BF16: return StDType::BF16;
     case DType::F8E4M3: return StDType::F8_E4M3;
+    case DType::Q8_0: return StDType::U8;
   }
   return StDType::F32;
+}
+
+int64_t st_row_elems(DType t, int64_t dim) {
+  return (int64_t)(dtype_bytes(t, (size_t)dim) / st_dtype_size(st_dtype_of(t)));
 }
 
 bool st_is_row_type(StDType t) {

@@ -35,7 +35,10 @@ enum class StDType : uint8_t { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL,
 size_t st_dtype_size(StDType t);
 const char* st_dtype_name(StDType t);  // "F32", "BF16", ...
 StDType parse_st_dtype(std::string_view name);  // throws Error for names topkv does not know
-StDType st_dtype_of(DType t);                    // F32 / F16 / BF16
+StDType st_dtype_of(DType t);                    // F32 / F16 / BF16 / F8_E4M3; U8 for Q8_0 (its bytes)
+// Elements of st_dtype_of(t) in a tensor row holding one row of `dim` elements
+// of t: dim, or a Q8_0 row's bytes (the spec has no block types).
+int64_t st_row_elems(DType t, int64_t dim);
 bool st_is_row_type(StDType t);                  // F32, F16 or BF16: a row-store type
 DType row_dtype_of(StDType t);                   // throws Error unless st_is_row_type
 

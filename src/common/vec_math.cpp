@@ -1,6 +1,7 @@
 #include <algorithm>
 #include "src/common/vec_math.h"
 
+#include <cstring>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -86,9 +87,38 @@ float dot_f8e4m3(const uint8_t* row, const float* q, size_t n) {
   return s;
 }
 
+#ifdef TOPKV_AVX2
+// 8 int8 codes at p as fp32.
+static inline __m256 load_i8x8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
+}
+#endif
+
+// Q8_0 (src/common/dtype.h): per block d * (q . x), the codes widened to fp32.
+float dot_q8_0(const uint8_t* row, const float* q, size_t n) {
+  float s = 0.f;
+  for (size_t b = 0; b < n / kQ8Block; ++b, row += kQ8BlockBytes, q += kQ8Block) {
+    uint16_t dh;
+    std::memcpy(&dh, row, 2);
+    const uint8_t* c = row + 2;
+#ifdef TOPKV_AVX2
+    __m256 acc = _mm256_mul_ps(load_i8x8(c), _mm256_loadu_ps(q));
+    acc = _mm256_fmadd_ps(load_i8x8(c + 8), _mm256_loadu_ps(q + 8), acc);
+    acc = _mm256_fmadd_ps(load_i8x8(c + 16), _mm256_loadu_ps(q + 16), acc);
+    acc = _mm256_fmadd_ps(load_i8x8(c + 24), _mm256_loadu_ps(q + 24), acc);
+    const float block = hsum(acc);
+#else
+    float block = 0.f;
+    for (size_t j = 0; j < kQ8Block; ++j) block += (float)(int8_t)c[j] * q[j];
+#endif
+    s += f16_to_f32(dh) * block;
+  }
+  return s;
+}
+
 void dot_rows_multi(DType t, const void* rows, size_t n_rows, size_t dim, const float* queries,
                     size_t nq, float* out) {
-  const size_t row_bytes = dim * dtype_size(t);
+  const size_t row_bytes = dtype_bytes(t, dim);
   const auto* base = static_cast<const uint8_t*>(rows);
   if (t == DType::F32 || nq == 1) {
     for (size_t r = 0; r < n_rows; ++r)
@@ -116,11 +146,11 @@ void axpy_f32(float a, const float* x, float* y, size_t n) {
 
 void axpy_row(DType t, float a, const void* row, float* y, size_t n) {
   if (t == DType::F32) return axpy_f32(a, static_cast<const float*>(row), y, n);
-  if (t == DType::F8E4M3) {
+  if (t == DType::F8E4M3 || t == DType::Q8_0) {  // 256 = 8 whole Q8_0 blocks
     float tmp[256];
     for (size_t i = 0; i < n; i += 256) {
       const size_t m = std::min<size_t>(256, n - i);
-      to_f32(t, static_cast<const uint8_t*>(row) + i, tmp, m);
+      to_f32(t, static_cast<const uint8_t*>(row) + dtype_bytes(t, i), tmp, m);
       axpy_f32(a, tmp, y + i, m);
     }
     return;

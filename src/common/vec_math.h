@@ -1,4 +1,4 @@
-// Inner products between stored rows (f32/f16/bf16/f8) and fp32 queries: the
+// Inner products between stored rows (f32/f16/bf16/f8/q8_0) and fp32 queries: the
 // inner loop of exact search, re-scoring and CPU attention. AVX2+FMA+F16C
 // when the build targets them (x86-64-v3, the default), scalar otherwise.
 #pragma once
@@ -13,6 +13,7 @@ float dot_f32(const float* a, const float* b, size_t n);
 float dot_f16(const uint16_t* row, const float* q, size_t n);
 float dot_bf16(const uint16_t* row, const float* q, size_t n);
 float dot_f8e4m3(const uint8_t* row, const float* q, size_t n);
+float dot_q8_0(const uint8_t* row, const float* q, size_t n);  // n: whole blocks of 32
 
 // Dot of one stored row of type `t` with an fp32 query.
 inline float dot_row(DType t, const void* row, const float* q, size_t n) {
@@ -21,6 +22,7 @@ inline float dot_row(DType t, const void* row, const float* q, size_t n) {
     case DType::F16: return dot_f16(static_cast<const uint16_t*>(row), q, n);
     case DType::BF16: return dot_bf16(static_cast<const uint16_t*>(row), q, n);
     case DType::F8E4M3: return dot_f8e4m3(static_cast<const uint8_t*>(row), q, n);
+    case DType::Q8_0: return dot_q8_0(static_cast<const uint8_t*>(row), q, n);
   }
   return 0.f;
 }

@@ -77,10 +77,7 @@ size_t ggml_row_bytes(GgmlType t, int64_t n) {
 
 // ---- scalar dequantisation, one block at a time -------------------------------
 
-static void dequant_q8_0(const BlockQ8_0& b, float* y) {
-  const float d = f16_to_f32(b.d);
-  for (int j = 0; j < QK; ++j) y[j] = d * b.qs[j];
-}
+static void dequant_q8_0(const BlockQ8_0& b, float* y) { to_f32(DType::Q8_0, &b, y, QK); }
 static void dequant_q4_0(const BlockQ4_0& b, float* y) {
   const float d = f16_to_f32(b.d);
   for (int j = 0; j < QK / 2; ++j) {

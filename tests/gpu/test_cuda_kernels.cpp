@@ -177,14 +177,15 @@ TEST_CASE("convert on the device equals to_f32 then from_f32, every store type i
   auto& be = cuda_be();
   std::mt19937 rng(37);
   int cases = 0, mismatches = 0;
-  for (DType from : {DType::F32, DType::F16, DType::BF16, DType::F8E4M3})
+  for (DType from : {DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::Q8_0})
     for (DType to : {DType::F32, DType::F16, DType::BF16})
-      for (int64_t n : {1, 127, 100003}) {
+      for (int64_t n0 : {1, 127, 100003}) {
+        const int64_t n = dtype_blocked(from) ? (n0 + 31) / 32 * 32 : n0;  // whole blocks: 32, 128, 100,032
         CAPTURE(dtype_name(from), dtype_name(to), n);
         // Values over E4M3's range and past it (saturated when stored as f8), subnormals included.
         std::vector<float> x = randn((size_t)n, rng, 60.f);
         for (int64_t i = 0; i < n; i += 17) x[(size_t)i] *= 1e-4f;
-        std::vector<uint8_t> src((size_t)n * dtype_size(from)), want((size_t)n * dtype_size(to));
+        std::vector<uint8_t> src(dtype_bytes(from, (size_t)n)), want(dtype_bytes(to, (size_t)n));
         from_f32(from, x.data(), src.data(), (size_t)n);
         std::vector<float> back((size_t)n);
         to_f32(from, src.data(), back.data(), (size_t)n);
