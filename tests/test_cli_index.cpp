@@ -137,6 +137,35 @@ TEST_CASE("index build overlapped with the prefill (--overlap-build on) gives th
   CHECK(g_on.out == off.out);
 }
 
+TEST_CASE("a q8_0 store (--store-type q8_0): a pack of int8 rows decodes as the run that built it; other head dims refused") {
+  Fixture& f = fixture();
+  const std::string common = " -m " + f.model + " -n 12 --seed 4 --temp 0.8 -q -c 256";
+  const std::string pack = f.dir.file("q8.tkv");
+  auto b = run_topkv("index build -m " + f.model + " -f " + f.doc + " -o " + pack + " " + kPolicy +
+                     " --store-type q8_0 -q");
+  INFO(b.err);
+  REQUIRE(b.rc == 0);
+  auto direct = run_topkv("generate" + common + " -f " + f.doc + " --attn topk " + kPolicy + " --store-type q8_0");
+  auto packed = run_topkv("generate" + common + " --pack " + pack + " --json " + f.dir.file("q8.json"));
+  INFO(direct.err << packed.err);
+  REQUIRE(direct.rc == 0);
+  REQUIRE(packed.rc == 0);
+  CHECK(packed.out == direct.out);
+  CHECK(nlohmann::json::parse(test::slurp(f.dir.file("q8.json")))["offload"]["policy"]["store_type"] == "q8_0");
+  CHECK(run_topkv("index info " + pack + " --verify").rc == 0);
+  // The store type is fixed by the pack.
+  auto other = run_topkv("generate" + common + " --pack " + pack + " --store-type f16");
+  CHECK(other.rc != 0);
+  CHECK_THAT(other.err, Catch::Contains("--store-type"));
+  // Q8_0 stores blocks of 32: a head_dim of 48 is refused before any prefill, naming what to use.
+  const std::string odd = f.dir.file("hd48.gguf");
+  REQUIRE(run_topkv("model synth --preset tiny-llama --head-dim 48 -q -o " + odd).rc == 0);
+  auto r = run_topkv("generate -m " + odd + " -p 'one two three four five six seven' -n 2 -q --attn topk " + kSearch +
+                     " --store-type q8_0");
+  CHECK(r.rc != 0);
+  CHECK_THAT(r.err, Catch::Contains("head_dim 48 is not a multiple") && Catch::Contains("use f8"));
+}
+
 TEST_CASE("a dense pack decodes as a dense run, --prompts answers each question from the pack afresh") {
   Fixture& f = fixture();
   const std::string dense = f.dir.file("dense.pack");
