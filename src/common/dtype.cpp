@@ -111,8 +111,10 @@ inline uint16_t load16(const void* base, size_t i) {
 }  // namespace
 
 namespace {
-// Q8_0 blocks (ggml's block_q8_0 and quantize_row_q8_0_ref). Bytes are read
-// and written with memcpy: a block's f16 scale sits at an even offset only.
+// Q8_0 blocks: ggml's block_q8_0 bytes; the encoding is its
+// quantize_row_q8_0_ref with the two changes dtype.h gives (d never short of
+// max|x| / 127, x rounded against the stored d). Scales are read and written
+// with memcpy: a block's f16 scale sits at an even offset only.
 void check_whole_blocks(size_t n) {
   TOPKV_CHECK(n % kQ8Block == 0, "internal: {} q8_0 elements are not whole blocks of {}", n, kQ8Block);
 }
