@@ -137,7 +137,7 @@ TEST_CASE("index build overlapped with the prefill (--overlap-build on) gives th
   CHECK(g_on.out == off.out);
 }
 
-TEST_CASE("a q8_0 store (--store-type q8_0): a pack of int8 rows decodes as the run that built it; other head dims refused") {
+TEST_CASE("a q8_0 store (--store-type q8_0): a pack of int8 rows decodes as the run that built it, other head dims are refused") {
   Fixture& f = fixture();
   const std::string common = " -m " + f.model + " -n 12 --seed 4 --temp 0.8 -q -c 256";
   const std::string pack = f.dir.file("q8.tkv");
