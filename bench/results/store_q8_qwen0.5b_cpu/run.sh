@@ -10,4 +10,4 @@ for st in f16 f8 q8_0; do
     --methods-index multipole,multipole:rerank=4 --methods-k 2% --chunk 512 \
     --store-type $st --csv store_$st.csv --json store_$st.json -q
 done
-python3 compare.py > compare.md
+python3 compare.py f16 f8 q8_0 > compare.md
