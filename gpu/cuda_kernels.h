@@ -53,7 +53,7 @@ void kv_write(DType dtype, void* k_cache, void* v_cache, int n_kv, int head_dim,
               const int64_t* dev_pos = nullptr);
 
 // dst[i] = src[i] for n elements, from any host store type (f32, f16, bf16,
-// f8 E4M3) to f32/f16/bf16, through fp32: a prefill ring's past runs of
+// f8 E4M3, q8_0 blocks: n whole blocks) to f32/f16/bf16, through fp32: a prefill ring's past runs of
 // another type than the cache's (gpu/cuda_streamed_attention.cpp). Twin:
 // to_f32 then from_f32 (src/common/dtype.h).
 void convert(DType from, const void* src, DType to, void* dst, int64_t n, cudaStream_t stream);

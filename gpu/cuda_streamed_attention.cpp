@@ -19,7 +19,7 @@
 //              holds only the chunk; a block's positions before it come from
 //              the ring's past source (the top-k runtime's stores: sinks,
 //              store chunks, window; src/model/kv_past.h), one copy per run
-//              and head into the stage, or for a run of another type (f8
+//              and head into the stage, or for a run of another type (8-bit
 //              store rows, fp32 sinks and window) a raw copy converted on the
 //              copy stream (cuda::convert). No second host copy of the past.
 // The union of the blocks is every key once, so the result is the
@@ -114,7 +114,7 @@ void CudaBackend::streamed_attention(const float* q, int T, int n_head, int64_t 
   tc_key_range(pos0, T, window, 0, -1, &first, &last);
   // A prefill ring holds the chunk [pos0, pos0 + T); its past's runs come from
   // c.past (the runtime's stores), each copied to its place in the stage, or
-  // (another element type: an f8 store, the fp32 sinks and window) copied raw
+  // (another element type: an 8-bit store, the fp32 sinks and window) copied raw
   // into `raw` and converted there.
   const int64_t in_ring = c.ring ? pos0 : first;  // positions from here on are in the cache's slots
   if (c.ring && first < pos0) check_ring_past(c, pos0);

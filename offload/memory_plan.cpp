@@ -61,8 +61,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
                         in_model * (double)in.context * kv_per_tok, 0});
   if (in.retrieval_rings && !in.from_pack && retrieval) {
     const int64_t slots = std::min<int64_t>(in.context, in.max_chunk);
-    plan.lines.push_back({fmt::format("prefill rings of {} top-k layers ({} slots)",
-                                      retrieval, slots),
+    plan.lines.push_back({fmt::format("prefill rings of {} top-k layers ({} slots)", retrieval, slots),
                           retrieval * (double)slots * kv_per_tok, 0});
   }
   if (retrieval) {

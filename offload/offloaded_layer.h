@@ -94,7 +94,7 @@ class OffloadedLayer {
   // (values) as the layer holds them, in order: sinks (fp32), store rows (its
   // type, in its chunks) and window (fp32, ring runs); end <= the positions
   // taken so far. The past a model's prefill ring reads (KvPastSource,
-  // src/model/backend.h). A streaming head keeps no store: Error.
+  // src/model/kv_past.h). A streaming head keeps no store: Error.
   void past_runs(int kv_head, bool values, int64_t begin, int64_t end,
                  const std::function<void(const KvPastRun&)>& f) const;
   // Appends one generated token; evicts the window's oldest token if full.

@@ -8,7 +8,6 @@
 #include <limits>
 #include <numeric>
 
-#include "index/kv_index.h"
 #include "src/common/error.h"
 #include "src/common/file_io.h"
 #include "src/common/options.h"

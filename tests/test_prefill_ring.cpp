@@ -39,15 +39,6 @@ std::vector<float> random_rows(size_t n, std::mt19937& rng, float mean) {
   return v;
 }
 
-// What a store of type t gives back for x.
-// A row as a store of type t gives it back (whole rows: Q8_0 scales per 32).
-std::vector<float> through(DType t, const float* row, size_t d) {
-  std::vector<uint8_t> buf(dtype_bytes(t, d));
-  std::vector<float> out(d);
-  from_f32(t, row, buf.data(), d);
-  to_f32(t, buf.data(), out.data(), d);
-  return out;
-}
 
 }  // namespace
 
@@ -96,7 +87,7 @@ TEST_CASE("past_runs serves every position of a range once, as the layer holds i
               const std::vector<float>& src = vals ? values : keys;
               for (int64_t i = 0; i < r.n; ++i) {
                 const float* x = src.data() + (size_t)(r.pos + i) * tok + (size_t)h * d;
-                const std::vector<float> want = stored ? through(c.store, x, d) : std::vector<float>(x, x + d);
+                const std::vector<float> want = stored ? test::through_store(c.store, x, 1, d) : std::vector<float>(x, x + d);
                 for (size_t j = 0; j < d; ++j) mismatches += got[(size_t)i * d + j] != want[j];
               }
               next = r.pos + r.n;

@@ -15,7 +15,21 @@
 #include <string>
 #include <vector>
 
+#include "src/common/dtype.h"
+
 namespace topkv::test {
+
+// n_rows rows of d fp32 values as a host store of type t gives them back
+// (row by row: a Q8_0 row is its own blocks).
+inline std::vector<float> through_store(DType t, const float* rows, size_t n_rows, size_t d) {
+  std::vector<uint8_t> buf(dtype_bytes(t, d));
+  std::vector<float> out(n_rows * d);
+  for (size_t r = 0; r < n_rows; ++r) {
+    from_f32(t, rows + r * d, buf.data(), d);
+    to_f32(t, buf.data(), out.data() + r * d, d);
+  }
+  return out;
+}
 
 // A fresh directory under the system temp dir, removed with everything in it
 // when the object goes (unique per process and object, so parallel CTest

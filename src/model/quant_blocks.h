@@ -10,6 +10,8 @@
 #pragma once
 #include <cstdint>
 
+#include "src/common/dtype.h"
+
 namespace topkv::quant {
 
 constexpr int QK = 32;    // values per block of the "legacy" types
@@ -29,6 +31,8 @@ struct BlockQ5_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; u
 struct BlockQ6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
 
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
+// The host store's Q8_0 (src/common/dtype.h) is this block: one layout, two names.
+static_assert(sizeof(BlockQ8_0) == kQ8BlockBytes && QK == kQ8Block);
 static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
