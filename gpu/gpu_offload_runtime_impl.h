@@ -69,11 +69,6 @@ class GpuOffloadRuntime final : public OffloadRuntime {
     TOPKV_CHECK(cfg.head_dim == 64 || cfg.head_dim == 128 || cfg.head_dim == 256, "the CUDA offload runtime supports head_dim 64, 128 and 256, not {}", cfg.head_dim);
     TOPKV_CHECK(cfg.n_head_kv <= cuda::kMaxRingHeads, "the CUDA offload runtime supports at most {} KV heads, "
                 "not {}", cuda::kMaxRingHeads, cfg.n_head_kv);
-    // Left out for now: the gather and rerank kernels (kernels_rows_attention.cu,
-    // kernels_summary_rerank.cu) read one element type per row, not Q8_0 blocks.
-    TOPKV_CHECK(!dtype_blocked(policy.store_dtype), "--store-type {} is read by the host runtime only (CPU "
-                "backend); the CUDA runtime's gather kernels read f16, bf16 and f8 rows: use --store-type f8 "
-                "here", dtype_name(policy.store_dtype));
     for (auto& e : ev_) TOPKV_CUDA_CHECK(cudaEventCreate(&e));
     // --store-cache: with the search on the device and rows read in place
     // (stage_rows copies rows on the host, which cannot read a GPU copy).

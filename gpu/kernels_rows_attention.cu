@@ -12,7 +12,8 @@
 // Grid: x = KV head, y = split of the head's row list, z = chunk of up to
 // kMaxGroup query heads. A block's 4 warps take rows r = first + warp,
 // + 4, ...; lane i owns dims [i*DPL, (i+1)*DPL) of each row (DPL = head_dim
-// / 32, contiguous so a lane's share is one or two 16-byte loads). Each warp
+// / 32, contiguous so a lane's share is one or two 16-byte loads, or for q8_0
+// rows one block's scale and 2-byte code loads: partial_block.cuh). Each warp
 // keeps kUnroll rows' loads in flight before it does their math: row reads
 // over PCIe take microseconds, and only loads in flight hide that.
 // Per row and query head: s = warp_sum(q . k) (q pre-scaled), online softmax
@@ -56,26 +57,28 @@ __global__ void __launch_bounds__(kThreads) row_list_kernel(const RowListArgs a)
       q[g][i] = g < ng ? a.q[((size_t)h * a.group + g0 + g) * HD + lane * DPL + i] * a.scale : 0.f;
     }
   }
+  // Row addresses in bytes: E may be Q8Row (blocks), which has no element size.
+  constexpr size_t RB = row_bytes_of<E, HD>();
   const void* const* kr = ring ? nullptr : a.k_rows + (size_t)h * a.max_rows;
   const void* const* vr = ring ? nullptr : a.v_rows + (size_t)h * a.max_rows;
-  const E* ring_k = ring ? static_cast<const E*>(a.k_ring) + (size_t)h * a.ring_cap * HD : nullptr;
-  const E* ring_v = ring ? static_cast<const E*>(a.v_ring) + (size_t)h * a.ring_cap * HD : nullptr;
+  const uint8_t* ring_k = ring ? static_cast<const uint8_t*>(a.k_ring) + (size_t)h * a.ring_cap * RB : nullptr;
+  const uint8_t* ring_v = ring ? static_cast<const uint8_t*>(a.v_ring) + (size_t)h * a.ring_cap * RB : nullptr;
   const int ring_first = ring ? a.ring_first[h] : 0;
-  const E* pre_k = pre ? static_cast<const E*>(a.k_prefix) + (size_t)h * a.prefix_cap * HD : nullptr;
-  const E* pre_v = pre ? static_cast<const E*>(a.v_prefix) + (size_t)h * a.prefix_cap * HD : nullptr;
+  const uint8_t* pre_k = pre ? static_cast<const uint8_t*>(a.k_prefix) + (size_t)h * a.prefix_cap * RB : nullptr;
+  const uint8_t* pre_v = pre ? static_cast<const uint8_t*>(a.v_prefix) + (size_t)h * a.prefix_cap * RB : nullptr;
   for (int r = first + warp; r < last; r += kWarps * kUnroll) {
     float kf[kUnroll][DPL], vf[kUnroll][DPL];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int rr = r + u * kWarps;
       if (rr < last) {
-        const E *kp, *vp;
-        if (!ring) kp = static_cast<const E*>(kr[rr]), vp = static_cast<const E*>(vr[rr]);
-        else if (rr < pre) kp = pre_k + (size_t)rr * HD, vp = pre_v + (size_t)rr * HD;
-        else kp = ring_k + (size_t)((ring_first + rr - pre) % a.ring_cap) * HD,
-             vp = ring_v + (size_t)((ring_first + rr - pre) % a.ring_cap) * HD;
-        load_lane<E, DPL>(kp + lane * DPL, kf[u]);
-        load_lane<E, DPL>(vp + lane * DPL, vf[u]);
+        const void *kp, *vp;
+        if (!ring) kp = kr[rr], vp = vr[rr];
+        else if (rr < pre) kp = pre_k + (size_t)rr * RB, vp = pre_v + (size_t)rr * RB;
+        else kp = ring_k + (size_t)((ring_first + rr - pre) % a.ring_cap) * RB,
+             vp = ring_v + (size_t)((ring_first + rr - pre) % a.ring_cap) * RB;
+        load_row_lane<E, DPL>(kp, lane, kf[u]);
+        load_row_lane<E, DPL>(vp, lane, vf[u]);
       }
     }
 #pragma unroll
@@ -119,9 +122,8 @@ void row_list_attention(const RowListArgs& a, cudaStream_t stream) {
       default: break;
     }
   };
-  // 8-bit store rows (--store-type f8) only here: the model's caches never hold them.
-  if (a.row_type == DType::F8E4M3) launch(__nv_fp8_e4m3{});
-  else with_elem_type(a.row_type, launch);
+  // 8-bit store rows (--store-type f8, q8_0) only here: the model's caches never hold them.
+  with_store_type(a.row_type, launch);
   TOPKV_CHECK(launched, "row-list attention supports head_dim 64, 128 and 256, not {}", a.head_dim);
   TOPKV_CUDA_CHECK_LAUNCH();
 }

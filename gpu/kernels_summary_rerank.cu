@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kWarps * 32) rerank_score_kernel(const Summary
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     if (r0 + u >= count) break;
-    load_lane<E, DPL>(static_cast<const E*>(kr[r0 + u]) + lane * DPL, kf[u]);
+    load_row_lane<E, DPL>(kr[r0 + u], lane, kf[u]);
     j[u] = grp[r0 + u];
   }
   float lo = INFINITY, hi = -INFINITY;  // lane g < ng: query head g's, over its candidates
@@ -148,9 +148,8 @@ void summary_rerank(const SummarySearchArgs& a, const Work& w, cudaStream_t stre
     using E = decltype(e);
     with_head_dim(a.head_dim, [&](auto hd) { rerank_score_kernel<E, hd()><<<grid, kWarps * 32, 0, stream>>>(a, w); });
   };
-  // The store's rows: 8-bit (--store-type f8) or a model cache type.
-  if (a.store_type == DType::F8E4M3) launch(__nv_fp8_e4m3{});
-  else with_elem_type(a.store_type, launch);
+  // The store's rows: 8-bit (--store-type f8, q8_0) or a model cache type.
+  with_store_type(a.store_type, launch);
   TOPKV_CUDA_CHECK_LAUNCH();
   rerank_threshold_kernel<<<(unsigned)rows, kSelectThreads, 0, stream>>>(a, w);
   TOPKV_CUDA_CHECK_LAUNCH();

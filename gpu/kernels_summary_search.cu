@@ -440,7 +440,7 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
     // lists, cand_cap a head), and summary_rerank keeps the best into a's.
     SummarySearchArgs into = a;
     if (a.rerank_k > 0) into.k_rows = w.cand_k, into.v_rows = w.cand_v, into.counts = w.cand_count, into.cap = a.cand_cap;
-    const size_t row_bytes = (size_t)a.head_dim * dtype_size(a.store_type);
+    const size_t row_bytes = dtype_bytes(a.store_type, (size_t)a.head_dim);
     if (a.coarse_k > 0) {
       gather_listed_kernel<<<(unsigned)a.n_kv, kSelectThreads, 0, stream>>>(a, w, row_bytes);
       TOPKV_CUDA_CHECK_LAUNCH();

@@ -38,6 +38,46 @@ template <class E, int N> __device__ __forceinline__ void load_lane(const E* p, 
   }
 }
 
+// Tag for a row of q8_0 blocks (--store-type q8_0; layout in src/common/dtype.h:
+// per 32 elements an f16 scale d then 32 int8 codes, x = d * q, 34 bytes).
+struct Q8Row {};
+
+// Bytes of one row of HD elements of E (E an element type or Q8Row).
+template <class E, int HD> constexpr int row_bytes_of() {
+  if constexpr (std::is_same_v<E, Q8Row>) return HD / (int)kQ8Block * (int)kQ8BlockBytes;
+  else return HD * (int)sizeof(E);
+}
+
+// Lane's N contiguous elements [lane*N, +N) of the row at p as fp32, for
+// rows of any store type. A q8_0 lane share lies inside one block (N is 2,
+// 4 or 8 and divides 32): the block's scale times the codes, read in 2-byte
+// loads (a block is 34 bytes, so its codes are only 2-byte aligned).
+template <class E, int N> __device__ __forceinline__ void load_row_lane(const void* p, int lane, float* out) {
+  if constexpr (std::is_same_v<E, Q8Row>) {
+    static_assert(N % 2 == 0 && (int)kQ8Block % N == 0, "a lane's share must lie inside one q8_0 block");
+    const int e = lane * N, b = e / (int)kQ8Block;
+    const uint8_t* blk = static_cast<const uint8_t*>(p) + (size_t)b * kQ8BlockBytes;
+    const float d = __half2float(*reinterpret_cast<const __half*>(blk));
+    const uint16_t* q = reinterpret_cast<const uint16_t*>(blk + 2 + e % (int)kQ8Block);
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      const uint16_t w = q[i];
+      out[2 * i] = d * (float)(int8_t)(w & 0xff);
+      out[2 * i + 1] = d * (float)(int8_t)(w >> 8);
+    }
+  } else {
+    load_lane<E, N>(static_cast<const E*>(p) + lane * N, out);
+  }
+}
+
+// Calls f(E{}) with E the device type of a host store's rows: an element
+// type, __nv_fp8_e4m3 (--store-type f8) or Q8Row (--store-type q8_0).
+template <class F> void with_store_type(DType t, F&& f) {
+  if (t == DType::F8E4M3) f(__nv_fp8_e4m3{});
+  else if (t == DType::Q8_0) f(Q8Row{});
+  else with_elem_type(t, f);
+}
+
 // (m, l, o) <- (m, l, o) + one row of logit s and value share v (this lane's DPL dims).
 template <int DPL>
 __device__ __forceinline__ void online_add(float s, const float (&v)[DPL], float& m, float& l, float (&o)[DPL]) {

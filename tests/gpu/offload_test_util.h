@@ -9,6 +9,7 @@
 #include "gpu/cuda_backend_impl.h"
 #include "offload/offload_runtime.h"
 #include "tests/gpu/cuda_test_util.h"
+#include "tests/test_util.h"
 
 namespace topkv::test {
 
@@ -21,12 +22,9 @@ inline ModelConfig runtime_test_config(int layers, int heads, int kv_heads, int 
   return cfg;
 }
 
-// Rounds v through element type t (the values a store of type t holds exactly).
-inline void round_through(DType t, std::vector<float>& v) {
-  std::vector<uint8_t> raw(v.size() * dtype_size(t));
-  from_f32(t, v.data(), raw.data(), v.size());
-  to_f32(t, raw.data(), v.data(), v.size());
-}
+// Rounds v through store type t (the values a store of type t holds exactly;
+// for q8_0, v.size() a multiple of 32).
+inline void round_through(DType t, std::vector<float>& v) { v = through_store(t, v.data(), 1, v.size()); }
 
 // A random context of n tokens on each of cfg's layers (keys with a shared
 // offset, as real keys have), per layer [kv][n][hd]. f16_exact: keys and

@@ -231,4 +231,21 @@ TEST_CASE("prefill rings read the past from the runtime's stores: the full host 
   const double e_f8 = rel_err(ring_f8, copy);
   CHECK(e_f8 > 0);  // E4M3 changes what the prefill attends
   s_f8.check(e_f8);
+
+  // q8_0 stores: the past's runs come up as blocks and cuda::convert decodes
+  // them; the same bytes from the pinned (GPU runtime) and heap (host runtime)
+  // stores, and the CPU backend's rings over its own q8_0 store as the twin.
+  OffloadPolicy pq = p;
+  pq.store_dtype = DType::Q8_0;
+  auto gpu_rtq = make_offload_runtime(be, cfg, pq, false);
+  OffloadRuntime host_rtq(cfg, pq, false), cpu_rtq(cfg, pq, false);
+  const auto ring_q8 = ring_prefill(file, be, *gpu_rtq, prompt, 120, true);
+  const auto ring_q8_heap = ring_prefill(file, be, host_rtq, prompt, 120, true);
+  const auto ring_q8_cpu = ring_prefill(file, *cpu, cpu_rtq, prompt, 120, true);
+  CHECK(ring_q8_heap == ring_q8);
+  OpSummary s_q8cpu("ring prefill logits over q8_0, CUDA vs CPU backend", 5e-3);
+  s_q8cpu.check(rel_err(ring_q8, ring_q8_cpu));
+  const double e_q8 = rel_err(ring_q8, copy);
+  CHECK(e_q8 > 0);
+  CHECK(e_q8 < e_f8);  // 8 bits a code and a scale per 32 round less than E4M3's 3 mantissa bits
 }

@@ -44,11 +44,14 @@ TEST_CASE("row_list_attention + merge_partials match partial_add on the same row
       {DType::F32, 128, 8, 4, 5, {0, 1, 33, 64, 100, 5, 2, 129}, true},
       {DType::BF16, 128, 2, 8, 1, {300, 41}, false}, {DType::F16, 64, 2, 12, 7, {1000, 3}, true},
       {DType::F32, 64, 3, 1, 2, {31, 0, 9}, false},  {DType::F16, 128, 1, 1, 64, {4097}, true},
+      // 8-bit store rows (--store-type f8, q8_0): q8_0 blocks are 34 bytes, so rows sit at 2-byte alignment
+      {DType::F8E4M3, 128, 2, 6, 3, {250, 7}, true}, {DType::Q8_0, 64, 2, 7, 4, {301, 1}, true},
+      {DType::Q8_0, 128, 1, 6, 2, {513}, false},     {DType::Q8_0, 256, 3, 2, 5, {0, 99, 40}, true},
   };
   for (const Case& c : cases) {
     CAPTURE(dtype_name(c.type), c.hd, c.nkv, c.group, c.splits, c.host);
     const int max_rows = *std::max_element(c.counts.begin(), c.counts.end()) + 2, nh = c.nkv * c.group;
-    const size_t es = dtype_size(c.type), row_bytes = (size_t)c.hd * es;
+    const size_t row_bytes = dtype_bytes(c.type, (size_t)c.hd);
     const int64_t total = std::accumulate(c.counts.begin(), c.counts.end(), 0);
     // Rows of every head in one block (K then V), listed in shuffled order.
     std::vector<float> kf = randn((size_t)total * c.hd, rng), vf = randn((size_t)total * c.hd, rng);
@@ -136,6 +139,9 @@ TEST_CASE("GpuOffloadRuntime serves the CPU OffloadRuntime's attention, step by 
       {"multipole", false, 128, 8, 2, 1500, 16, 4, 64, DType::F8E4M3},
       {"flat", true, 64, 4, 1, 400, 8, 2, 20, DType::F8E4M3},
       {"quest:page=4", false, 256, 8, 1, 900, 8, 4, 40, DType::F8E4M3},
+      {"multipole", false, 64, 14, 2, 1500, 16, 4, 64, DType::Q8_0},
+      {"flat", true, 128, 12, 2, 400, 8, 2, 20, DType::Q8_0},
+      {"quest:page=4", false, 256, 8, 1, 900, 8, 4, 40, DType::Q8_0},
   };
   for (const Case& c : cases) {
     CAPTURE(c.index, c.stage, c.hd, c.heads, c.kv, c.n, dtype_name(c.store));
@@ -243,13 +249,14 @@ TEST_CASE("row_list_attention in ring mode matches partial_add over the ring's r
       {DType::F32, 128, 4, 50, 4, {45, 0}, {20, 0}, 4, 4},
       {DType::F32, 64, 7, 300, 1, {299}, {300}, 1, 3},
       {DType::F32, 256, 2, 33, 9, {5, 30, 0}, {33, 7, 1}, 3, 5},
+      {DType::Q8_0, 128, 4, 50, 3, {45, 7}, {20, 50}},                // blocked rows: ring slots by bytes
   };
   for (const Case& c : cases) {
     const int nkv = (int)c.first.size(), nh = nkv * c.group;
     CAPTURE(dtype_name(c.type), c.hd, c.group, c.cap, nkv);
     std::vector<float> kf = randn((size_t)nkv * c.cap * c.hd, rng), vf = randn(kf.size(), rng);
     round_through(c.type, kf), round_through(c.type, vf);  // the reference sees the ring's values
-    std::vector<uint8_t> raw(kf.size() * dtype_size(c.type));
+    std::vector<uint8_t> raw(dtype_bytes(c.type, kf.size()));
     Buffer dk = be.alloc(raw.size()), dv = be.alloc(raw.size());
     from_f32(c.type, kf.data(), raw.data(), kf.size());
     be.from_host(raw.data(), dk, 0, raw.size());

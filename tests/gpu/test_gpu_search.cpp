@@ -53,7 +53,7 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
   int64_t dropped_rows = 0;  // far_dropped: candidates checked as far rows of their own
   double max_spread_term = 0;  // the largest far spread term checked (its logit less scale.x + ln N)
   // rerank R > 1: clusters until R*k tokens are candidates, each query head
-  // keeps its k best rows (step 3b), rows read from an f16 or f8 store.
+  // keeps its k best rows (step 3b), rows read from an f16, f8 or q8_0 store.
   struct Case { std::string index; DType table; int hd, kv, group, n; int64_t k; bool streaming; int rerank = 1;
                 DType store = DType::F16; };
   const std::vector<Case> cases = {
@@ -71,6 +71,9 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
       {"multipole:rerank_far=1", DType::F32, 128, 2, 4, 4000, 64, false, 4},
       {"multipole:rerank_far=1,spread=0.5", DType::F16, 64, 3, 12, 777, 9, true, 8},
       {"multipole:rerank_far=1", DType::F32, 256, 1, 6, 2501, 50, false, 4, DType::F8E4M3},
+      {"multipole", DType::F32, 64, 2, 7, 2501, 50, false, 4, DType::Q8_0},  // q8_0 rows: 34-byte blocks
+      {"multipole:rerank_far=1", DType::F16, 128, 1, 6, 1999, 40, true, 3, DType::Q8_0},
+      {"centroid:ratio=9", DType::F32, 256, 2, 1, 1301, 3, false, 3, DType::Q8_0},
       {"multipole:rerank_far=1", DType::BF16, 128, 1, 7, 1001, 1, false, 3},
       {"multipole:rerank_far=1", DType::F32, 128, 1, 4, 2000, 64, false},
       // the far rows' spread term (damped; the clip binding; 12 query heads: two grid.z chunks)
@@ -496,15 +499,16 @@ TEST_CASE("The store cache serves the same attention as reading the host store",
   const std::vector<Case> cases = {{"quest", 128, 8, 2, 70000, 64, 300, RowStore::kChunkRows},
                                    {"multipole", 64, 4, 1, 3000, 16, 7, DeviceStoreCache::kGrain},
                                    {"centroid", 256, 8, 1, 1500, 32, 40, DeviceStoreCache::kGrain},
-                                   {"multipole", 128, 8, 2, 2500, 16, 20, DeviceStoreCache::kGrain, DType::F8E4M3}};
+                                   {"multipole", 128, 8, 2, 2500, 16, 20, DeviceStoreCache::kGrain, DType::F8E4M3},
+                                   {"quest", 64, 14, 2, 2500, 16, 20, DeviceStoreCache::kGrain, DType::Q8_0}};
   for (const Case& c : cases) {
-    CAPTURE(c.index, c.hd, c.heads, c.kv, c.n);
+    CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, dtype_name(c.store));
     const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = 96, pol.sinks = 4, pol.window = c.window;
     pol.search.rerank = 1;  // the plain lookup (rerank: the runtime case above)
     pol.search_on = SearchOn::Gpu, pol.device_fold = c.fold, pol.sync_folds = true, pol.store_dtype = c.store;
-    const int64_t part_bytes = c.part * c.hd * (int64_t)dtype_size(c.store);
+    const int64_t part_bytes = c.part * (int64_t)dtype_bytes(c.store, (size_t)c.hd);
     std::vector<std::unique_ptr<OffloadRuntime>> rts;
     for (int64_t limit : {int64_t(0), int64_t(-1), part_bytes}) {
       OffloadPolicy p = pol;
