@@ -1,0 +1,1 @@
+topkv eval ruler -m q15.gguf --lengths 32K --tasks niah_multivalue,niah_multiquery,vt,cwe,fwe --backend cuda --chat --answer-tokens 48 --agreement-tokens 64 --error-steps 0 --chunk 4096 --kv-type f16 --methods-k 2% --threads 16 --samples 3 --seed 3 --methods-index multipole:rerank_far=1
