@@ -21,6 +21,10 @@
 //   kmeans       the GPU k-means engine (--build-on gpu) on one block of a
 //                multipole build, alone and shared by 16 threads (--only
 //                kmeans: this group alone, bench/gpu_kmeans_bench.cpp);
+//   rows         the retrieved rows' attention (row-list kernel) at the
+//                Llama-3-8B decode shape per host store type (f16, f8, q8_0),
+//                rows over PCIe and on the device (--only rows: this group
+//                alone, after the copy row; bench/gpu_rows_bench.cpp);
 //   small ops    rms_norm, rope, glu, add, kv_write, embed, argmax, sampling
 //                at decode (T=1) and prefill (T=512) sizes;
 //   model        synthetic presets (--synth, default gemma3-270m and 4 layers
@@ -228,6 +232,10 @@ void run_gpu_ops(const GpuOpsArgs& a) {
     });
     rep.add("copy", fmt::format("device memcpy {} (read + write)", format_bytes((double)bytes)), us, 2.0 * bytes, 0);
   }
+  if (a.only == "rows") {
+    bench_row_attention(be, tm, rep, a.reps);
+    return;
+  }
   if (a.only == "quant") {
     bench_quant_matmul(be, tm, rep, a.reps, a.quick);
     return;
@@ -243,6 +251,7 @@ void run_gpu_ops(const GpuOpsArgs& a) {
   bench_prefill_attention(be, tm, rep, a.reps, a.quick);
   bench_device_search(be, tm, rep, a.reps);
   bench_kmeans(be, rep, a.reps);
+  bench_row_attention(be, tm, rep, a.reps);
   bench_small_ops(be, tm, rep, a);
   // --quick: the small synthetic model only, unless --synth says otherwise.
   const bool default_synth = a.synth == GpuOpsArgs{}.synth;

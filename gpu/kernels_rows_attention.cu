@@ -38,6 +38,8 @@ template <class E, int HD>
 __global__ void __launch_bounds__(kThreads) row_list_kernel(const RowListArgs a) {
   constexpr int DPL = HD / 32;
   __shared__ BlockPartials<HD, kWarps, kMaxGroup> sm;
+  // Each warp's rows in flight (K and V) staged for the lanes' reads: q8_0 only (load_rows_lanes).
+  __shared__ __align__(16) uint8_t stage[kWarps][stage_bytes_of<E, HD, 2 * kUnroll>()];
 
   const int h = blockIdx.x, split = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g0 = blockIdx.z * kMaxGroup, ng = min(kMaxGroup, a.group - g0);
@@ -66,21 +68,21 @@ __global__ void __launch_bounds__(kThreads) row_list_kernel(const RowListArgs a)
   const int ring_first = ring ? a.ring_first[h] : 0;
   const uint8_t* pre_k = pre ? static_cast<const uint8_t*>(a.k_prefix) + (size_t)h * a.prefix_cap * RB : nullptr;
   const uint8_t* pre_v = pre ? static_cast<const uint8_t*>(a.v_prefix) + (size_t)h * a.prefix_cap * RB : nullptr;
+  const auto row_at = [&](int rr, const void*& kp, const void*& vp) {
+    if (!ring) kp = kr[rr], vp = vr[rr];
+    else if (rr < pre) kp = pre_k + (size_t)rr * RB, vp = pre_v + (size_t)rr * RB;
+    else kp = ring_k + (size_t)((ring_first + rr - pre) % a.ring_cap) * RB,
+         vp = ring_v + (size_t)((ring_first + rr - pre) % a.ring_cap) * RB;
+  };
   for (int r = first + warp; r < last; r += kWarps * kUnroll) {
-    float kf[kUnroll][DPL], vf[kUnroll][DPL];
+    const void* rp[2 * kUnroll];  // row r + u * kWarps: K at 2u, V at 2u + 1
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int rr = r + u * kWarps;
-      if (rr < last) {
-        const void *kp, *vp;
-        if (!ring) kp = kr[rr], vp = vr[rr];
-        else if (rr < pre) kp = pre_k + (size_t)rr * RB, vp = pre_v + (size_t)rr * RB;
-        else kp = ring_k + (size_t)((ring_first + rr - pre) % a.ring_cap) * RB,
-             vp = ring_v + (size_t)((ring_first + rr - pre) % a.ring_cap) * RB;
-        load_row_lane<E, DPL>(kp, lane, kf[u]);
-        load_row_lane<E, DPL>(vp, lane, vf[u]);
-      }
+      rp[2 * u] = rp[2 * u + 1] = nullptr;
+      if (r + u * kWarps < last) row_at(r + u * kWarps, rp[2 * u], rp[2 * u + 1]);
     }
+    float kv[2 * kUnroll][DPL];
+    load_rows_lanes<E, HD>(rp, lane, stage[warp], kv);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (r + u * kWarps >= last) break;
@@ -89,8 +91,8 @@ __global__ void __launch_bounds__(kThreads) row_list_kernel(const RowListArgs a)
         if (g >= ng) break;
         float s = 0.f;
 #pragma unroll
-        for (int i = 0; i < DPL; ++i) s = fmaf(q[g][i], kf[u][i], s);
-        online_add(warp_sum(s), vf[u], m[g], l[g], o[g]);
+        for (int i = 0; i < DPL; ++i) s = fmaf(q[g][i], kv[2 * u][i], s);
+        online_add(warp_sum(s), kv[2 * u + 1], m[g], l[g], o[g]);
       }
     }
   }

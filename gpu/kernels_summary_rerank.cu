@@ -42,6 +42,7 @@ template <class E, int HD>
 __global__ void __launch_bounds__(kWarps * 32) rerank_score_kernel(const SummarySearchArgs a, Work w) {
   constexpr int DPL = HD / 32;
   __shared__ __align__(16) float sq[kMaxGroup][HD];
+  __shared__ __align__(16) uint8_t stage[kWarps][stage_bytes_of<E, HD, kUnroll>()];  // q8_0 rows (load_rows_lanes)
   const int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g0 = blockIdx.z * kMaxGroup, ng = min(kMaxGroup, a.group - g0);
   const int count = w.cand_count[h];
@@ -50,14 +51,15 @@ __global__ void __launch_bounds__(kWarps * 32) rerank_score_kernel(const Summary
   if (r0 >= count) return;
   const void* const* kr = w.cand_k + (size_t)h * w.cand_cap;
   const uint32_t* grp = w.cand_group + (size_t)h * w.cand_cap;
-  float kf[kUnroll][DPL];
+  const void* rp[kUnroll];
   uint32_t j[kUnroll];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
-    if (r0 + u >= count) break;
-    load_row_lane<E, DPL>(kr[r0 + u], lane, kf[u]);
-    j[u] = grp[r0 + u];
+    rp[u] = r0 + u < count ? kr[r0 + u] : nullptr;
+    j[u] = r0 + u < count ? grp[r0 + u] : 0;
   }
+  float kf[kUnroll][DPL];
+  load_rows_lanes<E, HD>(rp, lane, stage[warp], kf);
   float lo = INFINITY, hi = -INFINITY;  // lane g < ng: query head g's, over its candidates
   for (int g = 0; g < ng; ++g) {
     const int row = h * a.group + g0 + g;

@@ -70,6 +70,67 @@ template <class E, int N> __device__ __forceinline__ void load_row_lane(const vo
   }
 }
 
+// A q8_0 row in one coalesced load per lane: HD / 32 blocks of 34 bytes are 17
+// units of HD / 16 bytes (4, 8 or 16: one 32-, 64- or 128-bit load), so lanes
+// 0-16 each load one unit where the row is that aligned (a store's chunks and
+// the staged and cached copies are: their rows lie at multiples of the row's
+// bytes from an aligned base). The per-lane read above needs three loads a
+// lane (the scale, two code loads) and touches the row's bytes each time;
+// over PCIe that is what costs. The units go through shared memory (a lane's
+// codes straddle units) and load_row_lane reads its share from there.
+template <int HD> struct Q8Unit {
+  static constexpr int kBytes = HD / 16;
+  using T = std::conditional_t<kBytes == 4, uint32_t, std::conditional_t<kBytes == 8, uint2, uint4>>;
+  static_assert(HD / (int)kQ8Block * (int)kQ8BlockBytes == 17 * kBytes, "a q8_0 row is 17 units");
+  __device__ static bool aligned(const void* p) { return ((uintptr_t)p & (kBytes - 1)) == 0; }
+  // Lanes 0-16: unit `lane` of the row at p; the others return zeros.
+  __device__ static T load(const void* p, int lane) { return lane < 17 ? static_cast<const T*>(p)[lane] : T{}; }
+  __device__ static void stage(uint8_t* row, const T& u, int lane) {
+    if (lane < 17) reinterpret_cast<T*>(row)[lane] = u;
+  }
+};
+
+// Lane shares of N rows (p[i] null: row i is skipped, out[i] left as it is)
+// with every row's loads in flight before any is used: q8_0 rows that are
+// unit-aligned go through `stage` (this warp's N * row_bytes_of<E, HD>()
+// bytes of shared memory, 16-byte aligned), the others a lane at a time.
+// Every lane of the warp calls it (q8_0: __syncwarp around the stage).
+template <class E, int HD, int N>
+__device__ __forceinline__ void load_rows_lanes(const void* const (&p)[N], int lane, uint8_t* stage,
+                                                float (&out)[N][HD / 32]) {
+  constexpr int DPL = HD / 32;
+  if constexpr (std::is_same_v<E, Q8Row>) {
+    using U = Q8Unit<HD>;
+    constexpr int RB = row_bytes_of<E, HD>();
+    typename U::T unit[N];
+    bool whole[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      whole[i] = p[i] && U::aligned(p[i]);
+      if (whole[i]) unit[i] = U::load(p[i], lane);
+      else if (p[i]) load_row_lane<E, DPL>(p[i], lane, out[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (whole[i]) U::stage(stage + i * RB, unit[i], lane);
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (whole[i]) load_row_lane<E, DPL>(stage + i * RB, lane, out[i]);
+    __syncwarp();  // read before the warp's next rows overwrite the stage
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (p[i]) load_row_lane<E, DPL>(p[i], lane, out[i]);
+  }
+}
+
+// Shared bytes a warp needs to stage N rows of E for load_rows_lanes (16 where
+// nothing is staged, to keep the declaration legal).
+template <class E, int HD, int N> constexpr int stage_bytes_of() {
+  return std::is_same_v<E, Q8Row> ? N * row_bytes_of<E, HD>() : 16;
+}
+
 // Calls f(E{}) with E the device type of a host store's rows: an element
 // type, __nv_fp8_e4m3 (--store-type f8) or Q8Row (--store-type q8_0).
 template <class F> void with_store_type(DType t, F&& f) {

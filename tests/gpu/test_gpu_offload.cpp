@@ -38,7 +38,9 @@ TEST_CASE("row_list_attention + merge_partials match partial_add on the same row
   auto& be = cuda_be();
   OpSummary sum("row-list attention (device+pinned rows)", 1e-4);
   std::mt19937 rng(17);
-  struct Case { DType type; int hd, nkv, group, splits; std::vector<int> counts; bool host; };
+  // shift: the rows' block starts that many bytes past an aligned address (q8_0: rows not aligned
+  // to their 17 units, read lane by lane instead of in one load per lane).
+  struct Case { DType type; int hd, nkv, group, splits; std::vector<int> counts; bool host; int shift = 0; };
   const std::vector<Case> cases = {
       {DType::F16, 256, 1, 4, 3, {777}, true},       {DType::F16, 256, 1, 4, 17, {1}, false},
       {DType::F32, 128, 8, 4, 5, {0, 1, 33, 64, 100, 5, 2, 129}, true},
@@ -47,9 +49,11 @@ TEST_CASE("row_list_attention + merge_partials match partial_add on the same row
       // 8-bit store rows (--store-type f8, q8_0): q8_0 blocks are 34 bytes, so rows sit at 2-byte alignment
       {DType::F8E4M3, 128, 2, 6, 3, {250, 7}, true}, {DType::Q8_0, 64, 2, 7, 4, {301, 1}, true},
       {DType::Q8_0, 128, 1, 6, 2, {513}, false},     {DType::Q8_0, 256, 3, 2, 5, {0, 99, 40}, true},
+      {DType::Q8_0, 128, 2, 4, 3, {200, 77}, true, 2}, {DType::Q8_0, 256, 1, 8, 2, {150}, false, 8},
+      {DType::Q8_0, 64, 1, 2, 1, {33}, true, 2},
   };
   for (const Case& c : cases) {
-    CAPTURE(dtype_name(c.type), c.hd, c.nkv, c.group, c.splits, c.host);
+    CAPTURE(dtype_name(c.type), c.hd, c.nkv, c.group, c.splits, c.host, c.shift);
     const int max_rows = *std::max_element(c.counts.begin(), c.counts.end()) + 2, nh = c.nkv * c.group;
     const size_t row_bytes = dtype_bytes(c.type, (size_t)c.hd);
     const int64_t total = std::accumulate(c.counts.begin(), c.counts.end(), 0);
@@ -64,13 +68,13 @@ TEST_CASE("row_list_attention + merge_partials match partial_add on the same row
     Buffer dev_rows;
     uint8_t* base;
     if (c.host) {
-      host_rows = pinned_mapped(std::max<size_t>(raw.size(), 1));
-      std::copy(raw.begin(), raw.end(), host_rows.get());
-      base = host_rows.get();
+      host_rows = pinned_mapped(std::max<size_t>(raw.size() + c.shift, 1));
+      std::copy(raw.begin(), raw.end(), host_rows.get() + c.shift);
+      base = host_rows.get() + c.shift;
     } else {
-      dev_rows = be.alloc(std::max<size_t>(raw.size(), 1));
-      be.from_host(raw.data(), dev_rows, 0, raw.size());
-      base = dev_rows.as<uint8_t>();
+      dev_rows = be.alloc(std::max<size_t>(raw.size() + c.shift, 1));
+      be.from_host(raw.data(), dev_rows, (size_t)c.shift, raw.size());
+      base = dev_rows.as<uint8_t>() + c.shift;
     }
     std::vector<const void*> kp((size_t)c.nkv * max_rows, nullptr), vp(kp.size(), nullptr);
     std::vector<std::vector<int64_t>> order((size_t)c.nkv);
