@@ -22,7 +22,8 @@ def q8(x):
     q=np.where(d>0, np.clip(np.round(b/np.where(d>0,d,1)),-127,127),0)
     return (q*d).reshape(x.shape)
 print('layer  max|k|   attn rel err: f16      f8       q8_0')
-for L in range(28):
+n_layers = len([k for k in h if k.endswith(".keys")])
+for L in range(n_layers):
     K=get(f'layer{L}.keys'); V=get(f'layer{L}.values'); Q=get(f'layer{L}.queries')  # [kv][n][d], [kv][n][d], [steps][heads][d]?
     if L==0: print('shapes',K.shape,V.shape,Q.shape)
     nkv,nk,d=K.shape; Qr=Q.reshape(-1,Q.shape[-2],d) if Q.ndim==3 else Q
