@@ -13,7 +13,9 @@
 #ifdef TOPKV_HAVE_CUDA
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
