@@ -2,8 +2,9 @@
 // row-list attention kernel (cuda::row_list_attention, the retrieved rows'
 // part of an offloaded decode step) at the Llama-3-8B decode shape — 8 KV
 // heads, 4 query heads each, head_dim 128, 1024 rows a KV head (k = 256 for
-// each of 4 query heads, no overlap) and the runtime's split of 32 rows a
-// block — for each host store type (f16, f8, q8_0), with the rows
+// each of 4 query heads, no overlap) and the runtime's split of a row list
+// (kIdsRowsPerSplit rows a block) — for each host store type (f16, f8,
+// q8_0), with the rows
 //   pinned   in pinned, device-mapped host memory read in place over PCIe
 //            (what the store cache does not hold), scattered over 1 GiB;
 //   device   in device memory (rows the store cache holds), scattered over 1 GiB;
@@ -21,18 +22,20 @@
 
 #include "bench/gpu_bench_util.h"
 #include "gpu/cuda_kernels.h"
+#include "gpu/gpu_offload_runtime_impl.h"
 
 namespace topkv::bench {
 
 void bench_row_attention(CudaBackend& be, EventTimer& tm, Report& rep, int reps) {
-  constexpr int nkv = 8, group = 4, hd = 128, rows = 1024, per_split = 32;
+  constexpr int nkv = 8, group = 4, hd = 128, rows = 1024;
   constexpr size_t pool_bytes = size_t{1} << 30;
   void* pinned = nullptr;
   TOPKV_CUDA_CHECK(cudaHostAlloc(&pinned, pool_bytes, cudaHostAllocMapped));
   std::unique_ptr<void, decltype(&cudaFreeHost)> pinned_owner(pinned, &cudaFreeHost);
   Buffer device_pool = be.alloc(pool_bytes);
   Buffer q = random_device(be, DType::F32, (size_t)nkv * group * hd, 3, 1.f);
-  const int parts = (rows + per_split - 1) / per_split;
+  // The runtime's split of a row list over blocks.
+  const int parts = gpu_offload::splits_for(rows, gpu_offload::kIdsRowsPerSplit, gpu_offload::kMaxIdsSplits);
   Buffer part = be.alloc((size_t)nkv * group * parts * (2 + hd) * sizeof(float));
   Buffer lists = be.alloc(2 * (size_t)nkv * rows * sizeof(void*)), counts = be.alloc(nkv * sizeof(int32_t));
   const std::vector<int32_t> cnt(nkv, rows);

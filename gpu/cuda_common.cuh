@@ -1,5 +1,6 @@
 // Device helpers shared by the kernel files: element conversions for the
-// three row types (fp32, fp16, bf16), warp reductions, launch sizing.
+// row types (fp32, fp16, bf16; the host store's f8 and q8_0), warp
+// reductions, launch sizing.
 // Included by .cu files only.
 #pragma once
 #include <cuda_bf16.h>
@@ -8,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gpu/cuda_check.h"
 #include "src/common/dtype.h"
@@ -19,6 +21,24 @@ __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 // E4M3 store rows (--store-type f8): decoded exactly, as the host's table does.
 __device__ __forceinline__ float to_float(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
+
+// Tag for host store rows of q8_0 blocks (--store-type q8_0; layout in
+// src/common/dtype.h: per 32 elements an f16 scale d then 32 int8 codes,
+// x = d * q, 34 bytes). Blocks are 34 bytes, so a scale is 2-byte aligned.
+struct Q8Row {};
+__device__ __forceinline__ float q8_0_scale(const uint8_t* block) {
+  return __half2float(*reinterpret_cast<const __half*>(block));
+}
+// Element i of a run of q8_0 blocks at p, as the host's to_f32 gives it.
+__device__ __forceinline__ float q8_0_at(const void* p, int64_t i) {
+  const uint8_t* block = static_cast<const uint8_t*>(p) + i / (int64_t)kQ8Block * (int64_t)kQ8BlockBytes;
+  return q8_0_scale(block) * (float)(int8_t)block[2 + i % (int64_t)kQ8Block];
+}
+// Element i of a run of store type E (an element type or Q8Row) at p, in fp32.
+template <class E> __device__ __forceinline__ float elem_at(const void* p, int64_t i) {
+  if constexpr (std::is_same_v<E, Q8Row>) return q8_0_at(p, i);
+  else return to_float(static_cast<const E*>(p)[i]);
+}
 
 // Round to nearest even, as the host conversions of src/common/dtype.h.
 template <class E> __device__ __forceinline__ E from_float(float x);
@@ -88,6 +108,14 @@ template <class F> void with_elem_type(DType t, F&& f) {
     case DType::BF16: f(__nv_bfloat16{}); return;
   }
   fail("unknown element type code {}", (int)t);
+}
+
+// Calls f(E{}) with E the device type of a host store's rows: an element
+// type, __nv_fp8_e4m3 (--store-type f8) or Q8Row (--store-type q8_0).
+template <class F> void with_store_type(DType t, F&& f) {
+  if (t == DType::F8E4M3) f(__nv_fp8_e4m3{});
+  else if (t == DType::Q8_0) f(Q8Row{});
+  else with_elem_type(t, f);
 }
 
 // Blocks for a grid-stride loop over n items: enough to fill the device

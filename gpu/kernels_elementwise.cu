@@ -61,22 +61,12 @@ __global__ void kv_write_kernel(E* __restrict__ k_cache, E* __restrict__ v_cache
 }
 
 // Element by element: dst[i] = src[i] through fp32 (exact for every source
-// type; the destination rounds to nearest even, as the host's from_f32).
+// store type, q8_0 blocks included; the destination rounds to nearest even,
+// as the host's from_f32). Twin: the host's to_f32 then from_f32.
 template <class S, class D>
-__global__ void convert_kernel(const S* __restrict__ src, D* __restrict__ dst, int64_t n) {
+__global__ void convert_kernel(const void* __restrict__ src, D* __restrict__ dst, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] = from_float<D>(to_float(src[i]));
-}
-
-// Q8_0 blocks (src/common/dtype.h: f16 d, int8 q[32]; x = d * q) element by
-// element; the twin is the host's to_f32(Q8_0) then from_f32.
-template <class D>
-__global__ void convert_q8_0_kernel(const uint8_t* __restrict__ src, D* __restrict__ dst, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    const uint8_t* block = src + i / 32 * 34;
-    const float d = __half2float(*reinterpret_cast<const __half*>(block));  // 34-byte blocks: d is 2-aligned
-    dst[i] = from_float<D>(d * (float)(int8_t)block[2 + i % 32]);
-  }
+    dst[i] = from_float<D>(elem_at<S>(src, i));
 }
 
 }  // namespace
@@ -138,26 +128,15 @@ void kv_write(DType dtype, void* k_cache, void* v_cache, int n_kv, int head_dim,
 
 void convert(DType from, const void* src, DType to, void* dst, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  const auto run = [&](auto s_elem) {
+  TOPKV_CHECK(!dtype_blocked(from) || n % (int64_t)kQ8Block == 0,
+              "internal: convert of {} {} elements, not whole blocks of {}", n, dtype_name(from), kQ8Block);
+  with_store_type(from, [&](auto s_elem) {
     with_elem_type(to, [&](auto d_elem) {
       using S = decltype(s_elem);
       using D = decltype(d_elem);
-      convert_kernel<S, D><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<const S*>(src),
-                                                                         static_cast<D*>(dst), n);
+      convert_kernel<S, D><<<grid_for(n, kThreads), kThreads, 0, stream>>>(src, static_cast<D*>(dst), n);
     });
-  };
-  if (from == DType::Q8_0) {
-    TOPKV_CHECK(n % 32 == 0, "internal: convert of {} q8_0 elements, not whole blocks of 32", n);
-    with_elem_type(to, [&](auto d_elem) {
-      using D = decltype(d_elem);
-      convert_q8_0_kernel<D><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<const uint8_t*>(src),
-                                                                            static_cast<D*>(dst), n);
-    });
-  } else if (from == DType::F8E4M3) {
-    run(__nv_fp8_e4m3{});
-  } else {
-    with_elem_type(from, run);
-  }
+  });
   TOPKV_CUDA_CHECK_LAUNCH();
 }
 

@@ -39,11 +39,8 @@ template <class E, int N> __device__ __forceinline__ void load_lane(const E* p, 
   }
 }
 
-// Tag for a row of q8_0 blocks (--store-type q8_0; layout in src/common/dtype.h:
-// per 32 elements an f16 scale d then 32 int8 codes, x = d * q, 34 bytes).
-struct Q8Row {};
-
-// Bytes of one row of HD elements of E (E an element type or Q8Row).
+// Bytes of one row of HD elements of E (E an element type or Q8Row,
+// gpu/cuda_common.cuh).
 template <class E, int HD> constexpr int row_bytes_of() {
   if constexpr (std::is_same_v<E, Q8Row>) return HD / (int)kQ8Block * (int)kQ8BlockBytes;
   else return HD * (int)sizeof(E);
@@ -58,7 +55,7 @@ template <class E, int N> __device__ __forceinline__ void load_row_lane(const vo
     static_assert(N % 2 == 0 && (int)kQ8Block % N == 0, "a lane's share must lie inside one q8_0 block");
     const int e = lane * N, b = e / (int)kQ8Block;
     const uint8_t* blk = static_cast<const uint8_t*>(p) + (size_t)b * kQ8BlockBytes;
-    const float d = __half2float(*reinterpret_cast<const __half*>(blk));
+    const float d = q8_0_scale(blk);
     const uint16_t* q = reinterpret_cast<const uint16_t*>(blk + 2 + e % (int)kQ8Block);
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) {
@@ -80,7 +77,8 @@ template <class E, int N> __device__ __forceinline__ void load_row_lane(const vo
 // one. The units go through shared memory (a lane's codes straddle units)
 // and load_row_lane reads its share from there. Measured over PCIe (bench
 // gpu-ops --only rows, one Llama-8B layer, H100): 91.1 us against 95.3 a
-// lane at a time, f8 57.7: the row's two 128-byte lines cost, not the loads.
+// lane at a time, f8 57.7: not the loads; most likely the row's two 128-byte
+// lines (an f8 row is one).
 template <int HD> struct Q8Unit {
   static constexpr int kBytes = HD / 16;
   using T = std::conditional_t<kBytes == 4, uint32_t, std::conditional_t<kBytes == 8, uint2, uint4>>;
@@ -132,14 +130,6 @@ __device__ __forceinline__ void load_rows_lanes(const void* const (&p)[N], int l
 // nothing is staged, to keep the declaration legal).
 template <class E, int HD, int N> constexpr int stage_bytes_of() {
   return std::is_same_v<E, Q8Row> ? N * row_bytes_of<E, HD>() : 16;
-}
-
-// Calls f(E{}) with E the device type of a host store's rows: an element
-// type, __nv_fp8_e4m3 (--store-type f8) or Q8Row (--store-type q8_0).
-template <class F> void with_store_type(DType t, F&& f) {
-  if (t == DType::F8E4M3) f(__nv_fp8_e4m3{});
-  else if (t == DType::Q8_0) f(Q8Row{});
-  else with_elem_type(t, f);
 }
 
 // (m, l, o) <- (m, l, o) + one row of logit s and value share v (this lane's DPL dims).

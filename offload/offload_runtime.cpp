@@ -42,8 +42,9 @@ OffloadRuntime::OffloadRuntime(const ModelConfig& cfg, const OffloadPolicy& poli
               "(the model has {} layers); lower --dense-layers",
               policy_.dense_layers, cfg_.n_layer);
   TOPKV_CHECK(!dtype_blocked(policy_.store_dtype) || cfg_.head_dim % (int)kQ8Block == 0,
-              "--store-type {} stores blocks of {} elements; this model's head_dim {} is not a multiple: use f8 "
-              "(also 8 bits) or f16", dtype_name(policy_.store_dtype), kQ8Block, cfg_.head_dim);
+              "--store-type {} stores blocks of {} elements; this model's head_dim {} is not a multiple: use f16 "
+              "(or f8 for 8 bits, which rounds keys with outlier dimensions badly: see --help)",
+              dtype_name(policy_.store_dtype), kQ8Block, cfg_.head_dim);
   // Reject a bad index spec, and a search parameter it would ignore, before any prefill work.
   TOPKV_CHECK(KvIndex::create(policy_.index)->reranks() || policy_.search.rerank <= 1.0,
               "--rerank {} applies to one-level centroid and multipole indexes; index '{}' would ignore it",

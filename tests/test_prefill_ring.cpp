@@ -39,7 +39,6 @@ std::vector<float> random_rows(size_t n, std::mt19937& rng, float mean) {
   return v;
 }
 
-
 }  // namespace
 
 TEST_CASE("past_runs serves every position of a range once, as the layer holds it, while a prefill arrives") {
