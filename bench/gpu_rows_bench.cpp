@@ -8,7 +8,10 @@
 //   pinned   in pinned, device-mapped host memory read in place over PCIe
 //            (what the store cache does not hold), scattered over 1 GiB;
 //   device   in device memory (rows the store cache holds), scattered over 1 GiB;
-// and q8_0 rows from pinned memory 2 bytes off alignment (read a lane at a time).
+// and two pinned cases off alignment: q8_0 rows 2 bytes off (read a lane at a
+// time, not in one unit load per lane: what the unit load buys) and f8 rows 64
+// bytes off, so that each 128-byte row spans two 128-byte lines as a 136-byte
+// q8_0 row does (whether the lines a row touches or its bytes set the PCIe cost).
 // Bytes are the rows' K and V as stored: the row type's cost where it is
 // paid, on the bus. One layer a call; a 32-layer step is 32 of them.
 #ifdef TOPKV_HAVE_CUDA
@@ -18,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench/gpu_bench_util.h"
@@ -54,13 +58,13 @@ void bench_row_attention(CudaBackend& be, EventTimer& tm, Report& rep, int reps)
         std::memcpy(p + done, block.data(), std::min(block.size(), pool_rows * row_bytes - done));
       be.from_host(pinned, device_pool, 0, pool_rows * row_bytes);
     }
-    // q8_0 also from an address 2 bytes past alignment: rows a lane at a time (load_row_lane), not
-    // in one unit load per lane (Q8Unit) — what the unit load buys, in the same run.
+    // variant 2: pinned, off alignment by `skew` bytes (above); f16 has no such case.
+    const size_t skew = t == DType::Q8_0 ? 2 : t == DType::F8E4M3 ? 64 : 0;
     for (const int variant : {0, 1, 2}) {
-      if (variant == 2 && t != DType::Q8_0) continue;
+      if (variant == 2 && skew == 0) continue;
       const bool on_device = variant == 1;
       const uint8_t* base =
-          on_device ? device_pool.as<uint8_t>() : static_cast<const uint8_t*>(pinned) + (variant == 2 ? 2 : 0);
+          on_device ? device_pool.as<uint8_t>() : static_cast<const uint8_t*>(pinned) + (variant == 2 ? skew : 0);
       std::mt19937_64 rng(9);
       std::vector<const void*> ptrs(2 * (size_t)nkv * rows);
       for (auto& p : ptrs) p = base + (rng() % (pool_rows - 1)) * row_bytes;
@@ -73,7 +77,9 @@ void bench_row_attention(CudaBackend& be, EventTimer& tm, Report& rep, int reps)
       const double us = tm.median_us(reps, [&] { cuda::row_list_attention(a, be.stream()); });
       const double bytes = 2.0 * nkv * rows * row_bytes;
       rep.add("rows", fmt::format("llama8b layer, {} rows x {} KV heads, {} {}", rows, nkv, dtype_name(t),
-                                  variant == 1 ? "device" : variant == 2 ? "pinned, unaligned" : "pinned"),
+                                  variant == 1 ? "device"
+                                  : variant == 2 ? fmt::format("pinned, {} B off", skew)
+                                                 : std::string("pinned")),
               us, bytes, 4.0 * nkv * group * rows * hd);
     }
   }

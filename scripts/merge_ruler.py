@@ -74,7 +74,7 @@ def main():
         s = [score(m, L) for L in lengths]
         d = [dense_on(m, L) for L in lengths]
         cells = "".join(f"{x:8.1f}" if x is not None else "       -" for x in s)
-        ratios = " ".join(f"{x / y:.2f}" if x is not None and y else "  - " for x, y in zip(s, d))
+        ratios = " ".join(f"{x / y:.3f}" if x is not None and y else "  -  " for x, y in zip(s, d))
         ag, kl, tps = mean(m, "agreement"), mean(m, "kl_mean"), mean(m, "decode_tok_per_s")
         tail = f"  {ag:.3f}  {kl:.4f} {tps:6.1f}" if ag is not None else ""
         print(f"{m:32}{cells}  {ratios:28}{tail}")
