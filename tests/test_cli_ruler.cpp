@@ -88,6 +88,7 @@ TEST_CASE("eval ruler: rows for dense and each method, flat at k = 100% decodes 
       CHECK(row["rows_attended"].get<double>() <= row["prompt_tokens"].get<double>() + 128);
       CHECK(row["agreement"].get<double>() == 1.0);
       CHECK(row["kl_mean"].get<double>() < 1e-3);
+      CHECK(row["flip_margin"].get<double>() == 0.0);  // no step flipped
       for (const auto& e : row["attention_rel_error_per_layer"]) CHECK(e.get<double>() < 1e-5);
       REQUIRE(row["oracle_topk_mass_per_layer"].size() == 2);  // every key kept: all of the attention
       for (const auto& m : row["oracle_topk_mass_per_layer"]) CHECK(m.get<double>() == Approx(1.0).margin(1e-6));
@@ -95,6 +96,9 @@ TEST_CASE("eval ruler: rows for dense and each method, flat at k = 100% decodes 
       CHECK(row["score"] == dense[row["task"]]["score"]);
     } else {
       CHECK(row["k_tokens"].get<double>() == 4.0);
+      // dense's preference for its token where this method chose another: > 0 exactly when a step flipped
+      CHECK(row["flip_margin"].get<double>() >= 0.0);
+      CHECK((row["flip_margin"].get<double>() > 0.0) == (row["agreement"].get<double>() < 1.0));
       // each query head's 4, their union per KV head: 4 .. 4 x group (tiny-gemma3: 2)
       CHECK(row["rows_attended"].get<double>() >= 4.0);
       CHECK(row["rows_attended"].get<double>() <= 8.0);
@@ -124,17 +128,19 @@ TEST_CASE("eval ruler: rows for dense and each method, flat at k = 100% decodes 
   CHECK(j["builds"].size() == 2);
 }
 
-TEST_CASE("eval ruler: a spec's rerank= is a search parameter, so the methods share one build") {
+TEST_CASE("eval ruler: a spec's rerank= is a search parameter, so the methods share one build, and a repeat runs once") {
   test::TempDir tmp("topkv_cli_ruler_rerank");
   const std::string js = tmp.file("ruler.json");
   auto r = run_topkv("eval ruler -m " + model() + " --tasks niah_single_1 --lengths 1024 --samples 1 "
-                     "--methods-index multipole,multipole:rerank=4 --methods-k 16 --agreement-tokens 4 --window 8 "
+                     "--methods-index multipole,multipole:rerank=4,multipole --methods-k 16 --methods-k 16 "
+                     "--agreement-tokens 4 --window 8 "
                      "--sinks 2 --chunk 256 --backend cpu -q --json " + js);
   INFO(r.err);
   REQUIRE(r.rc == 0);
   const auto j = nlohmann::json::parse(test::slurp(js));
   CHECK(j["timing"]["index_builds"] == 1);  // "multipole" built once, searched both ways
-  REQUIRE(j["rows"].size() == 3);
+  REQUIRE(j["rows"].size() == 3);  // dense and the two methods, each once
+  CHECK(j["rows"][1]["method"] == "topk:multipole@16");
   CHECK(j["rows"][2]["method"] == "topk:multipole:rerank=4@16");
   CHECK(j["rows"][2]["index"] == "multipole:rerank=4");
 }

@@ -132,6 +132,7 @@ RulerRow run_method(Session& ss, SharedContext& ctx, const EvalMethod& m, const 
     time.forced_s += t.seconds();
     ctx.detach();
     row.agreement = forced.agreement, row.kl_mean = forced.kl_mean, row.kl_max = forced.kl_max;
+    row.flip_margin = forced.flip_margin_max;
     if (error_steps > 0) row.attn_err = rt->attention_rel_error(), row.topk_mass = rt->oracle_topk_mass();
   }
   row.restore_s = (restore_s + restore2_s) / 2;

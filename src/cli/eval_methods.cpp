@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "src/cli/policy_options.h"
@@ -71,7 +72,9 @@ std::vector<EvalMethod> make_eval_methods(const MethodArgs& a, const OffloadPoli
             p.k_fraction = 0;
           }
           p.validate();
-          out.push_back(std::move(m));
+          // A method given twice (--methods-k 2% --methods-k 2%,5%) runs once: its name says all it is.
+          const auto same = [&](const EvalMethod& o) { return o.name == m.name; };
+          if (std::none_of(out.begin(), out.end(), same)) out.push_back(std::move(m));
         }
   return out;
 }

@@ -30,6 +30,7 @@ struct RulerRow {
   std::string generated;
   std::vector<double> depths;
   double agreement = 1, kl_mean = 0, kl_max = 0;
+  double flip_margin = 0;            // ForcedRun::flip_margin_max
   std::vector<double> attn_err;      // per retrieval layer (teacher-forced steps)
   std::vector<double> topk_mass;     // per retrieval layer, the same steps: OffloadRuntime::oracle_topk_mass()
   int decode_steps = 0;              // of the free run (dense: of the reference)

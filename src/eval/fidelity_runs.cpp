@@ -78,8 +78,13 @@ ForcedRun teacher_forced_run(Model& model, std::vector<float> first, const Dense
   int agree = 0;
   double kl_sum = 0;
   for (int s = 0; s < steps; ++s) {
-    agree += argmax_token(z) == ref.ids[(size_t)s];
-    const double kl = kl_divergence(ref.log_p[(size_t)s], z);
+    const int32_t pick = argmax_token(z), want = ref.ids[(size_t)s];
+    const std::vector<float>& log_p = ref.log_p[(size_t)s];
+    if (pick == want)
+      ++agree;
+    else
+      r.flip_margin_max = std::max(r.flip_margin_max, (double)log_p[(size_t)want] - log_p[(size_t)pick]);
+    const double kl = kl_divergence(log_p, z);
     kl_sum += kl;
     r.kl_max = std::max(r.kl_max, kl);
     if (s + 1 < steps) {

@@ -45,6 +45,12 @@ struct ForcedRun {
   int steps = 0;
   double agreement = 0;  // fraction of steps whose argmax is the reference's token
   double kl_mean = 0, kl_max = 0;
+  // Where the argmax is not the reference's token: how much the reference
+  // preferred its token, log p(its token) - log p(the model's argmax) under
+  // the reference's distribution; the largest over those steps (0: none).
+  // Near 0, the model flipped a near tie of dense; large, it lost what dense
+  // was sure of (a needle's token).
+  double flip_margin_max = 0;
 };
 // Step s compares the model's logits with the reference's (argmax and
 // KL(dense || model)), then feeds the reference's token s, calling
