@@ -72,21 +72,24 @@ case "${1:-}" in
     rm -f "$WORK/m/$MODEL".[0-9][0-9]
     cp "$jobs" "$R/jobs.list"
     mkdir -p "$WORK/scripts" && cp "$0" "$WORK/scripts/gpu-ruler.sh"  # the tree may change under a later call
+    # A queue's name carries the start's time: a second start on a warm machine waits for its own
+    # queues, not for the first start's finished ones of the same GPU.
+    stamp=$(date +%s)
     for gpu in $(awk '!/^#/ && NF {print $2}' "$jobs" | sort -u); do
-      echo "gpu$gpu" >> "$R/started.txt"
-      setsid nohup bash "$WORK/scripts/gpu-ruler.sh" gpu-jobs "$gpu" "$MODEL" > "$R/gpu$gpu.log" 2>&1 < /dev/null &
+      echo "gpu$gpu-$stamp" >> "$R/started.txt"
+      setsid nohup bash "$WORK/scripts/gpu-ruler.sh" gpu-jobs "$gpu" "$MODEL" "$stamp" > "$R/gpu$gpu-$stamp.log" 2>&1 < /dev/null &
     done
     sleep 2
     ;;
-  gpu-jobs)  # (start's) GPU MODEL: that GPU's lines of jobs.list, one after another
-    gpu=$2 MODEL=$3
+  gpu-jobs)  # (start's) GPU MODEL STAMP: that GPU's lines of jobs.list, one after another
+    gpu=$2 MODEL=$3 stamp=$4
     # shellcheck disable=SC1091
     source "$WORK/bundle/env.sh"
     awk -v g="$gpu" '!/^#/ && NF && $2 == g' "$R/jobs.list" | while read -r line; do
       # shellcheck disable=SC2086
       run_job $line < /dev/null
     done
-    echo "gpu$gpu rc=0 t=$(date +%s)" >> "$R/jobs.txt"
+    echo "gpu$gpu-$stamp rc=0 t=$(date +%s)" >> "$R/jobs.txt"
     exit 0
     ;;
   wait) ;;
