@@ -89,6 +89,7 @@ TEST_CASE("eval ruler: rows for dense and each method, flat at k = 100% decodes 
       CHECK(row["agreement"].get<double>() == 1.0);
       CHECK(row["kl_mean"].get<double>() < 1e-3);
       CHECK(row["flip_margin"].get<double>() == 0.0);  // no step flipped
+      CHECK(row["first_flip_step"] == -1);
       for (const auto& e : row["attention_rel_error_per_layer"]) CHECK(e.get<double>() < 1e-5);
       REQUIRE(row["oracle_topk_mass_per_layer"].size() == 2);  // every key kept: all of the attention
       for (const auto& m : row["oracle_topk_mass_per_layer"]) CHECK(m.get<double>() == Approx(1.0).margin(1e-6));
@@ -99,6 +100,11 @@ TEST_CASE("eval ruler: rows for dense and each method, flat at k = 100% decodes 
       // dense's preference for its token where this method chose another: > 0 exactly when a step flipped
       CHECK(row["flip_margin"].get<double>() >= 0.0);
       CHECK((row["flip_margin"].get<double>() > 0.0) == (row["agreement"].get<double>() < 1.0));
+      // the first flip: a step of the teacher-forced run, its margin at most the largest
+      CHECK((row["first_flip_step"].get<int>() >= 0) == (row["agreement"].get<double>() < 1.0));
+      CHECK(row["first_flip_step"].get<int>() < 6);  // --agreement-tokens 6
+      CHECK(row["first_flip_margin"].get<double>() >= 0.0);
+      CHECK(row["first_flip_margin"].get<double>() <= row["flip_margin"].get<double>());
       // each query head's 4, their union per KV head: 4 .. 4 x group (tiny-gemma3: 2)
       CHECK(row["rows_attended"].get<double>() >= 4.0);
       CHECK(row["rows_attended"].get<double>() <= 8.0);

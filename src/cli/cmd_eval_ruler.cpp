@@ -133,6 +133,7 @@ RulerRow run_method(Session& ss, SharedContext& ctx, const EvalMethod& m, const 
     ctx.detach();
     row.agreement = forced.agreement, row.kl_mean = forced.kl_mean, row.kl_max = forced.kl_max;
     row.flip_margin = forced.flip_margin_max;
+    row.first_flip_step = forced.first_flip_step, row.first_flip_margin = forced.first_flip_margin;
     if (error_steps > 0) row.attn_err = rt->attention_rel_error(), row.topk_mass = rt->oracle_topk_mass();
   }
   row.restore_s = (restore_s + restore2_s) / 2;

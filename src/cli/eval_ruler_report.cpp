@@ -162,7 +162,9 @@ void write_ruler_json(const RulerReport& r, const json& summary, const std::stri
                     {"rows_attended", row.rows_attended}, {"score", row.score},
                     {"answers", row.answers}, {"generated", row.generated}, {"depths", row.depths},
                     {"agreement", row.agreement}, {"kl_mean", row.kl_mean}, {"kl_max", row.kl_max},
-                    {"flip_margin", row.flip_margin}, {"attention_rel_error_per_layer", row.attn_err}, {"oracle_topk_mass_per_layer", row.topk_mass},
+                    {"flip_margin", row.flip_margin},
+                    {"first_flip_step", row.first_flip_step}, {"first_flip_margin", row.first_flip_margin},
+                    {"attention_rel_error_per_layer", row.attn_err}, {"oracle_topk_mass_per_layer", row.topk_mass},
                     {"decode_steps", row.decode_steps},
                     {"decode_s", row.decode_s}, {"decode_tok_per_s", row.tok_per_s()}, {"index_build_s", row.build_s},
                     {"pack_write_s", row.write_s}, {"restore_s", row.restore_s}});

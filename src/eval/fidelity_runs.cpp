@@ -80,10 +80,13 @@ ForcedRun teacher_forced_run(Model& model, std::vector<float> first, const Dense
   for (int s = 0; s < steps; ++s) {
     const int32_t pick = argmax_token(z), want = ref.ids[(size_t)s];
     const std::vector<float>& log_p = ref.log_p[(size_t)s];
-    if (pick == want)
+    if (pick == want) {
       ++agree;
-    else
-      r.flip_margin_max = std::max(r.flip_margin_max, (double)log_p[(size_t)want] - log_p[(size_t)pick]);
+    } else {
+      const double margin = (double)log_p[(size_t)want] - log_p[(size_t)pick];
+      r.flip_margin_max = std::max(r.flip_margin_max, margin);
+      if (r.first_flip_step < 0) r.first_flip_step = s, r.first_flip_margin = margin;
+    }
     const double kl = kl_divergence(log_p, z);
     kl_sum += kl;
     r.kl_max = std::max(r.kl_max, kl);

@@ -47,10 +47,13 @@ struct ForcedRun {
   double kl_mean = 0, kl_max = 0;
   // Where the argmax is not the reference's token: how much the reference
   // preferred its token, log p(its token) - log p(the model's argmax) under
-  // the reference's distribution; the largest over those steps (0: none).
-  // Near 0, the model flipped a near tie of dense; large, it lost what dense
-  // was sure of (a needle's token).
-  double flip_margin_max = 0;
+  // the reference's distribution. Near 0, the model flipped a near tie of
+  // dense; large, it lost what dense was sure of (a needle's token). The
+  // first such step is where the model's own greedy run leaves dense's path
+  // (-1: none); later flips follow from the teacher-forced text.
+  double flip_margin_max = 0;    // the largest over the steps that flip (0: none)
+  int first_flip_step = -1;
+  double first_flip_margin = 0;  // at first_flip_step
 };
 // Step s compares the model's logits with the reference's (argmax and
 // KL(dense || model)), then feeds the reference's token s, calling
