@@ -1,0 +1,1 @@
+topkv eval ruler -m q15.gguf --lengths 8K --tasks niah_multikey_3 --backend cuda --chat --answer-tokens 48 --agreement-tokens 64 --error-steps 0 --chunk 4096 --kv-type f16 --methods-k 2% --threads 16 --samples 2 --seed 3 --methods-index multipole:rerank_far=1,flat
