@@ -126,14 +126,11 @@ RulerRow run_method(Session& ss, SharedContext& ctx, const EvalMethod& m, const 
     const int error_steps = ss.a.error_steps < 0 ? ss.a.agreement_tokens : ss.a.error_steps;
     auto rt = ctx.attach(ss.backend, m.policy, /*measure_error=*/error_steps > 0, &restore2_s);
     Timer t;
-    const ForcedRun forced = teacher_forced_run(ss.model, first, ref, ss.a.agreement_tokens, [&](int step) {
+    row.forced = teacher_forced_run(ss.model, first, ref, ss.a.agreement_tokens, [&](int step) {
       if (step == error_steps) rt->set_measure_error(false);  // decode steps 0 .. error_steps - 1 measured
     });
     time.forced_s += t.seconds();
     ctx.detach();
-    row.agreement = forced.agreement, row.kl_mean = forced.kl_mean, row.kl_max = forced.kl_max;
-    row.flip_margin = forced.flip_margin_max;
-    row.first_flip_step = forced.first_flip_step, row.first_flip_margin = forced.first_flip_margin;
     if (error_steps > 0) row.attn_err = rt->attention_rel_error(), row.topk_mass = rt->oracle_topk_mass();
   }
   row.restore_s = (restore_s + restore2_s) / 2;

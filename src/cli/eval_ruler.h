@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "src/eval/fidelity_runs.h"
+
 namespace topkv::cli {
 
 // One (task, length, sample, method).
@@ -29,10 +31,9 @@ struct RulerRow {
   std::vector<std::string> answers;
   std::string generated;
   std::vector<double> depths;
-  double agreement = 1, kl_mean = 0, kl_max = 0;
-  double flip_margin = 0;            // ForcedRun::flip_margin_max
-  int first_flip_step = -1;          // ForcedRun's: where a free run leaves dense's path, and dense's margin there
-  double first_flip_margin = 0;
+  // Teacher-forced against dense: agreement, KL, flip margins (dense's own
+  // row: identical to itself).
+  ForcedRun forced{.agreement = 1};
   std::vector<double> attn_err;      // per retrieval layer (teacher-forced steps)
   std::vector<double> topk_mass;     // per retrieval layer, the same steps: OffloadRuntime::oracle_topk_mass()
   int decode_steps = 0;              // of the free run (dense: of the reference)

@@ -31,7 +31,7 @@ struct Acc {
     for (size_t i = 0; i < x.size(); ++i) sum[i] += x[i];
   }
   void add(const RulerRow& r) {
-    score += r.score, agreement += r.agreement, kl += r.kl_mean, kl_max = std::max(kl_max, r.kl_max), ++n;
+    score += r.score, agreement += r.forced.agreement, kl += r.forced.kl_mean, kl_max = std::max(kl_max, r.forced.kl_max), ++n;
     steps += r.decode_steps, decode_s += r.decode_s;
     add_to(err, r.attn_err);
     add_to(mass, r.topk_mass);
@@ -145,7 +145,7 @@ void write_ruler_csv(const RulerReport& r, const std::string& path) {
     f << fmt::format("{},{},{},{},{},{},{},{},{},{},{:.1f},{:.1f},{:.2f},{:.4f},{:.6f},{:.6f},{:.5f},{},{:.2f},{},"
                      "{:.3f},{:.3f},{},{}\n", row.task, row.length, row.prompt_tokens, row.sample, row.seed, csv_field(row.method),
                      csv_field(row.index), csv_field(row.k), row.dense_layers, row.k_schedule, row.k_mean(),
-                     row.rows_attended, row.score, row.agreement, row.kl_mean, row.kl_max, row.attn_err_mean(), errs,
+                     row.rows_attended, row.score, row.forced.agreement, row.forced.kl_mean, row.forced.kl_max, row.attn_err_mean(), errs,
                      row.tok_per_s(), row.decode_steps, row.build_s, row.restore_s, csv_field(answers),
                      csv_field(row.generated));
   }
@@ -161,9 +161,10 @@ void write_ruler_json(const RulerReport& r, const json& summary, const std::stri
                     {"k_per_layer", row.k_per_layer}, {"k_tokens", row.k_mean()},
                     {"rows_attended", row.rows_attended}, {"score", row.score},
                     {"answers", row.answers}, {"generated", row.generated}, {"depths", row.depths},
-                    {"agreement", row.agreement}, {"kl_mean", row.kl_mean}, {"kl_max", row.kl_max},
-                    {"flip_margin", row.flip_margin},
-                    {"first_flip_step", row.first_flip_step}, {"first_flip_margin", row.first_flip_margin},
+                    {"agreement", row.forced.agreement}, {"kl_mean", row.forced.kl_mean},
+                    {"kl_max", row.forced.kl_max}, {"flip_margin", row.forced.flip_margin_max},
+                    {"first_flip_step", row.forced.first_flip_step},
+                    {"first_flip_margin", row.forced.first_flip_margin},
                     {"attention_rel_error_per_layer", row.attn_err}, {"oracle_topk_mass_per_layer", row.topk_mass},
                     {"decode_steps", row.decode_steps},
                     {"decode_s", row.decode_s}, {"decode_tok_per_s", row.tok_per_s()}, {"index_build_s", row.build_s},
