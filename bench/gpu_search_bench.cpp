@@ -8,7 +8,8 @@
 // (the far rows' spread term: a variance table as large as the value means).
 // Two-level quest rows (quest:coarse_ratio=C) score a random coarse table
 // of n/C rows first; each query head's coarse cut then lists its own
-// coarse pages (random tables: the union is as large as it can be).
+// coarse pages (random tables: the union is as large as it can be). Tables
+// are f16 (the default) except the rows named "f8 tables".
 #ifdef TOPKV_HAVE_CUDA
 #include <fmt/format.h>
 
@@ -34,6 +35,7 @@ struct Shape {
   bool pages, far;
   int coarse = 0;       // two levels: pages per coarse page (0: one level)
   double expand = 8.0;  // the coarse cut covers expand*k tokens a query head
+  DType table = DType::F16;  // --device-table-type
 };
 
 // One shape: rerank 1 (fake row pointers) or R > 1 (a device buffer of
@@ -56,6 +58,12 @@ void bench_device_search(CudaBackend& be, EventTimer& tm, Report& rep, int reps)
       {"llama8b 1M/layer quest:page=16,coarse_ratio=16 k=256", 8, 4, 128, 65536, 256, true, false, 16},
       {"gemma270m 1M quest:page=16 k=1024", 1, 4, 256, 65536, 1024, true, false},
       {"gemma270m 1M quest:page=16,coarse_ratio=16 k=1024", 1, 4, 256, 65536, 1024, true, false, 16},
+      // f8 tables (--device-table-type f8): half the bytes of the rows, coarse rows and value means
+      {"llama8b 512K/layer multipole k=256 f8 tables", 8, 4, 128, 32768, 256, false, true, 0, 8.0, DType::F8E4M3},
+      {"llama8b 512K/layer quest:page=16 k=256 f8 tables", 8, 4, 128, 32768, 256, true, false, 0, 8.0,
+       DType::F8E4M3},
+      {"llama8b 512K/layer quest:page=16,coarse_ratio=16 k=256 f8 tables", 8, 4, 128, 32768, 256, true, false, 16,
+       8.0, DType::F8E4M3},
   };
   std::mt19937 rng(7);
   void* fake_rows = nullptr;  // every chunk pointer: the pointers are written, never read here
@@ -99,19 +107,19 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
     return b.mem.get();
   };
   for (auto& h : heads) {
-    keep.push_back(random_device(be, DType::F16, (size_t)s.n * len, rng(), 1.f, SIZE_MAX));
+    keep.push_back(random_device(be, s.table, (size_t)s.n * len, rng(), 1.f, SIZE_MAX));
     h.rows = keep.back().mem.get();
     if (s.far) {
-      keep.push_back(random_device(be, DType::F16, (size_t)s.n * s.hd, rng(), 1.f, SIZE_MAX));
+      keep.push_back(random_device(be, s.table, (size_t)s.n * s.hd, rng(), 1.f, SIZE_MAX));
       h.value_means = keep.back().mem.get();
     }
-    if (spread) {  // variances: |N(0, 0.1)|, f16
+    if (spread) {  // variances: |N(0, 0.1)|, at the table type
       std::normal_distribution<float> nd(0.f, 0.1f);
       std::vector<float> var((size_t)s.n * s.hd);
       for (float& v : var) v = std::abs(nd(rng));
-      std::vector<uint16_t> var16(var.size());
-      from_f32(DType::F16, var.data(), var16.data(), var.size());
-      h.key_var = put(var16.data(), var16.size() * 2);
+      std::vector<uint8_t> typed(var.size() * dtype_size(s.table));
+      from_f32(s.table, var.data(), typed.data(), var.size());
+      h.key_var = put(typed.data(), typed.size());
     }
     h.counts = static_cast<const int32_t*>(put(counts.data(), counts.size() * 4));
     if (!s.pages) {
@@ -122,7 +130,7 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
     h.n = s.n, h.page = rows_per;
     if (s.coarse > 0) {
       h.coarse_n = (s.n + s.coarse - 1) / s.coarse, h.coarse_ratio = s.coarse;
-      keep.push_back(random_device(be, DType::F16, (size_t)h.coarse_n * len, rng(), 1.f, SIZE_MAX));
+      keep.push_back(random_device(be, s.table, (size_t)h.coarse_n * len, rng(), 1.f, SIZE_MAX));
       h.coarse_rows = keep.back().mem.get();
       std::vector<int32_t> cc((size_t)h.coarse_n);
       for (int c = 0; c < h.coarse_n; ++c) cc[(size_t)c] = rows_per * std::min(s.coarse, s.n - c * s.coarse);
@@ -132,7 +140,7 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
   cuda::SummarySearchArgs a;
   a.heads = static_cast<const cuda::SummaryHead*>(put(heads.data(), heads.size() * sizeof(cuda::SummaryHead)));
   a.n_kv = s.n_kv, a.group = s.group, a.head_dim = s.hd, a.max_n = s.n, a.page_bounds = s.pages;
-  a.table_type = DType::F16, a.store_type = DType::F16;
+  a.table_type = s.table, a.store_type = DType::F16;
   keep.push_back(random_device(be, DType::F32, (size_t)s.n_kv * s.group * s.hd, rng(), 1.f, SIZE_MAX));
   a.q = keep.back().f32();
   a.k = R * s.k, a.scale = 1.f / std::sqrt((float)s.hd);
@@ -162,15 +170,16 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
     cuda::summary_search(a, be.stream());
     TOPKV_CUDA_CHECK(cudaMemcpy(listed.data(), cuda::summary_listed_count(a), listed.size() * 4, cudaMemcpyDeviceToHost));
   }
+  const double es = (double)dtype_size(s.table);
   const double table_bytes =
       s.coarse > 0 ? ((double)s.n_kv * ((s.n + s.coarse - 1) / s.coarse) +
-                      (double)std::accumulate(listed.begin(), listed.end(), int64_t{0})) * len * 2
-                   : (double)s.n_kv * s.n * len * 2;
+                      (double)std::accumulate(listed.begin(), listed.end(), int64_t{0})) * len * es
+                   : (double)s.n_kv * s.n * len * es;
   for (int i = 0; i < (s.far ? 4 : 3); ++i) {
     a.phases = steps[i];
     const double us = tm.median_us(reps, [&] { cuda::summary_search(a, be.stream()); });
     // + the far rows' value means (and variances); + at most cand_cap candidate keys a KV head (rerank)
-    const double bytes = table_bytes + (i == 3 ? (spread ? 2.0 : 1.0) * s.n_kv * s.n * s.hd * 2 : 0.0) +
+    const double bytes = table_bytes + (i == 3 ? (spread ? 2.0 : 1.0) * s.n_kv * s.n * s.hd * es : 0.0) +
                          (i >= 2 ? (double)s.n_kv * a.cand_cap * s.hd * 2 : 0.0);
     rep.add("search", fmt::format("{} {}", name, names[i]), us, bytes, 0);
   }

@@ -110,6 +110,13 @@ template <class F> void with_elem_type(DType t, F&& f) {
   fail("unknown element type code {}", (int)t);
 }
 
+// Calls f(E{}) with E the device type of a summary table's elements
+// (--device-table-type): an element type or __nv_fp8_e4m3.
+template <class F> void with_table_type(DType t, F&& f) {
+  if (t == DType::F8E4M3) f(__nv_fp8_e4m3{});
+  else with_elem_type(t, f);
+}
+
 // Calls f(E{}) with E the device type of a host store's rows: an element
 // type, __nv_fp8_e4m3 (--store-type f8) or Q8Row (--store-type q8_0).
 template <class F> void with_store_type(DType t, F&& f) {

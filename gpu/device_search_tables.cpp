@@ -54,7 +54,7 @@ DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, DT
     Staged::Head& sh = s.heads[(size_t)h];
     sh.present = true;
     sh.n = (int32_t)t.size(), sh.page = (int32_t)t.page, sh.max_count = t.max_count(), sh.covered = t.covered;
-    sh.rows = typed(t.rows);
+    sh.rows = t.encoded_rows(table_type);  // page bounds rounded outward
     sh.value_means = typed(t.value_means);
     sh.key_var = typed(t.key_var);
     if (!t.key_var.empty()) s.spread = t.spread, s.spread_clip = t.spread_clip;  // one spec: every head the same
@@ -63,7 +63,7 @@ DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, DT
       const SummaryTables c = t.coarse_level();
       s.expand = t.expand;
       sh.coarse_n = (int32_t)c.size(), sh.coarse_ratio = (int32_t)t.coarse_ratio;
-      sh.coarse_rows = typed(c.rows);
+      sh.coarse_rows = c.encoded_rows(table_type);
       sh.coarse_counts = c.counts;
     }
     sh.counts = std::move(t.counts), sh.offsets = std::move(t.offsets), sh.members = std::move(t.members);

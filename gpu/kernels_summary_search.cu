@@ -410,7 +410,7 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
     const int iters = two ? kScoreItersShort : kScoreItersLong, per_block = kScoreWarps * kScoreRows * iters;
     const int blocks = (a.max_n + per_block - 1) / per_block;
     const dim3 grid((unsigned)(two ? std::min(blocks, kShortBlocks) : blocks), (unsigned)a.n_kv, gz);
-    with_elem_type(a.table_type, [&](auto e) {
+    with_table_type(a.table_type, [&](auto e) {
       using E = decltype(e);
       with_head_dim(a.head_dim, [&](auto hd) {
         if (a.page_bounds) score_kernel<E, hd(), true><<<grid, kScoreWarps * 32, 0, stream>>>(a, w, coarse, iters);
@@ -459,7 +459,7 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
   }
   if (a.far_splits > 0 && (a.phases & A::kSearchFar)) {
     const dim3 grid((unsigned)a.n_kv, (unsigned)a.far_splits, gz);
-    with_elem_type(a.table_type, [&](auto e) {
+    with_table_type(a.table_type, [&](auto e) {
       using E = decltype(e);
       with_head_dim(a.head_dim, [&](auto hd) {
         if (a.spread > 0.f) far_kernel<E, hd(), true><<<grid, kFarWarps * 32, 0, stream>>>(a, w);

@@ -23,7 +23,13 @@ template <class E> __device__ __forceinline__ float2 pair_to_float2(uint32_t w) 
 template <class E, int N> __device__ __forceinline__ void load_lane(const E* p, float* out) {
   constexpr int bytes = N * (int)sizeof(E);
   constexpr bool pairs = sizeof(E) == 2;  // __half or __nv_bfloat16
-  if constexpr (bytes % 16 == 0) {
+  if constexpr (std::is_same_v<E, __nv_fp8_e4m3> && N % 4 == 0) {  // f8 tables and rows: 4 codes a load
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const float4 f = static_cast<float4>(reinterpret_cast<const __nv_fp8x4_e4m3*>(p)[i]);
+      out[4 * i] = f.x, out[4 * i + 1] = f.y, out[4 * i + 2] = f.z, out[4 * i + 3] = f.w;
+    }
+  } else if constexpr (bytes % 16 == 0) {
 #pragma unroll
     for (int i = 0; i < bytes / 16; ++i) Vec16<E>::load(p + i * Vec16<E>::n, out + i * Vec16<E>::n);
   } else if constexpr (pairs && bytes == 8) {

@@ -127,6 +127,13 @@ struct SummaryTables {
   // (exact: a coarse bound is at least every fine bound below it), counts
   // the sums.
   SummaryTables coarse_level() const;
+  // rows in element type t, as the device search holds them
+  // (--device-table-type): page bounds rounded outward, M up and m down, so
+  // that a narrower bound still bounds every key of its page (Quest, "Quest:
+  // Query-Aware Sparsity for Efficient Long-Context LLM Inference" §3.2,
+  // needs an upper bound of q.k; an f8 step is 1/16 to 1/8 of a value);
+  // centroids to nearest.
+  std::vector<uint8_t> encoded_rows(DType t) const;
   // Tokens a query head's coarse cut covers at budget k.
   int64_t coarse_budget(int64_t k) const { return expanded_budget(expand, k); }
 };

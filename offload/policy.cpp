@@ -239,7 +239,7 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
       else if (key == "store_type") store_dtype = parse_store_dtype(json_str(v, key));
       else if (key == "stage_rows") stage_rows = json_bool(v, key);
       else if (key == "search_on") search_on = parse_search_on(json_str(v, key));
-      else if (key == "device_table_type") device_table_type = parse_dtype(json_str(v, key));
+      else if (key == "device_table_type") device_table_type = parse_table_dtype(json_str(v, key));
       else if (key == "build_on") build_on = parse_build_on(json_str(v, key));
       else if (key == "device_fold") device_fold = json_int<int>(v, key);
       else if (key == "sync_folds") sync_folds = json_bool(v, key);

@@ -5,10 +5,11 @@
 #                              packed into $OUT/r.tgz (a call returns at most 8 files; a timeout
 #                              still returns what finished)
 #   synth_l8                   the Llama-3-8B geometry, Q4_K random weights, 1M context: $L8
-#   decode_l8 NAME CTX STORE T `bench decode` of $L8 at CTX with --store-type STORE, at most T s:
+#   decode_l8 NAME CTX STORE T [OPTION...]
+#                              `bench decode` of $L8 at CTX with --store-type STORE, at most T s:
 #                              two-level quest, k = 256, --gpu-mem-budget 24G, synthetic fill
-#                              (AS_BUILT, "Llama-8B geometry at 512K and 1M under 24G");
-#                              $O/NAME.txt and $O/NAME/
+#                              (AS_BUILT, "Llama-8B geometry at 512K and 1M under 24G"), and any
+#                              further options given; $O/NAME.txt and $O/NAME/
 # shellcheck shell=bash
 S0=$(date +%s); O=/tmp/b/out; L8=/tmp/b/l8.gguf
 # shellcheck disable=SC1091,SC2015
@@ -19,6 +20,6 @@ synth_l8() { topkv model synth --preset llama3-8b --type q4_k --context 1048640 
 decode_l8() {
   timeout "$4" topkv bench decode -m "$L8" --backend cuda --warmup 4 --steps 32 -q --no-plot --contexts "$2" \
     --modes topk --index quest:page=16,coarse_ratio=16 --k 256 --gpu-mem-budget 24G --store-type "$3" \
-    --out-dir "$O/$1" > "$O/$1.txt" 2>&1
+    --out-dir "$O/$1" "${@:5}" > "$O/$1.txt" 2>&1
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$O/gpu.txt"

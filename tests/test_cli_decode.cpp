@@ -91,7 +91,7 @@ TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
       {"-m " + model() + " -p hi --backend cpu --attn topk --stage-rows", "--stage-rows applies to the CUDA backend"},
       {"-m " + model() + " -p hi --attn topk --search-on disk", "disk"},
       {"-m " + model() + " -p hi --attn topk --device-fold 0", "--device-fold must be at least 1"},
-      {"-m " + model() + " -p hi --attn topk --device-table-type f8", "f8"},
+      {"-m " + model() + " -p hi --attn topk --device-table-type q8_0", "q8_0"},
       {"-m " + model() + " -p hi --attn topk --overlap-build sometimes", "sometimes"},
       {"-m " + model() + " -p hi --attn topk --prefill-kv disk", "disk"},
       {"-m " + model() + " -p hi --backend cpu --attn topk --prefill-kv host", "--prefill-kv host applies to the CUDA"},

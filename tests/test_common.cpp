@@ -251,6 +251,63 @@ TEST_CASE("binary files: round trip, truncation, corruption, foreign file, newer
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("directed rounding: the nearest value of the type on the asked side, refused past its range") {
+  // from_f32_directed(up) gives the least value of the type >= x, (down) the
+  // greatest <= x: checked against every code of f8 and a brute-force
+  // neighbour search for f16 and bf16, over random values of every scale,
+  // signs, zeros, subnormals and values the type holds exactly.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> ex(-20.f, 8.5f);
+  std::vector<float> xs = {0.f, -0.f, 1.f, -1.f, 448.f, -448.f, 1.f / 512, -1.f / 512, 1e-7f, -1e-7f, 300.f, -359.f};
+  for (int i = 0; i < 4000; ++i) xs.push_back((i & 1 ? -1.f : 1.f) * std::exp2(ex(rng)));
+  for (DType t : {DType::F8E4M3, DType::F16, DType::BF16}) {
+    // Every finite value of t, ascending (f8's 253, f16's and bf16's from their codes).
+    std::vector<float> values;
+    const uint32_t codes = t == DType::F8E4M3 ? 256 : 65536;
+    for (uint32_t c = 0; c < codes; ++c) {
+      float v;
+      if (t == DType::F8E4M3) v = f8e4m3_to_f32((uint8_t)c);
+      else if (t == DType::F16) v = f16_to_f32((uint16_t)c);
+      else v = bf16_to_f32((uint16_t)c);
+      if (std::isfinite(v)) values.push_back(v);
+    }
+    std::sort(values.begin(), values.end());
+    const size_t e = dtype_size(t);
+    for (float x : xs) {
+      CAPTURE(dtype_name(t), x);
+      std::vector<uint8_t> up(e), down(e);
+      from_f32_directed(t, &x, up.data(), 1, true);
+      from_f32_directed(t, &x, down.data(), 1, false);
+      float u, dn;
+      to_f32(t, up.data(), &u, 1);
+      to_f32(t, down.data(), &dn, 1);
+      const auto hi = std::lower_bound(values.begin(), values.end(), x);  // least value >= x
+      const auto lo = std::upper_bound(values.begin(), values.end(), x);  // one past the greatest <= x
+      REQUIRE(hi != values.end());
+      REQUIRE(lo != values.begin());
+      CHECK(u == *hi);
+      CHECK(dn == *(lo - 1));
+      CHECK(u >= x);
+      CHECK(dn <= x);
+    }
+  }
+  // f32 is a copy; no value of the type on the asked side is an error that says what to use.
+  const float big[] = {500.f, -500.f, 1e6f};
+  float f32_out[3];
+  from_f32_directed(DType::F32, big, f32_out, 3, true);
+  CHECK(std::equal(big, big + 3, f32_out));
+  uint8_t f8[3];
+  CHECK_THROWS_WITH(from_f32_directed(DType::F8E4M3, big, f8, 1, true), Catch::Contains("use a wider --device-table-type"));
+  CHECK_THROWS_WITH(from_f32_directed(DType::F8E4M3, big + 1, f8, 1, false), Catch::Contains("no f8 value at or below"));
+  from_f32_directed(DType::F8E4M3, big, f8, 1, false);  // 500 down: 448
+  CHECK(f8e4m3_to_f32(f8[0]) == 448.f);
+  uint16_t h;
+  CHECK_THROWS_WITH(from_f32_directed(DType::F16, big + 2, &h, 1, true), Catch::Contains("an upper bound 1000000 has no f16 value at or above it: use a wider --device-table-type (f32)"));
+  const float nan = std::nanf("");
+  CHECK_THROWS(from_f32_directed(DType::F16, &nan, &h, 1, true));
+  CHECK_THROWS_WITH(from_f32_directed(DType::Q8_0, big, f8, 1, true), Catch::Contains("q8_0 has no directed"));
+}
+
 TEST_CASE("dtype names: compute types and store types each take their own, with every spelling") {
   for (auto [name, t] : std::vector<std::pair<std::string, DType>>{
            {"f32", DType::F32}, {"fp32", DType::F32}, {"float32", DType::F32}, {"f16", DType::F16},
@@ -269,6 +326,10 @@ TEST_CASE("dtype names: compute types and store types each take their own, with 
     CHECK(parse_store_dtype(name) == DType::Q8_0);
     CHECK_THROWS_WITH(parse_dtype(name), Catch::Contains("use f32, f16 or bf16"));
   }
+  for (auto [name, t] : std::vector<std::pair<std::string, DType>>{
+           {"f32", DType::F32}, {"f16", DType::F16}, {"bf16", DType::BF16}, {"f8", DType::F8E4M3}, {"e4m3", DType::F8E4M3}})
+    CHECK(parse_table_dtype(name) == t);
+  CHECK_THROWS_WITH(parse_table_dtype("q8_0"), Catch::Contains("unknown device table type 'q8_0': use f16, bf16, f32 or f8"));
   CHECK(std::string(dtype_name(DType::Q8_0)) == "q8_0");
   CHECK_THROWS_WITH(parse_store_dtype("f32"), Catch::Contains("use f16, bf16, f8 (8-bit E4M3) or q8_0"));
   CHECK_THROWS_WITH(parse_store_dtype("F16"), Catch::Contains("unknown KV store type 'F16'"));

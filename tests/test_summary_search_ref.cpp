@@ -265,6 +265,60 @@ TEST_CASE("a quest coarse page bounds every page and key below it (SummaryTables
   }
 }
 
+TEST_CASE("page bounds in a narrower table type still bound every key (SummaryTables::encoded_rows)") {
+  // The device holds the tables at --device-table-type; rounded to nearest,
+  // an f8 bound could fall up to 1/16 below its keys. encoded_rows rounds M up
+  // and m down, so a page's (and a coarse page's) score stays at least every
+  // q.k below it, in every type; centroids round to nearest. One dimension of
+  // the keys lies in [-300, -100] (inside f8's 448), as the few large
+  // dimensions of Qwen2.5's first layers (max |k| 359).
+  for (DType t : {DType::F8E4M3, DType::F16, DType::BF16, DType::F32})
+    for (const auto& [d, n, page] : std::vector<std::tuple<int, int64_t, int>>{{64, 1, 16}, {128, 1001, 16}, {256, 333, 5}}) {
+      CAPTURE(dtype_name(t), d, n, page);
+      topkv::testing::Clustered data(d, 6, 5 + d);
+      auto keys = std::make_shared<RowStore>(d, DType::F32);
+      auto kf = data.keys(n);
+      for (int64_t r = 0; r < n; ++r) kf[(size_t)(r * d + 3)] = -200.f + 100.f * std::sin((float)r);
+      keys->append_f32(kf.data(), n);
+      auto index = KvIndex::create(fmt::format("quest:page={},coarse_ratio=4", page));
+      index->build(keys);
+      SummaryTables tab;
+      REQUIRE(index->export_summaries(tab));
+      for (const SummaryTables& level : {tab, tab.coarse_level()}) {
+        SummaryTables narrow = level;
+        const auto raw = level.encoded_rows(t);
+        REQUIRE(raw.size() == dtype_bytes(t, level.rows.size()));
+        to_f32(t, raw.data(), narrow.rows.data(), narrow.rows.size());
+        // Element by element: M at least, m at most, every key of the page.
+        std::vector<float> k(d);
+        for (int64_t j = 0; j < narrow.size(); ++j)
+          for (int64_t r = j * narrow.page; r < j * narrow.page + narrow.counts[(size_t)j]; ++r) {
+            keys->row_f32(r, k.data());
+            const float* row = narrow.rows.data() + (size_t)j * 2 * d;
+            for (int i = 0; i < d; ++i) REQUIRE((row[i] >= k[(size_t)i] && row[d + i] <= k[(size_t)i]));
+          }
+        const auto q = data.queries(3);
+        const auto sc = summary_scores_reference(narrow, q.data(), 3);
+        for (int g = 0; g < 3; ++g)
+          for (int64_t j = 0; j < narrow.size(); ++j)
+            for (int64_t r = j * narrow.page; r < j * narrow.page + narrow.counts[(size_t)j]; ++r) {
+              const float x = keys->dot(r, q.data() + (size_t)g * d), b = sc[(size_t)g * narrow.size() + j];
+              REQUIRE(b >= x - 1e-5f * (1 + std::fabs(x)));  // fp32 sums in another order
+            }
+      }
+    }
+  // Centroids: nearest, as from_f32.
+  SummaryTables c;
+  c.kind = SummaryTables::Kind::Centroid, c.dim = 64;
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  for (int i = 0; i < 64 * 5; ++i) c.rows.push_back(nd(rng));
+  c.counts.assign(5, 1);
+  std::vector<uint8_t> want(c.rows.size());
+  from_f32(DType::F8E4M3, c.rows.data(), want.data(), c.rows.size());
+  CHECK(c.encoded_rows(DType::F8E4M3) == want);
+}
+
 TEST_CASE("two-level quest selects as its twin through folds and a save and load") {
   // The host keeps its coarse bounds beside the pages: built, then grown by
   // folds of a few rows (the last coarse page's last page grows; new ones

@@ -61,6 +61,12 @@ DType parse_store_dtype(std::string_view s) {
   return *t;
 }
 
+DType parse_table_dtype(std::string_view s) {
+  const std::optional<DType> t = dtype_named(s);
+  if (!t || *t == DType::Q8_0) fail("unknown device table type '{}': use f16, bf16, f32 or f8 (8-bit E4M3)", s);
+  return *t;
+}
+
 namespace {
 std::array<float, 256> make_f8e4m3_table() {
   std::array<float, 256> t{};
@@ -185,6 +191,47 @@ void from_f32(DType t, const float* src, void* dst, size_t n) {
       auto* d = static_cast<uint8_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_f8e4m3(src[i]);
       return;
+    }
+  }
+}
+
+namespace {
+// The codes of f16, bf16 and E4M3 are sign and magnitude, and a magnitude's
+// codes are ordered as its values: the next value up from a positive code is
+// the code + 1, from a negative one the code - 1 (-0 and +0 both go to the
+// smallest positive value). Down is up mirrored through the sign.
+uint32_t next_code(uint32_t c, uint32_t sign_bit, bool up) {
+  if (!up) return next_code(c ^ sign_bit, sign_bit, true) ^ sign_bit;
+  if ((c & ~sign_bit) == 0) return 1;
+  return c & sign_bit ? c - 1 : c + 1;
+}
+float decode_one(DType t, uint32_t c) {
+  if (t == DType::F8E4M3) return f8e4m3_to_f32((uint8_t)c);
+  return t == DType::F16 ? f16_to_f32((uint16_t)c) : bf16_to_f32((uint16_t)c);
+}
+uint32_t encode_one(DType t, float x) {
+  if (t == DType::F8E4M3) return f32_to_f8e4m3(x);
+  return t == DType::F16 ? f32_to_f16(x) : f32_to_bf16(x);
+}
+}  // namespace
+
+void from_f32_directed(DType t, const float* src, void* dst, size_t n, bool up) {
+  TOPKV_CHECK(t != DType::Q8_0, "internal: q8_0 has no directed rounding (it is not an element type)");
+  if (t == DType::F32) return std::memcpy(dst, src, n * 4), void();
+  const size_t size = dtype_size(t);
+  const uint32_t sign_bit = size == 1 ? 0x80u : 0x8000u;
+  for (size_t i = 0; i < n; ++i) {
+    const float x = src[i];
+    uint32_t c = encode_one(t, x);
+    float y = decode_one(t, c);
+    if (up ? y < x : y > x) c = next_code(c, sign_bit, up), y = decode_one(t, c);
+    TOPKV_CHECK(std::isfinite(y) && (up ? y >= x : y <= x),
+                "{} {} has no {} value {} it: use a wider --device-table-type ({})", up ? "an upper bound" : "a lower bound",
+                x, dtype_name(t), up ? "at or above" : "at or below", t == DType::F8E4M3 ? "f16 or f32" : "f32");
+    if (size == 1) static_cast<uint8_t*>(dst)[i] = (uint8_t)c;
+    else {
+      const auto h = (uint16_t)c;
+      std::memcpy(static_cast<uint8_t*>(dst) + 2 * i, &h, 2);
     }
   }
 }

@@ -47,6 +47,9 @@ DType parse_dtype(std::string_view name);  // "f32"|"fp32"|"f16"|"fp16"|"bf16"; 
 // A host KV store's element type: f16, bf16, f8 ("f8e4m3", "fp8") or q8_0
 // ("int8", "q8"); throws Error.
 DType parse_store_dtype(std::string_view name);
+// A device summary table's element type (--device-table-type): f32, f16,
+// bf16 or f8 (E4M3); throws Error.
+DType parse_table_dtype(std::string_view name);
 
 // E4M3 <-> fp32. Decoding is exact (a table of the 256 codes); encoding
 // rounds to nearest, ties to even, and saturates at +-448 (as CUDA's
@@ -128,5 +131,11 @@ inline uint16_t f32_to_bf16(float f) {
 // misplaces every q of the block.
 void to_f32(DType t, const void* src, float* dst, size_t n);
 void from_f32(DType t, const float* src, void* dst, size_t n);
+// from_f32 rounded one way: each element becomes the nearest value of `t`
+// not below it (up) or not above it (down), so that a bound stays a bound
+// (Quest's page bounds in narrower device tables). Element types only (not
+// Q8_0); throws Error where no finite value of `t` is on that side (past
+// f8's 448, f16's 65504).
+void from_f32_directed(DType t, const float* src, void* dst, size_t n, bool up);
 
 }  // namespace topkv

@@ -47,7 +47,7 @@ template <class T> std::vector<T> fetch(Backend& be, const void* dev, size_t n) 
 TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far rows", "[search]") {
   auto& be = cuda_be();
   OpSummary scores_sum("device search scores", 1e-5), far_sum("device search far rows", 1e-5);
-  OpSummary scores16("device search scores, f16 tables", 1e-3), row_sum("device rerank row scores", 1e-5);
+  OpSummary scores16("device search scores, f16, bf16 and f8 tables", 1e-3), row_sum("device rerank row scores", 1e-5);
   OpSummary dots_sum("device rerank dots for every query head", 1e-5);
   int selections = 0, mismatched = 0, spread_heads = 0, listed_heads = 0;
   int64_t dropped_rows = 0;  // far_dropped: candidates checked as far rows of their own
@@ -86,6 +86,12 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
       {"quest:page=5,coarse_ratio=3,expand=1", DType::BF16, 64, 1, 7, 2003, 37, false},
       {"quest:page=16,coarse_ratio=8", DType::F32, 256, 1, 12, 9000, 1000, false},
       {"quest:page=16,coarse_ratio=2,expand=1000", DType::F32, 64, 2, 2, 500, 100, false},  // everything listed
+      // f8 tables (E4M3: page bounds rounded outward, centroids and value means to nearest)
+      {"quest:page=16,coarse_ratio=16,expand=4", DType::F8E4M3, 128, 3, 4, 30001, 256, true},
+      {"quest:page=4", DType::F8E4M3, 64, 2, 4, 1000, 100, false},
+      {"multipole:rerank_far=1", DType::F8E4M3, 128, 2, 4, 4000, 64, false, 4, DType::Q8_0},
+      {"multipole:spread=0.5,rerank=1", DType::F8E4M3, 256, 1, 4, 9000, 512, false},
+      {"centroid:ratio=9", DType::F8E4M3, 64, 2, 1, 1301, 3, false, 3},
   };
   for (const Case& c : cases) {
     CAPTURE(c.index, dtype_name(c.table), c.hd, c.kv, c.group, c.n, c.k, c.rerank, dtype_name(c.store));
@@ -159,7 +165,10 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
         continue;
       }
       REQUIRE(index->export_summaries(t));
-      round_through(c.table, t.rows);
+      {  // the rows as the device holds them: page bounds rounded outward (SummaryTables::encoded_rows)
+        const auto raw = t.encoded_rows(c.table);
+        to_f32(c.table, raw.data(), t.rows.data(), t.rows.size());
+      }
       round_through(c.table, t.value_means);
       round_through(c.table, t.key_var);
       const int64_t n = t.size();
