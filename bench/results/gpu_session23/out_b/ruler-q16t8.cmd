@@ -1,0 +1,1 @@
+topkv eval ruler -m q15.gguf --lengths 16K --tasks niah_multikey_3,niah_multivalue,vt,cwe,fwe --backend cuda --chat --answer-tokens 48 --agreement-tokens 64 --error-steps 0 --chunk 4096 --kv-type f16 --methods-k 2% --threads 16 --samples 3 --seed 3 --methods-index multipole:rerank_far=1 --store-type q8_0 --device-table-type f8
