@@ -10,7 +10,9 @@ f8: E4M3 to nearest, saturating at 448, as src/common/dtype.cpp), and per layer 
   dlogit max / p99        |s q.(C - C~)| over decode queries x clusters (nats)
   far err                 relative L2 error of the far rows' softmax-weighted output
                           (all clusters far: sum_j N_j e^{l_j} V_j / sum_j N_j e^{l_j})
-for f16 and f8 tables. A second table: Quest's pages (16 keys) scored by their bounds
+for f16 and f8 tables, and for int8 tables with a scale per dimension (not built in topkv: an
+estimate; a column's scale is its largest |element| / 127, so a large dimension gets its own
+step). A second table: Quest's pages (16 keys) scored by their bounds
 (q+.M + q-.m) as fp32 and as f8 tables rounded outward (M up, m down, as
 SummaryTables::encoded_rows), pages taken best first until k = 2% of the keys, per query head:
 the exact attention mass the taken keys hold, and the share of fp32's taken keys f8 takes too.
@@ -44,6 +46,14 @@ def f16(x):
     return x.astype(np.float16).astype(np.float32)
 
 
+def i8_per_dim(x, up=None):
+    """int8 codes with one scale per dimension (column); up: round up / down / to nearest."""
+    sc = np.abs(x).max(0, keepdims=True) / 127.0
+    sc = np.where(sc > 0, sc, 1.0)
+    r = np.ceil(x / sc) if up is True else np.floor(x / sc) if up is False else np.round(x / sc)
+    return np.clip(r, -127, 127) * sc  # ceil/floor stay within +-127: |x| <= 127 sc
+
+
 def f8_directed(x, up):
     a = np.abs(x)
     step = 2.0 ** (np.floor(np.log2(np.maximum(a, 2.0 ** -6))) - 3)
@@ -62,7 +72,7 @@ def quest_mass(K, Qr, g, bounds, k_frac=0.02, page=16):
         pad = np.full((P * page - nk, d), np.nan, dtype=np.float32)
         Kp = np.concatenate([K[kv], pad]).reshape(P, page, d)
         M, m = np.nanmax(Kp, 1), np.nanmin(Kp, 1)
-        tables = {n: (f(M, True), f(m, False)) for n, f in bounds.items()}
+        tables = {n: (f(M, True), f(m, False)) for n, f in bounds.items()}  # a page's [M | m]
         for s in range(Qr.shape[0]):
             for hh in range(kv * g, (kv + 1) * g):
                 q = Qr[s, hh]
@@ -79,9 +89,9 @@ def quest_mass(K, Qr, g, bounds, k_frac=0.02, page=16):
                             break
                     taken[n] = set(rows)
                     masses[n].append(w[rows].sum())
-                a, b = taken["f32"], taken["f8"]
-                overlaps.append(len(a & b) / len(a))
-    return {n: float(np.mean(v)) for n, v in masses.items()}, float(np.mean(overlaps))
+                overlaps.append({n: len(taken["f32"] & t) / len(taken["f32"]) for n, t in taken.items()})
+    return ({n: float(np.mean(v)) for n, v in masses.items()},
+            {n: float(np.mean([o[n] for o in overlaps])) for n in bounds})
 
 
 def kmeans(X, k, rounds=8):
@@ -97,7 +107,7 @@ def kmeans(X, k, rounds=8):
 
 
 print(f"{p}: scale {scale:.6f}")
-print("layer  max|k|   f16: dlogit max   p99  far err   f8: dlogit max   p99  far err")
+print("layer  max|k|   f16: dlogit max   p99  far err   f8: dlogit max   p99  far err   i8/dim: dlogit max   p99  far err")
 layers = sorted(int(k[5:-5]) for k in h if k.endswith(".keys"))
 for L in layers:
     K, V, Q = get(f"layer{L}.keys"), get(f"layer{L}.values"), get(f"layer{L}.queries")
@@ -106,7 +116,7 @@ for L in layers:
     heads = Qr.shape[1]
     g = heads // nkv
     res = {}
-    for name, rnd in (("f16", f16), ("f8", f8)):
+    for name, rnd in (("f16", f16), ("f8", f8), ("i8", i8_per_dim)):
         dl, errs = [], []
         for kv in range(nkv):
             C, a = kmeans(K[kv], max(1, nk // 16))
@@ -125,14 +135,15 @@ for L in layers:
                     errs.append(np.linalg.norm(o - orr) / max(np.linalg.norm(o), 1e-30))
         dl = np.concatenate(dl)
         res[name] = (dl.max(), np.percentile(dl, 99), float(np.mean(errs)))
-    a, b = res["f16"], res["f8"]
-    print(f"{L:5d} {np.abs(K).max():7.1f}   {a[0]:13.4f} {a[1]:6.4f} {a[2]:8.4f}   {b[0]:13.4f} {b[1]:6.4f} {b[2]:8.4f}")
+    a, b, c = res["f16"], res["f8"], res["i8"]
+    print(f"{L:5d} {np.abs(K).max():7.1f}   {a[0]:13.4f} {a[1]:6.4f} {a[2]:8.4f}   {b[0]:13.4f} {b[1]:6.4f} {b[2]:8.4f}"
+          f"   {c[0]:17.4f} {c[1]:6.4f} {c[2]:8.4f}")
 
 print()
-print("quest, k = 2%: layer  mass f32 bounds  mass f8 bounds  f8 takes of f32's keys")
+print("quest, k = 2%: layer  mass: f32 bounds  f8 bounds  i8/dim bounds   takes of f32's keys: f8  i8/dim")
 for L in layers:
     K, Q = get(f"layer{L}.keys"), get(f"layer{L}.queries")
     Qr = Q.reshape(-1, Q.shape[-2], K.shape[2])
     mass, overlap = quest_mass(K, Qr, Qr.shape[1] // K.shape[0],
-                               {"f32": lambda x, up: x, "f8": f8_directed})
-    print(f"{L:5d}   {mass['f32']:14.4f}  {mass['f8']:14.4f}  {overlap:8.3f}")
+                               {"f32": lambda x, up: x, "f8": f8_directed, "i8": i8_per_dim})
+    print(f"{L:5d}   {mass['f32']:19.4f} {mass['f8']:10.4f} {mass['i8']:14.4f}   {overlap['f8']:22.3f} {overlap['i8']:7.3f}")
