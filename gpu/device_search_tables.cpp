@@ -34,9 +34,9 @@ DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, DT
   Staged s;
   s.heads.resize((size_t)nkv);
   s.table_type = table_type;
-  auto typed = [&](const std::vector<float>& v) {
+  auto typed = [&](const std::vector<float>& v, const char* what) {
     std::vector<uint8_t> raw(v.size() * dtype_size(table_type));
-    from_f32(table_type, v.data(), raw.data(), v.size());
+    from_f32_in_range(table_type, v.data(), raw.data(), v.size(), what);
     return raw;
   };
   for (int h = 0; h < nkv; ++h) {
@@ -55,8 +55,8 @@ DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, DT
     sh.present = true;
     sh.n = (int32_t)t.size(), sh.page = (int32_t)t.page, sh.max_count = t.max_count(), sh.covered = t.covered;
     sh.rows = t.encoded_rows(table_type);  // page bounds rounded outward
-    sh.value_means = typed(t.value_means);
-    sh.key_var = typed(t.key_var);
+    sh.value_means = typed(t.value_means, "a value mean");
+    sh.key_var = typed(t.key_var, "a key variance");
     if (!t.key_var.empty()) s.spread = t.spread, s.spread_clip = t.spread_clip;  // one spec: every head the same
     s.far_dropped = t.far_dropped && !t.value_means.empty();
     if (t.coarse_ratio > 0) {  // two levels: the coarse bounds, reduced here (one spec: every head the same)

@@ -232,7 +232,7 @@ SummaryTables SummaryTables::coarse_level() const {
 std::vector<uint8_t> SummaryTables::encoded_rows(DType t) const {
   std::vector<uint8_t> out(dtype_bytes(t, rows.size()));
   if (kind != Kind::PageBounds) {
-    from_f32(t, rows.data(), out.data(), rows.size());
+    from_f32_in_range(t, rows.data(), out.data(), rows.size(), "a centroid element");
     return out;
   }
   const size_t e = dtype_size(t), d = (size_t)dim;

@@ -132,7 +132,8 @@ struct SummaryTables {
   // that a narrower bound still bounds every key of its page (Quest, "Quest:
   // Query-Aware Sparsity for Efficient Long-Context LLM Inference" §3.2,
   // needs an upper bound of q.k; an f8 step is 1/16 to 1/8 of a value);
-  // centroids to nearest.
+  // centroids to nearest; an element past the type's range is an error
+  // (from_f32_in_range), never clipped.
   std::vector<uint8_t> encoded_rows(DType t) const;
   // Tokens a query head's coarse cut covers at budget k.
   int64_t coarse_budget(int64_t k) const { return expanded_budget(expand, k); }

@@ -317,6 +317,13 @@ TEST_CASE("page bounds in a narrower table type still bound every key (SummaryTa
   std::vector<uint8_t> want(c.rows.size());
   from_f32(DType::F8E4M3, c.rows.data(), want.data(), c.rows.size());
   CHECK(c.encoded_rows(DType::F8E4M3) == want);
+  // Past f8's 448 a centroid is refused, not clipped; so is a page bound (no f8 value above it).
+  c.rows[7] = 500.f;
+  CHECK_THROWS_WITH(c.encoded_rows(DType::F8E4M3), Catch::Contains("a centroid element 500 is past f8's largest value 448"));
+  CHECK(c.encoded_rows(DType::F16).size() == c.rows.size() * 2);
+  SummaryTables pb;
+  pb.kind = SummaryTables::Kind::PageBounds, pb.dim = 2, pb.rows = {500.f, 1.f, -1.f, 0.5f}, pb.counts = {3};
+  CHECK_THROWS_WITH(pb.encoded_rows(DType::F8E4M3), Catch::Contains("an upper bound 500 has no f8 value"));
 }
 
 TEST_CASE("two-level quest selects as its twin through folds and a save and load") {

@@ -236,4 +236,14 @@ void from_f32_directed(DType t, const float* src, void* dst, size_t n, bool up) 
   }
 }
 
+void from_f32_in_range(DType t, const float* src, void* dst, size_t n, const char* what) {
+  TOPKV_CHECK(t != DType::Q8_0, "internal: q8_0 tables are not built");
+  from_f32(t, src, dst, n);
+  if (t == DType::F32) return;
+  const float top = t == DType::F8E4M3 ? 448.f : t == DType::F16 ? 65504.f : std::numeric_limits<float>::max();
+  for (size_t i = 0; i < n; ++i)
+    TOPKV_CHECK(std::fabs(src[i]) <= top, "{} {} is past {}'s largest value {}: use a wider --device-table-type ({})",
+                what, src[i], dtype_name(t), top, t == DType::F8E4M3 ? "f16 or f32" : "f32");
+}
+
 }  // namespace topkv

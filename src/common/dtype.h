@@ -137,5 +137,9 @@ void from_f32(DType t, const float* src, void* dst, size_t n);
 // Q8_0); throws Error where no finite value of `t` is on that side (past
 // f8's 448, f16's 65504).
 void from_f32_directed(DType t, const float* src, void* dst, size_t n, bool up);
+// from_f32 (to nearest) for tables that must not be clipped: throws Error,
+// naming `what`, where an element is past the type's finite range (f8 would
+// saturate it at 448, f16 round it to infinity). Element types only.
+void from_f32_in_range(DType t, const float* src, void* dst, size_t n, const char* what);
 
 }  // namespace topkv
