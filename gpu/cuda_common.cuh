@@ -117,12 +117,11 @@ template <class F> void with_table_type(DType t, F&& f) {
   else with_elem_type(t, f);
 }
 
-// Calls f(E{}) with E the device type of a host store's rows: an element
-// type, __nv_fp8_e4m3 (--store-type f8) or Q8Row (--store-type q8_0).
+// Calls f(E{}) with E the device type of a host store's rows: a table's
+// types (above; __nv_fp8_e4m3 for --store-type f8) or Q8Row (--store-type q8_0).
 template <class F> void with_store_type(DType t, F&& f) {
-  if (t == DType::F8E4M3) f(__nv_fp8_e4m3{});
-  else if (t == DType::Q8_0) f(Q8Row{});
-  else with_elem_type(t, f);
+  if (t == DType::Q8_0) f(Q8Row{});
+  else with_table_type(t, f);
 }
 
 // Blocks for a grid-stride loop over n items: enough to fill the device

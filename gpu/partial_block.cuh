@@ -15,6 +15,9 @@ namespace topkv::cuda {
 // 16-bit elements in 4- or 8-byte loads where 16 do not fit (head_dim 128 or
 // 64 over a warp: 4 or 2 elements a lane): one load instead of one per element
 // (the quest score kernel read its f16 page bounds at 1.4 TB/s with 2-byte loads).
+// f8 in 4-byte loads (four codes to a float4) where N allows. Every wide load
+// needs p aligned to it: rows and table rows lie at multiples of head_dim
+// elements from an aligned base, and a lane's share starts at lane * N.
 template <class E> __device__ __forceinline__ float2 pair_to_float2(uint32_t w) {
   if constexpr (std::is_same_v<E, __half>) return __half22float2(*reinterpret_cast<const __half2*>(&w));
   else return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));

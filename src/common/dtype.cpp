@@ -196,6 +196,13 @@ void from_f32(DType t, const float* src, void* dst, size_t n) {
 }
 
 namespace {
+// The largest finite value of an element type, and the wider table types to
+// name in an error about it.
+float largest_finite(DType t) {
+  return t == DType::F8E4M3 ? 448.f : t == DType::F16 ? 65504.f : std::numeric_limits<float>::max();
+}
+const char* wider_table_types(DType t) { return t == DType::F8E4M3 ? "f16 or f32" : "f32"; }
+
 // The codes of f16, bf16 and E4M3 are sign and magnitude, and a magnitude's
 // codes are ordered as its values: the next value up from a positive code is
 // the code + 1, from a negative one the code - 1 (-0 and +0 both go to the
@@ -227,7 +234,7 @@ void from_f32_directed(DType t, const float* src, void* dst, size_t n, bool up) 
     if (up ? y < x : y > x) c = next_code(c, sign_bit, up), y = decode_one(t, c);
     TOPKV_CHECK(std::isfinite(y) && (up ? y >= x : y <= x),
                 "{} {} has no {} value {} it: use a wider --device-table-type ({})", up ? "an upper bound" : "a lower bound",
-                x, dtype_name(t), up ? "at or above" : "at or below", t == DType::F8E4M3 ? "f16 or f32" : "f32");
+                x, dtype_name(t), up ? "at or above" : "at or below", wider_table_types(t));
     if (size == 1) static_cast<uint8_t*>(dst)[i] = (uint8_t)c;
     else {
       const auto h = (uint16_t)c;
@@ -240,10 +247,10 @@ void from_f32_in_range(DType t, const float* src, void* dst, size_t n, const cha
   TOPKV_CHECK(t != DType::Q8_0, "internal: q8_0 tables are not built");
   from_f32(t, src, dst, n);
   if (t == DType::F32) return;
-  const float top = t == DType::F8E4M3 ? 448.f : t == DType::F16 ? 65504.f : std::numeric_limits<float>::max();
+  const float top = largest_finite(t);
   for (size_t i = 0; i < n; ++i)
     TOPKV_CHECK(std::fabs(src[i]) <= top, "{} {} is past {}'s largest value {}: use a wider --device-table-type ({})",
-                what, src[i], dtype_name(t), top, t == DType::F8E4M3 ? "f16 or f32" : "f32");
+                what, src[i], dtype_name(t), top, wider_table_types(t));
 }
 
 }  // namespace topkv
