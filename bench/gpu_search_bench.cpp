@@ -9,7 +9,8 @@
 // Two-level quest rows (quest:coarse_ratio=C) score a random coarse table
 // of n/C rows first; each query head's coarse cut then lists its own
 // coarse pages (random tables: the union is as large as it can be). Tables
-// are f16 (the default) except the rows named "f8 tables".
+// are f16 (the default); the Llama-8B 512K shapes run again with f8 and i8
+// tables (--device-table-type; i8 rows: random codes, a scale per dimension).
 #ifdef TOPKV_HAVE_CUDA
 #include <fmt/format.h>
 
@@ -23,6 +24,7 @@
 #include "bench/gpu_bench_util.h"
 #include "gpu/cuda_kernels.h"
 #include "src/common/dtype.h"
+#include "src/common/table_codes.h"
 
 namespace topkv::bench {
 
@@ -58,17 +60,19 @@ void bench_device_search(CudaBackend& be, EventTimer& tm, Report& rep, int reps)
       {"llama8b 1M/layer quest:page=16,coarse_ratio=16 k=256", 8, 4, 128, 65536, 256, true, false, 16},
       {"gemma270m 1M quest:page=16 k=1024", 1, 4, 256, 65536, 1024, true, false},
       {"gemma270m 1M quest:page=16,coarse_ratio=16 k=1024", 1, 4, 256, 65536, 1024, true, false, 16},
-      // f8 tables (--device-table-type f8): half the bytes of the rows, coarse rows and value means
-      {"llama8b 512K/layer multipole k=256 f8 tables", 8, 4, 128, 32768, 256, false, true, 0, 8.0, DType::F8E4M3},
-      {"llama8b 512K/layer quest:page=16 k=256 f8 tables", 8, 4, 128, 32768, 256, true, false, 0, 8.0,
-       DType::F8E4M3},
-      {"llama8b 512K/layer quest:page=16,coarse_ratio=16 k=256 f8 tables", 8, 4, 128, 32768, 256, true, false, 16,
-       8.0, DType::F8E4M3},
   };
   std::mt19937 rng(7);
   void* fake_rows = nullptr;  // every chunk pointer: the pointers are written, never read here
   TOPKV_CUDA_CHECK(cudaHostAlloc(&fake_rows, 4096, cudaHostAllocMapped));
   for (const Shape& s : shapes) bench_shape(be, tm, rep, reps, s, rng, fake_rows, 1);
+  // 8-bit tables (half the bytes of the rows, coarse rows and value means)
+  // at the Llama-8B 512K layer, one level and two.
+  for (DType t : {DType::F8E4M3, DType::I8})
+    for (Shape s : shapes)
+      if (s.name.rfind("llama8b 512K/layer", 0) == 0 && s.expand == 8.0) {
+        s.table = t, s.name += fmt::format(" {} tables", dtype_name(t));
+        bench_shape(be, tm, rep, reps, s, rng, fake_rows, 1);
+      }
   // Rerank (the default of one-level multipole): candidates at 4k, their keys
   // scored, 4k rows a query head's budget before the cut to k.
   for (const Shape& s : shapes)
@@ -106,20 +110,30 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
     keep.push_back(b);
     return b.mem.get();
   };
-  for (auto& h : heads) {
-    keep.push_back(random_device(be, s.table, (size_t)s.n * len, rng(), 1.f, SIZE_MAX));
-    h.rows = keep.back().mem.get();
-    if (s.far) {
-      keep.push_back(random_device(be, s.table, (size_t)s.n * s.hd, rng(), 1.f, SIZE_MAX));
-      h.value_means = keep.back().mem.get();
+  // A random table of `rows` rows of `row_len` elements at the table type
+  // (i8: random codes and a scale per dimension, into *scale).
+  auto table = [&](size_t rows, int row_len, const float** scale) -> const void* {
+    if (s.table != DType::I8) {
+      keep.push_back(random_device(be, s.table, rows * row_len, rng(), 1.f, SIZE_MAX));
+      return keep.back().mem.get();
     }
+    std::uniform_int_distribution<int> code(-127, 127);
+    std::vector<uint8_t> codes(rows * row_len);
+    for (uint8_t& c : codes) c = (uint8_t)(int8_t)code(rng);
+    const std::vector<float> per_dim((size_t)s.hd, 1.f / 127);
+    *scale = static_cast<const float*>(put(per_dim.data(), per_dim.size() * 4));
+    return put(codes.data(), codes.size());
+  };
+  for (auto& h : heads) {
+    h.rows = table((size_t)s.n, len, &h.rows_scale);
+    if (s.far) h.value_means = table((size_t)s.n, s.hd, &h.value_means_scale);
     if (spread) {  // variances: |N(0, 0.1)|, at the table type
       std::normal_distribution<float> nd(0.f, 0.1f);
       std::vector<float> var((size_t)s.n * s.hd);
       for (float& v : var) v = std::abs(nd(rng));
-      std::vector<uint8_t> typed(var.size() * dtype_size(s.table));
-      from_f32(s.table, var.data(), typed.data(), var.size());
-      h.key_var = put(typed.data(), typed.size());
+      const TableCodes typed = encode_table(s.table, var, s.hd, {TableRounding::Nearest}, "a key variance");
+      h.key_var = put(typed.codes.data(), typed.codes.size());
+      if (!typed.scale.empty()) h.key_var_scale = static_cast<const float*>(put(typed.scale.data(), typed.scale.size() * 4));
     }
     h.counts = static_cast<const int32_t*>(put(counts.data(), counts.size() * 4));
     if (!s.pages) {
@@ -130,8 +144,7 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
     h.n = s.n, h.page = rows_per;
     if (s.coarse > 0) {
       h.coarse_n = (s.n + s.coarse - 1) / s.coarse, h.coarse_ratio = s.coarse;
-      keep.push_back(random_device(be, s.table, (size_t)h.coarse_n * len, rng(), 1.f, SIZE_MAX));
-      h.coarse_rows = keep.back().mem.get();
+      h.coarse_rows = table((size_t)h.coarse_n, len, &h.coarse_rows_scale);
       std::vector<int32_t> cc((size_t)h.coarse_n);
       for (int c = 0; c < h.coarse_n; ++c) cc[(size_t)c] = rows_per * std::min(s.coarse, s.n - c * s.coarse);
       h.coarse_counts = static_cast<const int32_t*>(put(cc.data(), cc.size() * 4));

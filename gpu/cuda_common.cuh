@@ -110,18 +110,26 @@ template <class F> void with_elem_type(DType t, F&& f) {
   fail("unknown element type code {}", (int)t);
 }
 
-// Calls f(E{}) with E the device type of a summary table's elements
-// (--device-table-type): an element type or __nv_fp8_e4m3.
-template <class F> void with_table_type(DType t, F&& f) {
+// Calls f(E{}) with E an element type or __nv_fp8_e4m3: the types that both
+// summary tables and host stores take.
+template <class F> void with_elem_or_f8_type(DType t, F&& f) {
   if (t == DType::F8E4M3) f(__nv_fp8_e4m3{});
   else with_elem_type(t, f);
 }
 
-// Calls f(E{}) with E the device type of a host store's rows: a table's
-// types (above; __nv_fp8_e4m3 for --store-type f8) or Q8Row (--store-type q8_0).
+// Calls f(E{}) with E the device type of a summary table's elements
+// (--device-table-type): those above, or int8_t (i8 codes; their scales
+// are SummaryHead's, applied by LaneScale, gpu/partial_block.cuh).
+template <class F> void with_table_type(DType t, F&& f) {
+  if (t == DType::I8) f(int8_t{});
+  else with_elem_or_f8_type(t, f);
+}
+
+// Calls f(E{}) with E the device type of a host store's rows: an element
+// type, __nv_fp8_e4m3 (--store-type f8) or Q8Row (--store-type q8_0).
 template <class F> void with_store_type(DType t, F&& f) {
   if (t == DType::Q8_0) f(Q8Row{});
-  else with_table_type(t, f);
+  else with_elem_or_f8_type(t, f);
 }
 
 // Blocks for a grid-stride loop over n items: enough to fill the device

@@ -365,6 +365,13 @@ struct SummaryHead {
   const void* coarse_rows = nullptr;   // [coarse_n][row_len] of table_type
   const int32_t* coarse_counts = nullptr;  // [coarse_n] tokens
   int32_t coarse_n = 0, coarse_ratio = 0;
+  // i8 tables (src/common/table_codes.h): each table's per-dimension scales,
+  // [head_dim] fp32 (an element of dimension d is scale[d] * code; a page
+  // bound's M and m share them); null for the other table types.
+  const float* rows_scale = nullptr;
+  const float* value_means_scale = nullptr;
+  const float* key_var_scale = nullptr;
+  const float* coarse_rows_scale = nullptr;
 };
 struct SummarySearchArgs {
   const SummaryHead* heads = nullptr;  // [n_kv], device

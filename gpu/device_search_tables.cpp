@@ -35,9 +35,7 @@ DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, DT
   s.heads.resize((size_t)nkv);
   s.table_type = table_type;
   auto typed = [&](const std::vector<float>& v, const char* what) {
-    std::vector<uint8_t> raw(v.size() * dtype_size(table_type));
-    from_f32_in_range(table_type, v.data(), raw.data(), v.size(), what);
-    return raw;
+    return v.empty() ? TableCodes{} : encode_table(table_type, v, d, {TableRounding::Nearest}, what);
   };
   for (int h = 0; h < nkv; ++h) {
     const KvIndex* index = L.index(h);
@@ -101,20 +99,24 @@ void DeviceSearchTables::upload(cuda::CudaBackend& be, const OffloadedLayer& L, 
     cuda::SummaryHead& sh = host_heads_[(size_t)h];
     present_[(size_t)h] = 1;
     sh.n = t.n, sh.page = t.page;
-    sh.rows = put(t.rows.data(), t.rows.size());
+    auto put_codes = [&](const TableCodes& c, const float*& scale) {
+      scale = static_cast<const float*>(put(c.scale.data(), c.scale.size() * 4));  // i8 only
+      return put(c.codes.data(), c.codes.size());
+    };
+    sh.rows = put_codes(t.rows, sh.rows_scale);
     sh.counts = static_cast<const int32_t*>(put(t.counts.data(), t.counts.size() * 4));
     sh.offsets = static_cast<const int32_t*>(put(t.offsets.data(), t.offsets.size() * 4));
     sh.members = static_cast<const int32_t*>(put(t.members.data(), t.members.size() * 4));
-    sh.value_means = put(t.value_means.data(), t.value_means.size());
-    sh.key_var = put(t.key_var.data(), t.key_var.size());
-    sh.coarse_rows = put(t.coarse_rows.data(), t.coarse_rows.size());
+    sh.value_means = put_codes(t.value_means, sh.value_means_scale);
+    sh.key_var = put_codes(t.key_var, sh.key_var_scale);
+    sh.coarse_rows = put_codes(t.coarse_rows, sh.coarse_rows_scale);
     sh.coarse_counts = static_cast<const int32_t*>(put(t.coarse_counts.data(), t.coarse_counts.size() * 4));
     sh.coarse_n = t.coarse_n, sh.coarse_ratio = t.coarse_ratio;
     TOPKV_CHECK(s.expand == 0.0 || t.n == 0 || sh.coarse_rows,
                 "internal: two levels without the coarse table of KV head {}", h);
     TOPKV_CHECK(s.spread == 0.0 || t.n == 0 || sh.key_var,
                 "internal: a far spread term of {} without the variance table of KV head {}", s.spread, h);
-    far_field_ |= !t.value_means.empty();
+    far_field_ |= !t.value_means.codes.empty();
     covered_[(size_t)h] = t.covered;
     max_n_ = std::max(max_n_, sh.n);
     max_count_ = std::max(max_count_, t.max_count);

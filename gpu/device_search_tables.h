@@ -36,7 +36,7 @@ class DeviceSearchTables {
       int32_t n = 0, page = 0, max_count = 0;
       int32_t coarse_n = 0, coarse_ratio = 0;  // two levels (SummaryTables::coarse_level)
       int64_t covered = 0;
-      std::vector<uint8_t> rows, value_means, key_var, coarse_rows;  // table type
+      TableCodes rows, value_means, key_var, coarse_rows;  // table type (i8: with their scales)
       std::vector<int32_t> counts, offsets, members, coarse_counts;
     };
     std::vector<Head> heads;

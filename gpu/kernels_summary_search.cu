@@ -52,6 +52,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
   const int per_block = kScoreWarps * kScoreRows * iters;
   if ((int)blockIdx.x * per_block >= head.n) return;  // the whole block: no sync after
   load_block_queries<HD>(sq, a, h, g0, ng);
+  const LaneScale<E, DPL> scale(head.scale, lane);  // i8 tables; nothing for the others
   for (int b = blockIdx.x; b * per_block < head.n; b += gridDim.x)
   for (int it = 0; it < iters; ++it) {
     const int j0 = (b * kScoreWarps + warp) * kScoreRows * iters + it * kScoreRows;
@@ -62,7 +63,8 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
       if (j0 + u >= head.n) break;
       const E* row = static_cast<const E*>(head.rows) + (size_t)head.id(j0 + u) * LEN + lane * DPL;
       load_lane<E, DPL>(row, r[u]);
-      if constexpr (PAGES) load_lane<E, DPL>(row + HD, r2[u]);
+      scale.apply(r[u]);
+      if constexpr (PAGES) load_lane<E, DPL>(row + HD, r2[u]), scale.apply(r2[u]);
     }
     for (int g = 0; g < ng; ++g) {
       float q[DPL];
@@ -261,6 +263,7 @@ __device__ __forceinline__ void add_dropped_rows(const SummarySearchArgs& a, con
   const size_t base = (size_t)h * w.cand_cap;
   const uint8_t* sel = w.selected + (size_t)h * a.max_n;
   const E* means = static_cast<const E*>(a.heads[h].value_means);
+  const LaneScale<E, DPL> scale(a.heads[h].value_means_scale, lane);
   for (int t0 = first + warp * kFarUnroll; t0 < last; t0 += kFarWarps * kFarUnroll) {
     float v[kFarUnroll][DPL];
     bool use[kFarUnroll];
@@ -269,7 +272,7 @@ __device__ __forceinline__ void add_dropped_rows(const SummarySearchArgs& a, con
       const int t = t0 + u;
       const uint32_t j = t < last ? w.cand_group[base + t] : 0u;
       use[u] = t < last && !w.cand_listed[base + t] && sel[j];
-      if (use[u]) load_lane<E, DPL>(means + (size_t)j * HD + lane * DPL, v[u]);
+      if (use[u]) load_lane<E, DPL>(means + (size_t)j * HD + lane * DPL, v[u]), scale.apply(v[u]);
     }
 #pragma unroll
     for (int u = 0; u < kFarUnroll; ++u) {
@@ -303,6 +306,7 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
   const int per = (head.n + a.far_splits - 1) / a.far_splits;
   const int first = split * per, last = min(head.n, first + per);
   const uint8_t* sel = w.selected + (size_t)h * a.max_n;
+  const LaneScale<E, DPL> mean_scale(head.value_means_scale, lane), var_scale(head.key_var_scale, lane);
   float m[kMaxGroup], l[kMaxGroup], o[kMaxGroup][DPL];
 #pragma unroll
   for (int g = 0; g < kMaxGroup; ++g) {
@@ -321,6 +325,7 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
       use[u] = j < last && !sel[j];
       if (!use[u]) continue;
       load_lane<E, DPL>(static_cast<const E*>(head.value_means) + (size_t)j * HD + lane * DPL, v[u]);
+      mean_scale.apply(v[u]);
       count[u] = (float)head.counts[j];
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g)
@@ -332,6 +337,7 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
         if (!use[u]) continue;
         float var[DPL];
         load_lane<E, DPL>(static_cast<const E*>(head.key_var) + (size_t)(j0 + u) * HD + lane * DPL, var);
+        var_scale.apply(var);
 #pragma unroll
         for (int g = 0; g < kMaxGroup; ++g) {
           if (g >= ng) break;

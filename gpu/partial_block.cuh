@@ -15,7 +15,8 @@ namespace topkv::cuda {
 // 16-bit elements in 4- or 8-byte loads where 16 do not fit (head_dim 128 or
 // 64 over a warp: 4 or 2 elements a lane): one load instead of one per element
 // (the quest score kernel read its f16 page bounds at 1.4 TB/s with 2-byte loads).
-// f8 in 4-byte loads (four codes to a float4) where N allows. Every wide load
+// f8 in 4-byte loads (four codes to a float4) where N allows; i8 table codes
+// the same, as the codes' values (LaneScale applies the scales). Every wide load
 // needs p aligned to it: rows and table rows lie at multiples of head_dim
 // elements from an aligned base, and a lane's share starts at lane * N.
 template <class E> __device__ __forceinline__ float2 pair_to_float2(uint32_t w) {
@@ -32,6 +33,15 @@ template <class E, int N> __device__ __forceinline__ void load_lane(const E* p, 
       const float4 f = static_cast<float4>(reinterpret_cast<const __nv_fp8x4_e4m3*>(p)[i]);
       out[4 * i] = f.x, out[4 * i + 1] = f.y, out[4 * i + 2] = f.z, out[4 * i + 3] = f.w;
     }
+  } else if constexpr (std::is_same_v<E, int8_t> && N % 4 == 0) {  // i8 table codes, 4 a load (LaneScale below)
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const char4 c = reinterpret_cast<const char4*>(p)[i];
+      out[4 * i] = (float)c.x, out[4 * i + 1] = (float)c.y, out[4 * i + 2] = (float)c.z, out[4 * i + 3] = (float)c.w;
+    }
+  } else if constexpr (std::is_same_v<E, int8_t> && N == 2) {
+    const char2 c = *reinterpret_cast<const char2*>(p);
+    out[0] = (float)c.x, out[1] = (float)c.y;
   } else if constexpr (bytes % 16 == 0) {
 #pragma unroll
     for (int i = 0; i < bytes / 16; ++i) Vec16<E>::load(p + i * Vec16<E>::n, out + i * Vec16<E>::n);
@@ -47,6 +57,27 @@ template <class E, int N> __device__ __forceinline__ void load_lane(const E* p, 
     for (int i = 0; i < N; ++i) out[i] = to_float(p[i]);
   }
 }
+
+// A lane's share [lane*N, +N) of an i8 table's per-dimension scales
+// (src/common/table_codes.h), read once a kernel: apply() turns the codes
+// load_lane gave into values (code * scale in fp32, as the host's
+// TableCodes::decoded). For every other table type it holds and does nothing.
+template <class E, int N> struct LaneScale {
+  static constexpr bool kI8 = std::is_same_v<E, int8_t>;
+  float s[kI8 ? N : 1];
+  __device__ __forceinline__ LaneScale(const float* scale, int lane) {
+    if constexpr (kI8) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) s[i] = scale[lane * N + i];
+    }
+  }
+  __device__ __forceinline__ void apply(float* v) const {
+    if constexpr (kI8) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] *= s[i];
+    }
+  }
+};
 
 // Bytes of one row of HD elements of E (E an element type or Q8Row,
 // gpu/cuda_common.cuh).

@@ -102,13 +102,14 @@ struct GroupView {
   const int32_t* counts;
   const int32_t* ids;  // null: position j is group j
   int n;
+  const float* scale;  // i8 rows: their per-dimension scales (SummaryHead)
   __device__ __forceinline__ int id(int j) const { return ids ? ids[j] : j; }
 };
 __device__ __forceinline__ GroupView group_view(const SummarySearchArgs& a, const Work& w, int h, bool coarse) {
   const SummaryHead& hd = a.heads[h];
-  if (coarse) return {hd.coarse_rows, hd.coarse_counts, nullptr, hd.coarse_n};
-  if (a.coarse_k > 0) return {hd.rows, hd.counts, w.list + (size_t)h * a.max_n, w.list_n[h]};
-  return {hd.rows, hd.counts, nullptr, hd.n};
+  if (coarse) return {hd.coarse_rows, hd.coarse_counts, nullptr, hd.coarse_n, hd.coarse_rows_scale};
+  if (a.coarse_k > 0) return {hd.rows, hd.counts, w.list + (size_t)h * a.max_n, w.list_n[h], hd.rows_scale};
+  return {hd.rows, hd.counts, nullptr, hd.n, hd.rows_scale};
 }
 
 // The 24-bit key of score x (see summary_search). Written as in the CPU twin

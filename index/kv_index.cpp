@@ -229,20 +229,9 @@ SummaryTables SummaryTables::coarse_level() const {
   return c;
 }
 
-std::vector<uint8_t> SummaryTables::encoded_rows(DType t) const {
-  std::vector<uint8_t> out(dtype_bytes(t, rows.size()));
-  if (kind != Kind::PageBounds) {
-    from_f32_in_range(t, rows.data(), out.data(), rows.size(), "a centroid element");
-    return out;
-  }
-  const size_t e = dtype_size(t), d = (size_t)dim;
-  for (size_t r = 0; r < rows.size() / (2 * d); ++r) {
-    const float* row = rows.data() + r * 2 * d;
-    uint8_t* o = out.data() + r * 2 * d * e;
-    from_f32_directed(t, row, o, d, /*up=*/true);              // M
-    from_f32_directed(t, row + d, o + d * e, d, /*up=*/false);  // m
-  }
-  return out;
+TableCodes SummaryTables::encoded_rows(DType t) const {
+  if (kind == Kind::PageBounds) return encode_table(t, rows, dim, {TableRounding::Up, TableRounding::Down}, "a page bound");
+  return encode_table(t, rows, dim, {TableRounding::Nearest}, "a centroid element");
 }
 
 int32_t SummaryTables::max_count() const {

@@ -33,6 +33,7 @@
 #include "src/common/binary_io.h"
 #include "src/common/options.h"
 #include "src/common/rw_lock.h"
+#include "src/common/table_codes.h"
 
 namespace topkv {
 
@@ -127,14 +128,16 @@ struct SummaryTables {
   // (exact: a coarse bound is at least every fine bound below it), counts
   // the sums.
   SummaryTables coarse_level() const;
-  // rows in element type t, as the device search holds them
-  // (--device-table-type): page bounds rounded outward, M up and m down, so
-  // that a narrower bound still bounds every key of its page (Quest, "Quest:
-  // Query-Aware Sparsity for Efficient Long-Context LLM Inference" §3.2,
-  // needs an upper bound of q.k; an f8 step is 1/16 to 1/8 of a value);
-  // centroids to nearest; an element past the type's range is an error
-  // (from_f32_in_range), never clipped.
-  std::vector<uint8_t> encoded_rows(DType t) const;
+  // rows in table type t, as the device search holds them
+  // (--device-table-type; src/common/table_codes.h): page bounds rounded
+  // outward, M up and m down, so that a narrower bound still bounds every
+  // key of its page (Quest, "Quest: Query-Aware Sparsity for Efficient
+  // Long-Context LLM Inference" §3.2, needs an upper bound of q.k; an f8
+  // step is 1/16 to 1/8 of a value); centroids to nearest; an element past
+  // the type's range is an error, never clipped. i8: with its per-dimension
+  // scales (the coarse level's are the fine level's: its bounds are the
+  // fine bounds' max and min, so each dimension's largest magnitude is the same).
+  TableCodes encoded_rows(DType t) const;
   // Tokens a query head's coarse cut covers at budget k.
   int64_t coarse_budget(int64_t k) const { return expanded_budget(expand, k); }
 };

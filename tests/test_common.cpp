@@ -7,12 +7,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "index/row_store.h"
 #include "src/common/binary_io.h"
 #include "src/common/dtype.h"
 #include "src/common/options.h"
+#include "src/common/table_codes.h"
 #include "src/common/task_group.h"
 #include "src/common/vec_math.h"
 
@@ -308,6 +310,81 @@ TEST_CASE("directed rounding: the nearest value of the type on the asked side, r
   CHECK_THROWS_WITH(from_f32_directed(DType::Q8_0, big, f8, 1, true), Catch::Contains("q8_0 has no directed"));
 }
 
+TEST_CASE("i8 tables (encode_table): a scale per dimension, bounds one way, nearest within half a step") {
+  // Rows of two parts ([M | m] as page bounds, and one part as centroids)
+  // over dimensions of every scale: one near -300 (Qwen2.5's layer 0), one
+  // all zeros, one of subnormals, one holding a single value, the rest
+  // random magnitudes of 2^-20..2^8; odd row counts, dims 1, 3, 64, 128.
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> ex(-20.f, 8.f), u(-1.f, 1.f);
+  for (int dim : {1, 3, 64, 128})
+    for (size_t n : {size_t{1}, size_t{7}, size_t{301}})
+      for (bool bounds : {true, false}) {
+        CAPTURE(dim, n, bounds);
+        const size_t len = (bounds ? 2 : 1) * (size_t)dim;
+        std::vector<float> mag((size_t)dim);
+        for (float& m : mag) m = std::exp2(ex(rng));
+        std::vector<float> rows(n * len);
+        for (size_t i = 0; i < rows.size(); ++i) {
+          const size_t d = i % (size_t)dim;
+          float x = mag[d] * u(rng);
+          if (d == 0 && dim > 1) x = -200.f + 100.f * u(rng);
+          if (d == 1 && dim > 2) x = 0.f;
+          if (d == 2 && dim > 3) x = 1e-40f * u(rng);  // subnormal
+          if (d == 3 && dim > 4) x = 0.75f;
+          rows[i] = x;
+        }
+        const TableCodes c =
+            bounds ? encode_table(DType::I8, rows, dim, {TableRounding::Up, TableRounding::Down}, "a bound")
+                   : encode_table(DType::I8, rows, dim, {TableRounding::Nearest}, "a centroid element");
+        REQUIRE(c.codes.size() == rows.size());
+        REQUIRE(c.scale.size() == (size_t)dim);
+        const std::vector<float> y = c.decoded(DType::I8, dim);
+        std::vector<float> amax((size_t)dim, 0.f);
+        for (size_t i = 0; i < rows.size(); ++i) amax[i % dim] = std::max(amax[i % dim], std::fabs(rows[i]));
+        for (int d = 0; d < dim; ++d) {  // the least scale that reaches the dimension's largest magnitude
+          const float s = c.scale[(size_t)d];
+          const float tiny = std::numeric_limits<float>::denorm_min();
+          CHECK(127.f * s >= amax[(size_t)d]);
+          CHECK(127.f * s <= amax[(size_t)d] * (1 + 1e-5f) + 127.f * tiny);
+          CHECK((s == 0.f) == (amax[(size_t)d] == 0.f));
+        }
+        for (size_t i = 0; i < rows.size(); ++i) {
+          const float x = rows[i], s = c.scale[i % dim];
+          const int code = (int8_t)c.codes[i];
+          CAPTURE(i, x, s, code);
+          REQUIRE(std::abs(code) <= 127);
+          REQUIRE(y[i] == (float)code * s);  // what the device forms
+          if (!bounds) {
+            CHECK(std::fabs(y[i] - x) <= 0.5f * s * (1 + 1e-5f) + std::numeric_limits<float>::denorm_min());
+          } else if ((i % len) < (size_t)dim) {  // M: up, and the least such code
+            REQUIRE(y[i] >= x);
+            CHECK((s == 0.f || code == -127 || (float)(code - 1) * s < x));
+          } else {  // m: down, the greatest such code
+            REQUIRE(y[i] <= x);
+            CHECK((s == 0.f || code == 127 || (float)(code + 1) * s > x));
+          }
+        }
+      }
+  // A non-finite element is refused with what it is; the other types keep
+  // their own rounding and errors (from_f32_in_range, from_f32_directed).
+  std::vector<float> bad = {1.f, INFINITY, 2.f, 3.f};
+  CHECK_THROWS_WITH(encode_table(DType::I8, bad, 2, {TableRounding::Nearest}, "a value mean"),
+                    Catch::Contains("a value mean inf is not finite"));
+  std::vector<float> big = {500.f, 1.f};
+  CHECK_THROWS_WITH(encode_table(DType::F8E4M3, big, 2, {TableRounding::Nearest}, "a value mean"),
+                    Catch::Contains("a value mean 500 is past f8's largest value 448"));
+  const TableCodes f16 = encode_table(DType::F16, big, 1, {TableRounding::Up, TableRounding::Down}, "a bound");
+  CHECK(f16.scale.empty());
+  CHECK(f16.decoded(DType::F16, 1) == big);
+  CHECK_THROWS_WITH(encode_table(DType::I8, big, 3, {TableRounding::Nearest}, "x"), Catch::Contains("not rows of 1 parts"));
+  // i8 codes are not values without their scales.
+  float out;
+  const uint8_t code = 5;
+  CHECK_THROWS_WITH(to_f32(DType::I8, &code, &out, 1), Catch::Contains("per-dimension scales"));
+  CHECK_THROWS_WITH(from_f32_directed(DType::I8, &out, nullptr, 1, true), Catch::Contains("i8"));
+}
+
 TEST_CASE("dtype names: compute types and store types each take their own, with every spelling") {
   for (auto [name, t] : std::vector<std::pair<std::string, DType>>{
            {"f32", DType::F32}, {"fp32", DType::F32}, {"float32", DType::F32}, {"f16", DType::F16},
@@ -329,7 +406,10 @@ TEST_CASE("dtype names: compute types and store types each take their own, with 
   for (auto [name, t] : std::vector<std::pair<std::string, DType>>{
            {"f32", DType::F32}, {"f16", DType::F16}, {"bf16", DType::BF16}, {"f8", DType::F8E4M3}, {"e4m3", DType::F8E4M3}})
     CHECK(parse_table_dtype(name) == t);
-  CHECK_THROWS_WITH(parse_table_dtype("q8_0"), Catch::Contains("unknown device table type 'q8_0': use f16, bf16, f32 or f8"));
+  CHECK(parse_table_dtype("i8") == DType::I8);
+  CHECK_THROWS_WITH(parse_table_dtype("q8_0"), Catch::Contains("unknown device table type 'q8_0': use f16, bf16, f32, f8"));
+  CHECK_THROWS_WITH(parse_store_dtype("i8"), Catch::Contains("unknown KV store type 'i8'"));
+  CHECK_THROWS_WITH(parse_dtype("i8"), Catch::Contains("use f32, f16 or bf16"));
   CHECK(std::string(dtype_name(DType::Q8_0)) == "q8_0");
   CHECK_THROWS_WITH(parse_store_dtype("f32"), Catch::Contains("use f16, bf16, f8 (8-bit E4M3) or q8_0"));
   CHECK_THROWS_WITH(parse_store_dtype("F16"), Catch::Contains("unknown KV store type 'F16'"));

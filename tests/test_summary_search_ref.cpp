@@ -272,7 +272,7 @@ TEST_CASE("page bounds in a narrower table type still bound every key (SummaryTa
   // q.k below it, in every type; centroids round to nearest. One dimension of
   // the keys lies in [-300, -100] (inside f8's 448), as the few large
   // dimensions of Qwen2.5's first layers (max |k| 359).
-  for (DType t : {DType::F8E4M3, DType::F16, DType::BF16, DType::F32})
+  for (DType t : {DType::F8E4M3, DType::I8, DType::F16, DType::BF16, DType::F32})
     for (const auto& [d, n, page] : std::vector<std::tuple<int, int64_t, int>>{{64, 1, 16}, {128, 1001, 16}, {256, 333, 5}}) {
       CAPTURE(dtype_name(t), d, n, page);
       topkv::testing::Clustered data(d, 6, 5 + d);
@@ -286,9 +286,10 @@ TEST_CASE("page bounds in a narrower table type still bound every key (SummaryTa
       REQUIRE(index->export_summaries(tab));
       for (const SummaryTables& level : {tab, tab.coarse_level()}) {
         SummaryTables narrow = level;
-        const auto raw = level.encoded_rows(t);
-        REQUIRE(raw.size() == dtype_bytes(t, level.rows.size()));
-        to_f32(t, raw.data(), narrow.rows.data(), narrow.rows.size());
+        const TableCodes codes = level.encoded_rows(t);
+        REQUIRE(codes.codes.size() == dtype_bytes(t, level.rows.size()));
+        REQUIRE(codes.scale.size() == (t == DType::I8 ? (size_t)d : 0));
+        narrow.rows = codes.decoded(t, d);
         // Element by element: M at least, m at most, every key of the page.
         std::vector<float> k(d);
         for (int64_t j = 0; j < narrow.size(); ++j)
@@ -316,11 +317,17 @@ TEST_CASE("page bounds in a narrower table type still bound every key (SummaryTa
   c.counts.assign(5, 1);
   std::vector<uint8_t> want(c.rows.size());
   from_f32(DType::F8E4M3, c.rows.data(), want.data(), c.rows.size());
-  CHECK(c.encoded_rows(DType::F8E4M3) == want);
+  CHECK(c.encoded_rows(DType::F8E4M3).codes == want);
+  {  // i8: nearest within half a step of each dimension's scale
+    const TableCodes i8 = c.encoded_rows(DType::I8);
+    const std::vector<float> y = i8.decoded(DType::I8, 64);
+    for (size_t i = 0; i < y.size(); ++i) CHECK(std::fabs(y[i] - c.rows[i]) <= 0.5f * i8.scale[i % 64] * 1.00001f);
+  }
   // Past f8's 448 a centroid is refused, not clipped; so is a page bound (no f8 value above it).
   c.rows[7] = 500.f;
   CHECK_THROWS_WITH(c.encoded_rows(DType::F8E4M3), Catch::Contains("a centroid element 500 is past f8's largest value 448"));
-  CHECK(c.encoded_rows(DType::F16).size() == c.rows.size() * 2);
+  CHECK(c.encoded_rows(DType::F16).codes.size() == c.rows.size() * 2);
+  CHECK(c.encoded_rows(DType::I8).codes.size() == c.rows.size());  // i8 has no range to be past
   SummaryTables pb;
   pb.kind = SummaryTables::Kind::PageBounds, pb.dim = 2, pb.rows = {500.f, 1.f, -1.f, 0.5f}, pb.counts = {3};
   CHECK_THROWS_WITH(pb.encoded_rows(DType::F8E4M3), Catch::Contains("an upper bound 500 has no f8 value"));

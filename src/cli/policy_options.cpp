@@ -65,10 +65,12 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
                   "host otherwise)")
       ->group(g)->check(CLI::IsMember(build_on_names()));
   cmd->add_option("--device-table-type", a->device_table_type, "CUDA, --search-on gpu: element type of the "
-                  "device summary tables: f16 (default), bf16, f32, or f8 (E4M3: half of f16's table memory, so more of the "
-                  "store fits the store cache; Quest's page bounds are rounded outward and stay bounds; with multipole "
-                  "on Qwen2.5, whose keys have a few very large dimensions, next-token KL to dense rose 20-30x)")
-      ->group(g)->check(CLI::IsMember({"f16", "bf16", "f32", "f8"}));
+                  "device summary tables: f16 (default), bf16, f32, f8 (E4M3) or i8 (int8 with a scale per "
+                  "dimension). The 8-bit types take half of f16's table memory, so more of the store fits the store "
+                  "cache; Quest's page bounds are rounded outward and stay bounds. With multipole on Qwen2.5, whose "
+                  "keys have a few very large dimensions, f8 raised next-token KL to dense 20-30x; i8 keeps each "
+                  "dimension's own range")
+      ->group(g)->check(CLI::IsMember({"f16", "bf16", "f32", "f8", "i8"}));
   cmd->add_option("--device-fold", p.device_fold, "CUDA, --search-on gpu: evicted rows attended exactly on the "
                   "device before they are folded into the index on a host thread; the new tables are used from a fixed "
                   "step, a quarter of this later (so a greedy run repeats itself)")

@@ -18,6 +18,7 @@ const char* dtype_name(DType t) {
     case DType::BF16: return "bf16";
     case DType::F8E4M3: return "f8";
     case DType::Q8_0: return "q8_0";
+    case DType::I8: return "i8";
   }
   return "?";
 }
@@ -25,6 +26,11 @@ const char* dtype_name(DType t) {
 void fail_blocked_dtype_size(DType t) {
   fail("internal: {} has no size per element (blocks of {} in {} bytes): use dtype_bytes", dtype_name(t), kQ8Block,
        kQ8BlockBytes);
+}
+
+void fail_not_a_row_type(DType t) {
+  fail("internal: {} is a device table type (codes with per-dimension scales), not the type of a stored row",
+       dtype_name(t));
 }
 
 namespace {
@@ -37,7 +43,7 @@ constexpr DTypeName kDTypeNames[] = {
     {"f32", DType::F32},   {"fp32", DType::F32},      {"float32", DType::F32}, {"f16", DType::F16},
     {"fp16", DType::F16},  {"float16", DType::F16},   {"bf16", DType::BF16},   {"bfloat16", DType::BF16},
     {"f8", DType::F8E4M3}, {"fp8", DType::F8E4M3},    {"f8e4m3", DType::F8E4M3}, {"e4m3", DType::F8E4M3},
-    {"q8_0", DType::Q8_0}, {"q8", DType::Q8_0},       {"int8", DType::Q8_0}};
+    {"q8_0", DType::Q8_0}, {"q8", DType::Q8_0},       {"int8", DType::Q8_0}, {"i8", DType::I8}};
 
 std::optional<DType> dtype_named(std::string_view s) {
   for (const DTypeName& n : kDTypeNames)
@@ -49,21 +55,22 @@ std::optional<DType> dtype_named(std::string_view s) {
 // Compute and cache types: 8-bit is a storage format only.
 DType parse_dtype(std::string_view s) {
   const std::optional<DType> t = dtype_named(s);
-  if (!t || *t == DType::F8E4M3 || *t == DType::Q8_0) fail("unknown element type '{}': use f32, f16 or bf16", s);
+  if (!t || *t == DType::F8E4M3 || *t == DType::Q8_0 || *t == DType::I8) fail("unknown element type '{}': use f32, f16 or bf16", s);
   return *t;
 }
 
 // The host store holds 16- or 8-bit rows (f32 would double it for nothing).
 DType parse_store_dtype(std::string_view s) {
   const std::optional<DType> t = dtype_named(s);
-  if (!t || *t == DType::F32)
+  if (!t || *t == DType::F32 || *t == DType::I8)
     fail("unknown KV store type '{}': use f16, bf16, f8 (8-bit E4M3) or q8_0 (int8, a scale per 32)", s);
   return *t;
 }
 
 DType parse_table_dtype(std::string_view s) {
   const std::optional<DType> t = dtype_named(s);
-  if (!t || *t == DType::Q8_0) fail("unknown device table type '{}': use f16, bf16, f32 or f8 (8-bit E4M3)", s);
+  if (!t || *t == DType::Q8_0)
+    fail("unknown device table type '{}': use f16, bf16, f32, f8 (8-bit E4M3) or i8 (int8, a scale per dimension)", s);
   return *t;
 }
 
@@ -147,8 +154,15 @@ void q8_0_from_f32(const float* src, uint8_t* dst, size_t n) {
 }
 }  // namespace
 
+namespace {
+[[noreturn]] void fail_i8_conversion() {
+  fail("internal: i8 table codes are values only with their per-dimension scales (src/common/table_codes.h)");
+}
+}  // namespace
+
 void to_f32(DType t, const void* src, float* dst, size_t n) {
   switch (t) {
+    case DType::I8: fail_i8_conversion();
     case DType::Q8_0: return q8_0_to_f32(static_cast<const uint8_t*>(src), dst, n);
     case DType::F32: std::memcpy(dst, src, n * 4); return;
     case DType::F16: {
@@ -175,6 +189,7 @@ void to_f32(DType t, const void* src, float* dst, size_t n) {
 
 void from_f32(DType t, const float* src, void* dst, size_t n) {
   switch (t) {
+    case DType::I8: fail_i8_conversion();
     case DType::Q8_0: return q8_0_from_f32(src, static_cast<uint8_t*>(dst), n);
     case DType::F32: std::memcpy(dst, src, n * 4); return;
     case DType::F16: {
@@ -223,7 +238,9 @@ uint32_t encode_one(DType t, float x) {
 }  // namespace
 
 void from_f32_directed(DType t, const float* src, void* dst, size_t n, bool up) {
-  TOPKV_CHECK(t != DType::Q8_0, "internal: q8_0 has no directed rounding (it is not an element type)");
+  TOPKV_CHECK(t != DType::Q8_0 && t != DType::I8,
+              "internal: {} has no directed rounding here (q8_0 is not an element type; i8: table_codes.h)",
+              dtype_name(t));
   if (t == DType::F32) return std::memcpy(dst, src, n * 4), void();
   const size_t size = dtype_size(t);
   const uint32_t sign_bit = size == 1 ? 0x80u : 0x8000u;
@@ -244,7 +261,7 @@ void from_f32_directed(DType t, const float* src, void* dst, size_t n, bool up) 
 }
 
 void from_f32_in_range(DType t, const float* src, void* dst, size_t n, const char* what) {
-  TOPKV_CHECK(t != DType::Q8_0, "internal: q8_0 tables are not built");
+  TOPKV_CHECK(t != DType::Q8_0 && t != DType::I8, "internal: {} tables are not encoded here", dtype_name(t));
   from_f32(t, src, dst, n);
   if (t == DType::F32) return;
   const float top = largest_finite(t);

@@ -28,15 +28,20 @@ namespace topkv {
 // rows of a multiple-of-32 head_dim lie back to back as for the other types
 // and every bulk conversion below takes a run of rows; never a part of a
 // block (dtype_bytes).
-enum class DType : uint8_t { F32 = 0, F16 = 1, BF16 = 2, F8E4M3 = 3, Q8_0 = 4 };
+//
+// I8: int8 codes of a device summary table, one fp32 scale per dimension
+// beside them (--device-table-type i8; src/common/table_codes.h). The codes
+// alone are not values, so the bulk conversions below refuse it.
+enum class DType : uint8_t { F32 = 0, F16 = 1, BF16 = 2, F8E4M3 = 3, Q8_0 = 4, I8 = 5 };
 
 constexpr size_t kQ8Block = 32, kQ8BlockBytes = 34;  // elements, bytes of one Q8_0 block
 inline bool dtype_blocked(DType t) { return t == DType::Q8_0; }
 [[noreturn]] void fail_blocked_dtype_size(DType t);
+[[noreturn]] void fail_not_a_row_type(DType t);  // I8: a device table's codes, never a stored row
 // Bytes of one element; a blocked type has none (use dtype_bytes).
 inline size_t dtype_size(DType t) {
   if (dtype_blocked(t)) fail_blocked_dtype_size(t);
-  return t == DType::F32 ? 4 : t == DType::F8E4M3 ? 1 : 2;
+  return t == DType::F32 ? 4 : t == DType::F8E4M3 || t == DType::I8 ? 1 : 2;
 }
 // Bytes of a run of n elements (for Q8_0, n a multiple of kQ8Block).
 inline size_t dtype_bytes(DType t, size_t n) {
@@ -48,7 +53,7 @@ DType parse_dtype(std::string_view name);  // "f32"|"fp32"|"f16"|"fp16"|"bf16"; 
 // ("int8", "q8"); throws Error.
 DType parse_store_dtype(std::string_view name);
 // A device summary table's element type (--device-table-type): f32, f16,
-// bf16 or f8 (E4M3); throws Error.
+// bf16, f8 (E4M3) or i8 (int8, a scale per dimension); throws Error.
 DType parse_table_dtype(std::string_view name);
 
 // E4M3 <-> fp32. Decoding is exact (a table of the 256 codes); encoding
@@ -122,7 +127,8 @@ inline uint16_t f32_to_bf16(float f) {
 }
 
 // Bulk conversions between a run of `n` elements of type `t` and fp32. For
-// Q8_0, n is a multiple of 32 (whole blocks); to_f32 gives d * q as ggml
+// Q8_0, n is a multiple of 32 (whole blocks); I8 is refused (its scales
+// are the table's: src/common/table_codes.h); to_f32 gives d * q as ggml
 // does. from_f32 picks d = f16(max|x| / 127) as ggml's quantize_row_q8_0_ref
 // does, moved one f16 step up where that falls short of max|x| / 127, and
 // rounds x against the d it stores (q = round-half-away(x / d)), not against
@@ -135,11 +141,11 @@ void from_f32(DType t, const float* src, void* dst, size_t n);
 // not below it (up) or not above it (down), so that a bound stays a bound
 // (Quest's page bounds in narrower device tables). Element types only (not
 // Q8_0); throws Error where no finite value of `t` is on that side (past
-// f8's 448, f16's 65504).
+// f8's 448, f16's 65504). Not I8 (table_codes.h rounds it).
 void from_f32_directed(DType t, const float* src, void* dst, size_t n, bool up);
 // from_f32 (to nearest) for tables that must not be clipped: throws Error,
 // naming `what`, where an element is past the type's finite range (f8 would
-// saturate it at 448, f16 round it to infinity). Element types only.
+// saturate it at 448, f16 round it to infinity). Element types only (not I8).
 void from_f32_in_range(DType t, const float* src, void* dst, size_t n, const char* what);
 
 }  // namespace topkv

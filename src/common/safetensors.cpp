@@ -58,8 +58,9 @@ StDType st_dtype_of(DType t) {
     case DType::BF16: return StDType::BF16;
     case DType::F8E4M3: return StDType::F8_E4M3;
     case DType::Q8_0: return StDType::U8;
+    case DType::I8: break;
   }
-  return StDType::F32;
+  fail_not_a_row_type(t);
 }
 
 int64_t st_row_elems(DType t, int64_t dim) {

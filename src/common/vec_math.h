@@ -23,8 +23,9 @@ inline float dot_row(DType t, const void* row, const float* q, size_t n) {
     case DType::BF16: return dot_bf16(static_cast<const uint16_t*>(row), q, n);
     case DType::F8E4M3: return dot_f8e4m3(static_cast<const uint8_t*>(row), q, n);
     case DType::Q8_0: return dot_q8_0(static_cast<const uint8_t*>(row), q, n);
+    case DType::I8: break;
   }
-  return 0.f;
+  fail_not_a_row_type(t);
 }
 
 // out[r * nq + g] = rows[r] . queries[g] for `n_rows` contiguous rows of `dim`

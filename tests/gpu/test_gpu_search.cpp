@@ -47,7 +47,7 @@ template <class T> std::vector<T> fetch(Backend& be, const void* dev, size_t n) 
 TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far rows", "[search]") {
   auto& be = cuda_be();
   OpSummary scores_sum("device search scores", 1e-5), far_sum("device search far rows", 1e-5);
-  OpSummary scores16("device search scores, f16, bf16 and f8 tables", 1e-3), row_sum("device rerank row scores", 1e-5);
+  OpSummary scores16("device search scores, f16, bf16, f8 and i8 tables", 1e-3), row_sum("device rerank row scores", 1e-5);
   OpSummary dots_sum("device rerank dots for every query head", 1e-5);
   int selections = 0, mismatched = 0, spread_heads = 0, listed_heads = 0;
   int64_t dropped_rows = 0;  // far_dropped: candidates checked as far rows of their own
@@ -92,6 +92,12 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
       {"multipole:rerank_far=1", DType::F8E4M3, 128, 2, 4, 4000, 64, false, 4, DType::Q8_0},
       {"multipole:spread=0.5,rerank=1", DType::F8E4M3, 256, 1, 4, 9000, 512, false},
       {"centroid:ratio=9", DType::F8E4M3, 64, 2, 1, 1301, 3, false, 3},
+      // i8 tables (a scale per dimension: src/common/table_codes.h), the same shapes
+      {"quest:page=16,coarse_ratio=16,expand=4", DType::I8, 128, 3, 4, 30001, 256, true},
+      {"quest:page=4", DType::I8, 64, 2, 4, 1000, 100, false},
+      {"multipole:rerank_far=1", DType::I8, 128, 2, 4, 4000, 64, false, 4, DType::Q8_0},
+      {"multipole:spread=0.5,rerank=1", DType::I8, 256, 1, 4, 9000, 512, false},
+      {"centroid:ratio=9", DType::I8, 64, 2, 1, 1301, 3, false, 3},
   };
   for (const Case& c : cases) {
     CAPTURE(c.index, dtype_name(c.table), c.hd, c.kv, c.group, c.n, c.k, c.rerank, dtype_name(c.store));
@@ -165,12 +171,11 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
         continue;
       }
       REQUIRE(index->export_summaries(t));
-      {  // the rows as the device holds them: page bounds rounded outward (SummaryTables::encoded_rows)
-        const auto raw = t.encoded_rows(c.table);
-        to_f32(c.table, raw.data(), t.rows.data(), t.rows.size());
-      }
-      round_through(c.table, t.value_means);
-      round_through(c.table, t.key_var);
+      // The tables as the device holds them (page bounds rounded outward,
+      // SummaryTables::encoded_rows; i8 with its scales), decoded as it does.
+      t.rows = t.encoded_rows(c.table).decoded(c.table, d);
+      for (std::vector<float>* v : {&t.value_means, &t.key_var})
+        if (!v->empty()) *v = encode_table(c.table, *v, d, {TableRounding::Nearest}, "").decoded(c.table, d);
       const int64_t n = t.size();
       // Scores: the twin's, from the same (rounded) tables.
       const auto want = summary_scores_reference(t, q.data() + (size_t)h * G * d, G);
@@ -429,17 +434,20 @@ TEST_CASE("GpuOffloadRuntime restored from a pack decodes like the CPU restored 
 TEST_CASE("GpuOffloadRuntime folds on a host thread and stays exact while the folds run", "[search]") {
   auto& be = cuda_be();
   OpSummary sum("async folds, k covers all: device vs exact", 1e-4);
-  struct Case { std::string index; int hd, heads, kv, n, window, fold; };
+  // i8 tables: every fold stages the tables with new per-dimension scales.
+  struct Case { std::string index; int hd, heads, kv, n, window, fold; DType table = DType::F32; };
   const std::vector<Case> cases = {{"multipole", 128, 4, 1, 600, 16, 7}, {"quest:page=4", 64, 8, 2, 900, 8, 13},
-                                   {"centroid", 256, 8, 1, 400, 32, 64}};
+                                   {"centroid", 256, 8, 1, 400, 32, 64},
+                                   {"multipole", 128, 4, 1, 600, 16, 7, DType::I8},
+                                   {"quest:page=4,coarse_ratio=4", 64, 8, 2, 900, 8, 13, DType::I8}};
   for (const Case& c : cases) {
-    CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, c.fold);
+    CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, c.fold, dtype_name(c.table));
     const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.search.k = 1 << 20, pol.sinks = 4, pol.window = c.window;
     OffloadPolicy exact = pol;
     exact.index = "flat";
-    pol.index = c.index, pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32;
+    pol.index = c.index, pol.search_on = SearchOn::Gpu, pol.device_table_type = c.table;
     pol.search.rerank = 1;  // the plain lookup (rerank: the runtime case above)
     pol.device_fold = c.fold;  // sync_folds stays off
     OffloadRuntime ref(cfg, exact, false);
@@ -455,14 +463,16 @@ TEST_CASE("GpuOffloadRuntime folds on a host thread and stays exact while the fo
 // a row is in the tables or the ring changes the answer.
 TEST_CASE("Async folds land at a fixed step: the same outputs however fast the host folds", "[search]") {
   auto& be = cuda_be();
-  struct Case { std::string index; int hd, heads, kv, fold; };
-  for (const Case& c : std::vector<Case>{{"multipole", 128, 8, 2, 64}, {"quest:page=4", 64, 4, 1, 37}}) {
-    CAPTURE(c.index, c.hd, c.fold);
+  struct Case { std::string index; int hd, heads, kv, fold; DType table = DType::F16; };
+  for (const Case& c : std::vector<Case>{{"multipole", 128, 8, 2, 64}, {"quest:page=4", 64, 4, 1, 37},
+                                         {"multipole", 128, 8, 2, 64, DType::I8}}) {
+    CAPTURE(c.index, c.hd, c.fold, dtype_name(c.table));
     const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = 16, pol.sinks = 4, pol.window = 16;
     pol.search.rerank = 1;  // the plain lookup (rerank: the runtime case above)
     pol.search_on = SearchOn::Gpu, pol.device_fold = c.fold;  // sync_folds stays off
+    pol.device_table_type = c.table;
     pol.build_on = BuildOn::Host;  // Faiss, as the reference's
     const int64_t n = 3000;
     const int steps = 4 * c.fold + 10;  // three folds and more (one starts every device_fold steps)
