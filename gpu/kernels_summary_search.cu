@@ -52,7 +52,10 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
   const int per_block = kScoreWarps * kScoreRows * iters;
   if ((int)blockIdx.x * per_block >= head.n) return;  // the whole block: no sync after
   load_block_queries<HD>(sq, a, h, g0, ng);
-  const LaneScale<E, DPL> scale(head.scale, lane);  // i8 tables; nothing for the others
+  if constexpr (std::is_same_v<E, int8_t>) {  // i8: q.(s*c) = (q*s).c, the scales folded into the queries once
+    for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) sq[i / HD][i % HD] *= head.scale[i % HD];
+    __syncthreads();
+  }
   for (int b = blockIdx.x; b * per_block < head.n; b += gridDim.x)
   for (int it = 0; it < iters; ++it) {
     const int j0 = (b * kScoreWarps + warp) * kScoreRows * iters + it * kScoreRows;
@@ -63,8 +66,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
       if (j0 + u >= head.n) break;
       const E* row = static_cast<const E*>(head.rows) + (size_t)head.id(j0 + u) * LEN + lane * DPL;
       load_lane<E, DPL>(row, r[u]);
-      scale.apply(r[u]);
-      if constexpr (PAGES) load_lane<E, DPL>(row + HD, r2[u]), scale.apply(r2[u]);
+      if constexpr (PAGES) load_lane<E, DPL>(row + HD, r2[u]);
     }
     for (int g = 0; g < ng; ++g) {
       float q[DPL];
@@ -262,8 +264,7 @@ __device__ __forceinline__ void add_dropped_rows(const SummarySearchArgs& a, con
   const int first = split * per, last = min(n, first + per);
   const size_t base = (size_t)h * w.cand_cap;
   const uint8_t* sel = w.selected + (size_t)h * a.max_n;
-  const E* means = static_cast<const E*>(a.heads[h].value_means);
-  const LaneScale<E, DPL> scale(a.heads[h].value_means_scale, lane);
+  const E* means = static_cast<const E*>(a.heads[h].value_means);  // i8: codes (far_kernel scales o)
   for (int t0 = first + warp * kFarUnroll; t0 < last; t0 += kFarWarps * kFarUnroll) {
     float v[kFarUnroll][DPL];
     bool use[kFarUnroll];
@@ -272,7 +273,7 @@ __device__ __forceinline__ void add_dropped_rows(const SummarySearchArgs& a, con
       const int t = t0 + u;
       const uint32_t j = t < last ? w.cand_group[base + t] : 0u;
       use[u] = t < last && !w.cand_listed[base + t] && sel[j];
-      if (use[u]) load_lane<E, DPL>(means + (size_t)j * HD + lane * DPL, v[u]), scale.apply(v[u]);
+      if (use[u]) load_lane<E, DPL>(means + (size_t)j * HD + lane * DPL, v[u]);
     }
 #pragma unroll
     for (int u = 0; u < kFarUnroll; ++u) {
@@ -287,7 +288,8 @@ __device__ __forceinline__ void add_dropped_rows(const SummarySearchArgs& a, con
   }
 }
 
-// 4. Far rows: every group not selected, logit scale * x + ln N_j, value V̄_j;
+// 4. Far rows: every group not selected, logit scale * x + ln N_j, value V̄_j
+// (i8 value means: codes, their scales applied to the output once);
 // SPREAD: plus min(spread s^2/2 q^2.var_j, ln clip) (far_spread_logit), from
 // the block's queries in shared memory (load_block_queries) and var_j, a
 // lane's dims each and a warp sum (one more table row read per far group).
@@ -325,7 +327,6 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
       use[u] = j < last && !sel[j];
       if (!use[u]) continue;
       load_lane<E, DPL>(static_cast<const E*>(head.value_means) + (size_t)j * HD + lane * DPL, v[u]);
-      mean_scale.apply(v[u]);
       count[u] = (float)head.counts[j];
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g)
@@ -363,6 +364,9 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
     }
   }
   if (w.cand_listed) add_dropped_rows<E, HD>(a, w, h, split, g0, ng, m, l, o);
+  // i8 value means: o summed p * code; sum p * (s * code) = s * that, once here.
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) mean_scale.apply(o[g]);
   store_block_partials(sm, m, l, o, ng, (size_t)h * a.group + g0, a.part0 + split, a.parts, a.part_m, a.part_l,
                        a.part_o);
 }

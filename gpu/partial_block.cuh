@@ -24,6 +24,17 @@ template <class E> __device__ __forceinline__ float2 pair_to_float2(uint32_t w) 
   else return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
 }
 
+// Four int8 codes (the bytes of w) as exact fp32 values without the
+// int-to-float unit (a quarter-rate instruction; with it the i8 score kernel
+// ran 25% slower than f8's, bench/results/gpu_session24/out_a): each code,
+// made unsigned (+128), becomes the low byte of 2^23's mantissa in one byte
+// permute, and 2^23 + 128 comes off in one add.
+__device__ __forceinline__ void i8x4_to_float(uint32_t w, float* out) {
+  w ^= 0x80808080u;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) out[k] = __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u + k)) - 8388736.f;
+}
+
 template <class E, int N> __device__ __forceinline__ void load_lane(const E* p, float* out) {
   constexpr int bytes = N * (int)sizeof(E);
   constexpr bool pairs = sizeof(E) == 2;  // __half or __nv_bfloat16
@@ -35,13 +46,11 @@ template <class E, int N> __device__ __forceinline__ void load_lane(const E* p, 
     }
   } else if constexpr (std::is_same_v<E, int8_t> && N % 4 == 0) {  // i8 table codes, 4 a load (LaneScale below)
 #pragma unroll
-    for (int i = 0; i < N / 4; ++i) {
-      const char4 c = reinterpret_cast<const char4*>(p)[i];
-      out[4 * i] = (float)c.x, out[4 * i + 1] = (float)c.y, out[4 * i + 2] = (float)c.z, out[4 * i + 3] = (float)c.w;
-    }
+    for (int i = 0; i < N / 4; ++i) i8x4_to_float(reinterpret_cast<const uint32_t*>(p)[i], out + 4 * i);
   } else if constexpr (std::is_same_v<E, int8_t> && N == 2) {
-    const char2 c = *reinterpret_cast<const char2*>(p);
-    out[0] = (float)c.x, out[1] = (float)c.y;
+    float f[4];
+    i8x4_to_float(*reinterpret_cast<const uint16_t*>(p), f);
+    out[0] = f[0], out[1] = f[1];
   } else if constexpr (bytes % 16 == 0) {
 #pragma unroll
     for (int i = 0; i < bytes / 16; ++i) Vec16<E>::load(p + i * Vec16<E>::n, out + i * Vec16<E>::n);
@@ -61,7 +70,9 @@ template <class E, int N> __device__ __forceinline__ void load_lane(const E* p, 
 // A lane's share [lane*N, +N) of an i8 table's per-dimension scales
 // (src/common/table_codes.h), read once a kernel: apply() turns the codes
 // load_lane gave into values (code * scale in fp32, as the host's
-// TableCodes::decoded). For every other table type it holds and does nothing.
+// TableCodes::decoded), or a sum of codes times weights into the sum of
+// values (the far rows' output). For every other table type it holds and
+// does nothing.
 template <class E, int N> struct LaneScale {
   static constexpr bool kI8 = std::is_same_v<E, int8_t>;
   float s[kI8 ? N : 1];
