@@ -308,7 +308,6 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
   const int per = (head.n + a.far_splits - 1) / a.far_splits;
   const int first = split * per, last = min(head.n, first + per);
   const uint8_t* sel = w.selected + (size_t)h * a.max_n;
-  const LaneScale<E, DPL> mean_scale(head.value_means_scale, lane), var_scale(head.key_var_scale, lane);
   float m[kMaxGroup], l[kMaxGroup], o[kMaxGroup][DPL];
 #pragma unroll
   for (int g = 0; g < kMaxGroup; ++g) {
@@ -338,7 +337,7 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
         if (!use[u]) continue;
         float var[DPL];
         load_lane<E, DPL>(static_cast<const E*>(head.key_var) + (size_t)(j0 + u) * HD + lane * DPL, var);
-        var_scale.apply(var);
+        LaneScale<E, DPL>(head.key_var_scale, lane).apply(var);  // i8 (L1 hits after the first)
 #pragma unroll
         for (int g = 0; g < kMaxGroup; ++g) {
           if (g >= ng) break;
@@ -364,7 +363,9 @@ __global__ void __launch_bounds__(kFarWarps * 32) far_kernel(const SummarySearch
     }
   }
   if (w.cand_listed) add_dropped_rows<E, HD>(a, w, h, split, g0, ng, m, l, o);
-  // i8 value means: o summed p * code; sum p * (s * code) = s * that, once here.
+  // i8 value means: o summed p * code; sum p * (s * code) = s * that, once
+  // here (the scales read here, not held in registers through the loop).
+  const LaneScale<E, DPL> mean_scale(head.value_means_scale, lane);
 #pragma unroll
   for (int g = 0; g < kMaxGroup; ++g) mean_scale.apply(o[g]);
   store_block_partials(sm, m, l, o, ng, (size_t)h * a.group + g0, a.part0 + split, a.parts, a.part_m, a.part_l,
