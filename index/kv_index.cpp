@@ -230,7 +230,8 @@ SummaryTables SummaryTables::coarse_level() const {
 }
 
 TableCodes SummaryTables::encoded_rows(DType t) const {
-  if (kind == Kind::PageBounds) return encode_table(t, rows, dim, {TableRounding::Up, TableRounding::Down}, "a page bound");
+  if (kind == Kind::PageBounds)
+    return encode_table(t, rows, dim, {TableRounding::Up, TableRounding::Down}, "a page bound");
   return encode_table(t, rows, dim, {TableRounding::Nearest}, "a centroid element");
 }
 

@@ -354,7 +354,7 @@ TEST_CASE("i8 tables (encode_table): a scale per dimension, bounds one way, near
           const int code = (int8_t)c.codes[i];
           CAPTURE(i, x, s, code);
           REQUIRE(std::abs(code) <= 127);
-          REQUIRE(y[i] == (float)code * s);  // what the device forms
+          REQUIRE(y[i] == (float)code * s);  // the product a bound was checked against
           if (!bounds) {
             CHECK(std::fabs(y[i] - x) <= 0.5f * s * (1 + 1e-5f) + std::numeric_limits<float>::denorm_min());
           } else if ((i % len) < (size_t)dim) {  // M: up, and the least such code

@@ -55,7 +55,8 @@ std::optional<DType> dtype_named(std::string_view s) {
 // Compute and cache types: 8-bit is a storage format only.
 DType parse_dtype(std::string_view s) {
   const std::optional<DType> t = dtype_named(s);
-  if (!t || *t == DType::F8E4M3 || *t == DType::Q8_0 || *t == DType::I8) fail("unknown element type '{}': use f32, f16 or bf16", s);
+  if (!t || *t == DType::F8E4M3 || *t == DType::Q8_0 || *t == DType::I8)
+    fail("unknown element type '{}': use f32, f16 or bf16", s);
   return *t;
 }
 

@@ -10,7 +10,7 @@ namespace topkv {
 
 namespace {
 
-// The least scale s with 127 * s >= amax in fp32 (from amax / 127 up), so
+// amax / 127, moved up an ulp at a time until 127 * s >= amax in fp32, so
 // that the outermost element of a dimension has a code (127 or -127) on its
 // side; 0 for a dimension that is all zeros.
 float i8_scale(float amax) {
@@ -25,7 +25,7 @@ int8_t i8_code(float x, float s, TableRounding r) {
   const float t = x / s;
   if (r == TableRounding::Nearest) return (int8_t)std::clamp(std::lround(t), -127L, 127L);
   // One way: from the quotient's ceiling (floor), then checked against the
-  // product the device forms, code * s in fp32, and moved a code where the
+  // product TableCodes::decoded forms, code * s in fp32, and moved a code where the
   // division rounded: out until it bounds x (127 and -127 always do,
   // i8_scale), in while the next code still does (the tightest bound).
   if (r == TableRounding::Up) {

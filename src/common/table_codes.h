@@ -12,8 +12,9 @@
 // and E4M3's 3 mantissa bits move a centroid's logit by up to 1.7 nats in
 // layers 2-27 of the 1.5B (167 in layer 0); per-dimension int8, emulated on
 // the same keys, stays within 0.06-0.19 nats (session 23,
-// bench/results/tables_f8_qwen1.5b_cpu/). The device multiplies the scale in
-// as it loads a lane's dimensions (LaneScale, gpu/partial_block.cuh).
+// bench/results/tables_f8_qwen1.5b_cpu/). The device multiplies the scales
+// into its queries (scores) or its far output (value means) once a kernel
+// (LaneScale, gpu/partial_block.cuh).
 #pragma once
 #include <cstdint>
 #include <initializer_list>
@@ -32,8 +33,11 @@ enum class TableRounding : uint8_t {
 struct TableCodes {
   std::vector<uint8_t> codes;  // the rows in the table type, as the device holds them
   std::vector<float> scale;    // i8: [dim] (x = scale[d] * code); other types: empty
-  // The values the device reads, in fp32: to_f32 of the codes, or for i8
-  // scale[d] * code as one fp32 product, as the kernels form it.
+  // The values the table holds, in fp32: to_f32 of the codes, or for i8
+  // scale[d] * code as one fp32 product (a bound is checked against this
+  // product when encoded). The device's search twin reads these; the
+  // kernels multiply the scale into the query or the far output instead,
+  // which differs from it only by fp32 rounding.
   std::vector<float> decoded(DType t, int dim) const;
 };
 
