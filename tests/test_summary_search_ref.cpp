@@ -284,6 +284,15 @@ TEST_CASE("page bounds in a narrower table type still bound every key (SummaryTa
       index->build(keys);
       SummaryTables tab;
       REQUIRE(index->export_summaries(tab));
+      {  // The coarse level encoded is the coarse level of the encoded pages (one-way
+         // rounding is monotone, and an i8 table's scales are the same on both
+         // levels): the device's coarse table and its twin's agree.
+        const TableCodes fine = tab.encoded_rows(t), coarse = tab.coarse_level().encoded_rows(t);
+        CHECK(coarse.scale == fine.scale);
+        SummaryTables decoded = tab;
+        decoded.rows = fine.decoded(t, d);
+        CHECK(decoded.coarse_level().rows == coarse.decoded(t, d));
+      }
       for (const SummaryTables& level : {tab, tab.coarse_level()}) {
         SummaryTables narrow = level;
         const TableCodes codes = level.encoded_rows(t);
