@@ -10,7 +10,7 @@
 // of n/C rows first; each query head's coarse cut then lists its own
 // coarse pages (random tables: the union is as large as it can be). Tables
 // are f16 (the default); the Llama-8B 512K shapes run again with f8 and i8
-// tables (--device-table-type; i8 rows: random codes, a scale per dimension).
+// tables (--device-table-type), each encoded as the runtime does (encode_table).
 #ifdef TOPKV_HAVE_CUDA
 #include <fmt/format.h>
 
@@ -110,31 +110,23 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
     keep.push_back(b);
     return b.mem.get();
   };
-  // A random table of `rows` rows of `row_len` elements at the table type
-  // (i8: random codes and a scale per dimension, into *scale).
-  auto table = [&](size_t rows, int row_len, const float** scale) -> const void* {
-    if (s.table != DType::I8) {
-      keep.push_back(random_device(be, s.table, rows * row_len, rng(), 1.f, SIZE_MAX));
-      return keep.back().mem.get();
-    }
-    std::uniform_int_distribution<int> code(-127, 127);
-    std::vector<uint8_t> codes(rows * row_len);
-    for (uint8_t& c : codes) c = (uint8_t)(int8_t)code(rng);
-    const std::vector<float> per_dim((size_t)s.hd, 1.f / 127);
-    *scale = static_cast<const float*>(put(per_dim.data(), per_dim.size() * 4));
-    return put(codes.data(), codes.size());
+  // A table at the shape's type as the device search holds it
+  // (encode_table: i8 with its scales, into *scale); rows of `row_len`
+  // elements of N(0, sd), or |N(0, sd)| (variances).
+  auto table = [&](size_t rows, int row_len, float sd, bool abs, const float** scale) -> const void* {
+    std::normal_distribution<float> nd(0.f, sd);
+    std::vector<float> x(rows * row_len);
+    for (float& v : x) v = abs ? std::abs(nd(rng)) : nd(rng);
+    const TableCodes c = row_len == s.hd ? encode_table(s.table, x, s.hd, {TableRounding::Nearest}, "a table element")
+                                         : encode_table(s.table, x, s.hd, {TableRounding::Up, TableRounding::Down},
+                                                        "a page bound");
+    if (!c.scale.empty()) *scale = static_cast<const float*>(put(c.scale.data(), c.scale.size() * 4));
+    return put(c.codes.data(), c.codes.size());
   };
   for (auto& h : heads) {
-    h.rows = table((size_t)s.n, len, &h.rows_scale);
-    if (s.far) h.value_means = table((size_t)s.n, s.hd, &h.value_means_scale);
-    if (spread) {  // variances: |N(0, 0.1)|, at the table type
-      std::normal_distribution<float> nd(0.f, 0.1f);
-      std::vector<float> var((size_t)s.n * s.hd);
-      for (float& v : var) v = std::abs(nd(rng));
-      const TableCodes typed = encode_table(s.table, var, s.hd, {TableRounding::Nearest}, "a key variance");
-      h.key_var = put(typed.codes.data(), typed.codes.size());
-      if (!typed.scale.empty()) h.key_var_scale = static_cast<const float*>(put(typed.scale.data(), typed.scale.size() * 4));
-    }
+    h.rows = table((size_t)s.n, len, 1.f, false, &h.rows_scale);
+    if (s.far) h.value_means = table((size_t)s.n, s.hd, 1.f, false, &h.value_means_scale);
+    if (spread) h.key_var = table((size_t)s.n, s.hd, 0.1f, true, &h.key_var_scale);
     h.counts = static_cast<const int32_t*>(put(counts.data(), counts.size() * 4));
     if (!s.pages) {
       h.offsets = static_cast<const int32_t*>(put(offsets.data(), offsets.size() * 4));
@@ -144,7 +136,7 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
     h.n = s.n, h.page = rows_per;
     if (s.coarse > 0) {
       h.coarse_n = (s.n + s.coarse - 1) / s.coarse, h.coarse_ratio = s.coarse;
-      h.coarse_rows = table((size_t)h.coarse_n, len, &h.coarse_rows_scale);
+      h.coarse_rows = table((size_t)h.coarse_n, len, 1.f, false, &h.coarse_rows_scale);
       std::vector<int32_t> cc((size_t)h.coarse_n);
       for (int c = 0; c < h.coarse_n; ++c) cc[(size_t)c] = rows_per * std::min(s.coarse, s.n - c * s.coarse);
       h.coarse_counts = static_cast<const int32_t*>(put(cc.data(), cc.size() * 4));

@@ -35,7 +35,7 @@ DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, DT
   s.heads.resize((size_t)nkv);
   s.table_type = table_type;
   auto typed = [&](const std::vector<float>& v, const char* what) {
-    return v.empty() ? TableCodes{} : encode_table(table_type, v, d, {TableRounding::Nearest}, what);
+    return encode_table(table_type, v, d, {TableRounding::Nearest}, what);
   };
   for (int h = 0; h < nkv; ++h) {
     const KvIndex* index = L.index(h);
@@ -93,16 +93,16 @@ void DeviceSearchTables::upload(cuda::CudaBackend& be, const OffloadedLayer& L, 
     bytes_ += bytes;
     return b.mem.get();
   };
+  auto put_codes = [&](const TableCodes& c, const float*& scale) {
+    scale = static_cast<const float*>(put(c.scale.data(), c.scale.size() * 4));  // i8 only
+    return put(c.codes.data(), c.codes.size());
+  };
   for (int h = 0; h < nkv; ++h) {
     const Staged::Head& t = s.heads[(size_t)h];
     if (!t.present) continue;
     cuda::SummaryHead& sh = host_heads_[(size_t)h];
     present_[(size_t)h] = 1;
     sh.n = t.n, sh.page = t.page;
-    auto put_codes = [&](const TableCodes& c, const float*& scale) {
-      scale = static_cast<const float*>(put(c.scale.data(), c.scale.size() * 4));  // i8 only
-      return put(c.codes.data(), c.codes.size());
-    };
     sh.rows = put_codes(t.rows, sh.rows_scale);
     sh.counts = static_cast<const int32_t*>(put(t.counts.data(), t.counts.size() * 4));
     sh.offsets = static_cast<const int32_t*>(put(t.offsets.data(), t.offsets.size() * 4));

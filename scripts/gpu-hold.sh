@@ -10,6 +10,10 @@
 #                              two-level quest, k = 256, --gpu-mem-budget 24G, synthetic fill
 #                              (AS_BUILT, "Llama-8B geometry at 512K and 1M under 24G"), and any
 #                              further options given; $O/NAME.txt and $O/NAME/
+#   gpu_tests TEST...          each GPU test binary of the bundle (at most 200 s), log $O/test-TEST.log,
+#                              a step each with its summary line
+#   search_bench               `bench gpu-ops --only search` into $O/search.{txt,jsonl}; prints the
+#                              Llama-8B 512K rows (score, far) of every table type
 # shellcheck shell=bash
 S0=$(date +%s); O=/tmp/b/out; L8=/tmp/b/l8.gguf
 # shellcheck disable=SC1091,SC2015
@@ -21,5 +25,15 @@ decode_l8() {
   timeout "$4" topkv bench decode -m "$L8" --backend cuda --warmup 4 --steps 32 -q --no-plot --contexts "$2" \
     --modes topk --index quest:page=16,coarse_ratio=16 --k 256 --gpu-mem-budget 24G --store-type "$3" \
     --out-dir "$O/$1" "${@:5}" > "$O/$1.txt" 2>&1
+}
+gpu_tests() {
+  for t in "$@"; do
+    /usr/bin/time -f "$t %e s" timeout 200 "$t" > "$O/test-$t.log" 2>&1
+    step "$t rc=$? $(grep -E 'test cases|passed|failed' "$O/test-$t.log" | tail -1)"
+  done
+}
+search_bench() {
+  timeout 90 topkv bench gpu-ops --only search --reps 50 --out "$O/search.jsonl" > "$O/search.txt" 2>&1
+  step "search rc=$?"; grep -E "llama8b 512K.*(score|far)" "$O/search.txt" | grep -v rerank
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$O/gpu.txt"

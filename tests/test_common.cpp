@@ -299,12 +299,12 @@ TEST_CASE("directed rounding: the nearest value of the type on the asked side, r
   from_f32_directed(DType::F32, big, f32_out, 3, true);
   CHECK(std::equal(big, big + 3, f32_out));
   uint8_t f8[3];
-  CHECK_THROWS_WITH(from_f32_directed(DType::F8E4M3, big, f8, 1, true), Catch::Contains("use a wider --device-table-type"));
+  CHECK_THROWS_WITH(from_f32_directed(DType::F8E4M3, big, f8, 1, true), Catch::Contains("use a --device-table-type that holds it (i8, f16 or f32)"));
   CHECK_THROWS_WITH(from_f32_directed(DType::F8E4M3, big + 1, f8, 1, false), Catch::Contains("no f8 value at or below"));
   from_f32_directed(DType::F8E4M3, big, f8, 1, false);  // 500 down: 448
   CHECK(f8e4m3_to_f32(f8[0]) == 448.f);
   uint16_t h;
-  CHECK_THROWS_WITH(from_f32_directed(DType::F16, big + 2, &h, 1, true), Catch::Contains("an upper bound 1000000 has no f16 value at or above it: use a wider --device-table-type (f32)"));
+  CHECK_THROWS_WITH(from_f32_directed(DType::F16, big + 2, &h, 1, true), Catch::Contains("an upper bound 1000000 has no f16 value at or above it: use a --device-table-type that holds it (i8 or f32)"));
   const float nan = std::nanf("");
   CHECK_THROWS(from_f32_directed(DType::F16, &nan, &h, 1, true));
   CHECK_THROWS_WITH(from_f32_directed(DType::Q8_0, big, f8, 1, true), Catch::Contains("q8_0 has no directed"));
@@ -339,7 +339,7 @@ TEST_CASE("i8 tables (encode_table): a scale per dimension, bounds one way, near
                    : encode_table(DType::I8, rows, dim, {TableRounding::Nearest}, "a centroid element");
         REQUIRE(c.codes.size() == rows.size());
         REQUIRE(c.scale.size() == (size_t)dim);
-        const std::vector<float> y = c.decoded(DType::I8, dim);
+        const std::vector<float> y = c.decoded();
         std::vector<float> amax((size_t)dim, 0.f);
         for (size_t i = 0; i < rows.size(); ++i) amax[i % dim] = std::max(amax[i % dim], std::fabs(rows[i]));
         for (int d = 0; d < dim; ++d) {  // the least scale that reaches the dimension's largest magnitude
@@ -376,8 +376,11 @@ TEST_CASE("i8 tables (encode_table): a scale per dimension, bounds one way, near
                     Catch::Contains("a value mean 500 is past f8's largest value 448"));
   const TableCodes f16 = encode_table(DType::F16, big, 1, {TableRounding::Up, TableRounding::Down}, "a bound");
   CHECK(f16.scale.empty());
-  CHECK(f16.decoded(DType::F16, 1) == big);
+  CHECK(f16.decoded() == big);
   CHECK_THROWS_WITH(encode_table(DType::I8, big, 3, {TableRounding::Nearest}, "x"), Catch::Contains("not rows of 1 parts"));
+  // No table (no far field, no variances): no codes and no scales to upload.
+  const TableCodes none = encode_table(DType::I8, {}, 4, {TableRounding::Nearest}, "a value mean");
+  CHECK((none.codes.empty() && none.scale.empty() && none.decoded().empty()));
   // i8 codes are not values without their scales.
   float out;
   const uint8_t code = 5;

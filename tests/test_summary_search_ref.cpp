@@ -290,15 +290,15 @@ TEST_CASE("page bounds in a narrower table type still bound every key (SummaryTa
         const TableCodes fine = tab.encoded_rows(t), coarse = tab.coarse_level().encoded_rows(t);
         CHECK(coarse.scale == fine.scale);
         SummaryTables decoded = tab;
-        decoded.rows = fine.decoded(t, d);
-        CHECK(decoded.coarse_level().rows == coarse.decoded(t, d));
+        decoded.rows = fine.decoded();
+        CHECK(decoded.coarse_level().rows == coarse.decoded());
       }
       for (const SummaryTables& level : {tab, tab.coarse_level()}) {
         SummaryTables narrow = level;
         const TableCodes codes = level.encoded_rows(t);
         REQUIRE(codes.codes.size() == dtype_bytes(t, level.rows.size()));
         REQUIRE(codes.scale.size() == (t == DType::I8 ? (size_t)d : 0));
-        narrow.rows = codes.decoded(t, d);
+        narrow.rows = codes.decoded();
         // Element by element: M at least, m at most, every key of the page.
         std::vector<float> k(d);
         for (int64_t j = 0; j < narrow.size(); ++j)
@@ -329,7 +329,7 @@ TEST_CASE("page bounds in a narrower table type still bound every key (SummaryTa
   CHECK(c.encoded_rows(DType::F8E4M3).codes == want);
   {  // i8: nearest within half a step of each dimension's scale
     const TableCodes i8 = c.encoded_rows(DType::I8);
-    const std::vector<float> y = i8.decoded(DType::I8, 64);
+    const std::vector<float> y = i8.decoded();
     for (size_t i = 0; i < y.size(); ++i) CHECK(std::fabs(y[i] - c.rows[i]) <= 0.5f * i8.scale[i % 64] * 1.00001f);
   }
   // Past f8's 448 a centroid is refused, not clipped; so is a page bound (no f8 value above it).

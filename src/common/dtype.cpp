@@ -212,12 +212,13 @@ void from_f32(DType t, const float* src, void* dst, size_t n) {
 }
 
 namespace {
-// The largest finite value of an element type, and the wider table types to
-// name in an error about it.
+// The largest finite value of an element type, and the table types to name
+// in an error about it: those with a wider range, and i8 (a scale per
+// dimension: no fixed range).
 float largest_finite(DType t) {
   return t == DType::F8E4M3 ? 448.f : t == DType::F16 ? 65504.f : std::numeric_limits<float>::max();
 }
-const char* wider_table_types(DType t) { return t == DType::F8E4M3 ? "f16 or f32" : "f32"; }
+const char* table_types_holding(DType t) { return t == DType::F8E4M3 ? "i8, f16 or f32" : "i8 or f32"; }
 
 // The codes of f16, bf16 and E4M3 are sign and magnitude, and a magnitude's
 // codes are ordered as its values: the next value up from a positive code is
@@ -251,8 +252,9 @@ void from_f32_directed(DType t, const float* src, void* dst, size_t n, bool up) 
     float y = decode_one(t, c);
     if (up ? y < x : y > x) c = next_code(c, sign_bit, up), y = decode_one(t, c);
     TOPKV_CHECK(std::isfinite(y) && (up ? y >= x : y <= x),
-                "{} {} has no {} value {} it: use a wider --device-table-type ({})", up ? "an upper bound" : "a lower bound",
-                x, dtype_name(t), up ? "at or above" : "at or below", wider_table_types(t));
+                "{} {} has no {} value {} it: use a --device-table-type that holds it ({})",
+                up ? "an upper bound" : "a lower bound", x, dtype_name(t), up ? "at or above" : "at or below",
+                table_types_holding(t));
     if (size == 1) static_cast<uint8_t*>(dst)[i] = (uint8_t)c;
     else {
       const auto h = (uint16_t)c;
@@ -267,8 +269,9 @@ void from_f32_in_range(DType t, const float* src, void* dst, size_t n, const cha
   if (t == DType::F32) return;
   const float top = largest_finite(t);
   for (size_t i = 0; i < n; ++i)
-    TOPKV_CHECK(std::fabs(src[i]) <= top, "{} {} is past {}'s largest value {}: use a wider --device-table-type ({})",
-                what, src[i], dtype_name(t), top, wider_table_types(t));
+    TOPKV_CHECK(std::fabs(src[i]) <= top,
+                "{} {} is past {}'s largest value {}: use a --device-table-type that holds it ({})", what, src[i],
+                dtype_name(t), top, table_types_holding(t));
 }
 
 }  // namespace topkv

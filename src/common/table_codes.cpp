@@ -40,9 +40,9 @@ int8_t i8_code(float x, float s, TableRounding r) {
   return (int8_t)c;
 }
 
-TableCodes encode_i8(const std::vector<float>& rows, int dim, std::initializer_list<TableRounding> parts,
-                     const char* what) {
-  TableCodes out;
+void encode_i8(const std::vector<float>& rows, std::initializer_list<TableRounding> parts, const char* what,
+               TableCodes& out) {
+  const int dim = out.dim;
   out.scale.assign((size_t)dim, 0.f);
   for (size_t i = 0; i < rows.size(); ++i) {
     TOPKV_CHECK(std::isfinite(rows[i]), "{} {} is not finite: the table cannot hold it", what, rows[i]);
@@ -56,7 +56,6 @@ TableCodes encode_i8(const std::vector<float>& rows, int dim, std::initializer_l
     const TableRounding r = parts.begin()[(i % len) / (size_t)dim];
     out.codes[i] = (uint8_t)i8_code(rows[i], out.scale[i % (size_t)dim], r);
   }
-  return out;
 }
 
 }  // namespace
@@ -66,8 +65,10 @@ TableCodes encode_table(DType t, const std::vector<float>& rows, int dim, std::i
   const size_t len = parts.size() * (size_t)dim;
   TOPKV_CHECK(dim >= 1 && parts.size() >= 1 && rows.size() % len == 0,
               "internal: a table of {} elements is not rows of {} parts of dimension {}", rows.size(), parts.size(), dim);
-  if (t == DType::I8) return encode_i8(rows, dim, parts, what);
   TableCodes out;
+  out.type = t, out.dim = dim;
+  if (rows.empty()) return out;
+  if (t == DType::I8) return encode_i8(rows, parts, what, out), out;
   out.codes.resize(dtype_bytes(t, rows.size()));
   const size_t e = dtype_size(t);
   for (size_t r = 0; r < rows.size() / len; ++r)
@@ -81,13 +82,14 @@ TableCodes encode_table(DType t, const std::vector<float>& rows, int dim, std::i
   return out;
 }
 
-std::vector<float> TableCodes::decoded(DType t, int dim) const {
-  std::vector<float> x(codes.size() / dtype_size(t));
-  if (t != DType::I8) {
-    to_f32(t, codes.data(), x.data(), x.size());
+std::vector<float> TableCodes::decoded() const {
+  std::vector<float> x(codes.size() / dtype_size(type));
+  if (type != DType::I8) {
+    to_f32(type, codes.data(), x.data(), x.size());
     return x;
   }
-  TOPKV_CHECK(scale.size() == (size_t)dim, "internal: i8 codes with {} scales for dimension {}", scale.size(), dim);
+  TOPKV_CHECK(x.empty() || scale.size() == (size_t)dim, "internal: i8 codes with {} scales for dimension {}",
+              scale.size(), dim);
   for (size_t i = 0; i < x.size(); ++i) x[i] = (float)(int8_t)codes[i] * scale[i % (size_t)dim];
   return x;
 }

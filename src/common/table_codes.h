@@ -31,14 +31,16 @@ enum class TableRounding : uint8_t {
 };
 
 struct TableCodes {
-  std::vector<uint8_t> codes;  // the rows in the table type, as the device holds them
-  std::vector<float> scale;    // i8: [dim] (x = scale[d] * code); other types: empty
+  DType type = DType::F16;
+  int dim = 0;
+  std::vector<uint8_t> codes;  // the rows in `type`, as the device holds them
+  std::vector<float> scale;    // i8 with rows: [dim] (x = scale[d] * code); otherwise empty
   // The values the table holds, in fp32: to_f32 of the codes, or for i8
   // scale[d] * code as one fp32 product (a bound is checked against this
   // product when encoded). The device's search twin reads these; the
   // kernels multiply the scale into the query or the far output instead,
   // which differs from it only by fp32 rounding.
-  std::vector<float> decoded(DType t, int dim) const;
+  std::vector<float> decoded() const;
 };
 
 // rows: [n][parts.size() * dim], part p of every row rounded by parts[p]
@@ -46,7 +48,8 @@ struct TableCodes {
 // types round as from_f32 (Nearest, refused past the type's range and named
 // by `what`) or from_f32_directed (Up, Down). i8 takes each dimension's scale
 // over every part of every row; codes are never clipped (no element lies
-// past 127 scales), and a non-finite element is an error naming `what`.
+// past 127 scales), and a non-finite element is an error naming `what`. An
+// empty table (no far field, no variances) gives no codes and no scales.
 TableCodes encode_table(DType t, const std::vector<float>& rows, int dim, std::initializer_list<TableRounding> parts,
                         const char* what);
 

@@ -173,9 +173,9 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
       REQUIRE(index->export_summaries(t));
       // The tables as the device holds them (page bounds rounded outward,
       // SummaryTables::encoded_rows; i8 with its scales), decoded as it does.
-      t.rows = t.encoded_rows(c.table).decoded(c.table, d);
+      t.rows = t.encoded_rows(c.table).decoded();
       for (std::vector<float>* v : {&t.value_means, &t.key_var})
-        if (!v->empty()) *v = encode_table(c.table, *v, d, {TableRounding::Nearest}, "").decoded(c.table, d);
+        *v = encode_table(c.table, *v, d, {TableRounding::Nearest}, "").decoded();
       const int64_t n = t.size();
       // Scores: the twin's, from the same (rounded) tables.
       const auto want = summary_scores_reference(t, q.data() + (size_t)h * G * d, G);

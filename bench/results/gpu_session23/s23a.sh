@@ -1,18 +1,15 @@
 #!/usr/bin/env bash
+# (Rewritten in session 24's review to call gpu-hold.sh's gpu_tests / search_bench: the same runs.)
 # Session 23, first hold (one H100, idle): 1. the GPU tests touched by f8 device tables
 # (--device-table-type f8: the search's cases with f8 tables against the twin; the f8 lane load
 # shared with f8 store rows); 2. `bench gpu-ops --only search` (f16 and f8 tables at the 8B 512K
 # shape); 3. the Llama-3-8B geometry at 512K, q8_0 store, f8 tables (the baseline, f16 tables,
 # follows in s23b.sh on the same warm machine).
 set -u
-source scripts/gpu-hold.sh  # step, synth_l8, decode_l8
+source scripts/gpu-hold.sh  # step, synth_l8, decode_l8, gpu_tests, search_bench
 ( synth_l8; step "synth rc=$?" ) &
-for t in gpu_test_gpu_search gpu_test_cuda_kernels gpu_test_gpu_offload; do
-  /usr/bin/time -f "$t %e s" timeout 200 "$t" > "$O/test-$t.log" 2>&1
-  step "$t rc=$? $(grep -E 'test cases|passed|failed' "$O/test-$t.log" | tail -1)"
-done
-timeout 90 topkv bench gpu-ops --only search --reps 50 --out "$O/search.jsonl" > "$O/search.txt" 2>&1
-step "search rc=$?"; grep -E "llama8b 512K.*(score|far)" "$O/search.txt" | head -20
+gpu_tests gpu_test_gpu_search gpu_test_cuda_kernels gpu_test_gpu_offload
+search_bench
 wait
 decode_l8 l512-q8_0-f8t 512K q8_0 300 --device-table-type f8
 step "l512-q8_0-f8t rc=$?"; tail -4 "$O/l512-q8_0-f8t.txt"
