@@ -13,9 +13,10 @@
 #                                                first 16 hex digits of its sha256, start the jobs of file JOBS
 #   scripts/gpu-ruler.sh wait                    wait up to WAIT_S s for every job; pack $WORK/out into
 #                                                $OUT/r.tgz; print jobs.txt and the head of each table
-# JOBS: one `topkv eval ruler` a line, "NAME GPU TIMEOUT_S LENGTHS TASKS OPTIONS..." (TASKS: a comma
-# list, or "all"); one GPU's jobs run one after another, the GPUs' at once, each with --threads
-# (cores / GPUs). $RULER_OPTS is every job's common options (default below: session 10's).
+# JOBS: one `topkv eval ruler` a line, "NAME LANE TIMEOUT_S LENGTHS TASKS OPTIONS..." (TASKS: a comma
+# list, or "all"). LANE is a GPU index, optionally with a letter (0a, 0b, ...: several lanes share
+# GPU 0); one lane's jobs run one after another, the lanes at once, each with --threads (cores /
+# lanes). $RULER_OPTS is every job's common options (default below: session 10's).
 # Every call first unpacks a carried bundle whose sha256 it has not seen.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -35,10 +36,11 @@ if [ -f .gpu/bundle.tar.xz ]; then
   fi
 fi
 
-run_job() {  # NAME GPU TIMEOUT LENGTHS TASKS OPTIONS...: one eval ruler
-  local n=$1 gpu=$2 t=$3 l=$4 tasks=$5; shift 5
+run_job() {  # NAME LANE TIMEOUT LENGTHS TASKS OPTIONS...: one eval ruler
+  local n=$1 gpu=${2%%[a-z]*} t=$3 l=$4 tasks=$5; shift 5
   [ "$tasks" = all ] && tasks=$ALL
-  local threads=$(( $(nproc) / $(nvidia-smi -L | wc -l) ))
+  local lanes; lanes=$(awk '!/^#/ && NF {print $2}' "$R/jobs.list" | sort -u | wc -l)
+  local threads=$(( $(nproc) / lanes > 0 ? $(nproc) / lanes : 1 ))
   mkdir -p "$WORK/tmp/$n"
   # shellcheck disable=SC2086
   echo "topkv eval ruler -m $MODEL.gguf --lengths $l --tasks $tasks $RULER_OPTS --threads $threads $*" > "$R/ruler-$n.cmd"
@@ -75,21 +77,21 @@ case "${1:-}" in
     # A queue's name carries the start's time: a second start on a warm machine waits for its own
     # queues, not for the first start's finished ones of the same GPU.
     stamp=$(date +%s)
-    for gpu in $(awk '!/^#/ && NF {print $2}' "$jobs" | sort -u); do
-      echo "gpu$gpu-$stamp" >> "$R/started.txt"
-      setsid nohup bash "$WORK/scripts/gpu-ruler.sh" gpu-jobs "$gpu" "$MODEL" "$stamp" > "$R/gpu$gpu-$stamp.log" 2>&1 < /dev/null &
+    for lane in $(awk '!/^#/ && NF {print $2}' "$jobs" | sort -u); do
+      echo "gpu$lane-$stamp" >> "$R/started.txt"
+      setsid nohup bash "$WORK/scripts/gpu-ruler.sh" gpu-jobs "$lane" "$MODEL" "$stamp" > "$R/gpu$lane-$stamp.log" 2>&1 < /dev/null &
     done
     sleep 2
     ;;
-  gpu-jobs)  # (start's) GPU MODEL STAMP: that GPU's lines of jobs.list, one after another
-    gpu=$2 MODEL=$3 stamp=$4
+  gpu-jobs)  # (start's) LANE MODEL STAMP: that lane's lines of jobs.list, one after another
+    lane=$2 MODEL=$3 stamp=$4
     # shellcheck disable=SC1091
     source "$WORK/bundle/env.sh"
-    awk -v g="$gpu" '!/^#/ && NF && $2 == g' "$R/jobs.list" | while read -r line; do
+    awk -v g="$lane" '!/^#/ && NF && $2 == g' "$R/jobs.list" | while read -r line; do
       # shellcheck disable=SC2086
       run_job $line < /dev/null
     done
-    echo "gpu$gpu-$stamp rc=0 t=$(date +%s)" >> "$R/jobs.txt"
+    echo "gpu$lane-$stamp rc=0 t=$(date +%s)" >> "$R/jobs.txt"
     exit 0
     ;;
   wait) ;;
