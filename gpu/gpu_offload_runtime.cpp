@@ -20,22 +20,35 @@ std::unique_ptr<OffloadRuntime> make_gpu_offload_runtime(Backend& be, const Mode
 #include <cstring>
 
 #include "gpu/gpu_offload_runtime_impl.h"
+#include "src/common/buffer_pool.h"
 #include "src/common/timer.h"
 
 namespace topkv {
 namespace gpu_offload {
 
+// The pinned chunks come from one pool for the process (src/common/buffer_pool.h):
+// cudaHostAlloc pins all of a chunk's pages (16 MiB at head_dim 128, f16) as it
+// is made, and a runtime restored from a context pack for each method of an
+// evaluation made all of them again. Up to kPinnedPoolBytes of released chunks
+// wait for the next runtime. The pool is never destroyed: its chunks are freed
+// by the driver at exit, not by cudaFreeHost after the CUDA runtime unloads.
+constexpr size_t kPinnedPoolBytes = size_t(8) << 30;
+
 RowStore::ChunkAllocator pinned_chunk_allocator() {
-  return [](size_t bytes) {
-    void* p = nullptr;
-    TOPKV_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
-    std::shared_ptr<uint8_t> chunk(static_cast<uint8_t*>(p), [](uint8_t* q) { cudaFreeHost(q); });
-    void* dp = nullptr;
-    TOPKV_CUDA_CHECK(cudaHostGetDevicePointer(&dp, p, 0));
-    TOPKV_CHECK(dp == p, "this device maps pinned host memory at another address; run with stage_rows "
-                "(--stage-rows) so retrieved rows are copied instead of read in place");
-    return chunk;
-  };
+  static BufferPool* const pool = new BufferPool(
+      [](size_t bytes) {
+        void* p = nullptr;
+        TOPKV_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+        void* dp = nullptr;
+        const cudaError_t e = cudaHostGetDevicePointer(&dp, p, 0);
+        if (e != cudaSuccess || dp != p) cudaFreeHost(p);
+        TOPKV_CUDA_CHECK(e);
+        TOPKV_CHECK(dp == p, "this device maps pinned host memory at another address; run with stage_rows "
+                    "(--stage-rows) so retrieved rows are copied instead of read in place");
+        return p;
+      },
+      [](void* p) { cudaFreeHost(p); }, kPinnedPoolBytes);
+  return [](size_t bytes) { return pool->get(bytes); };
 }
 
 double device_rerank(const OffloadPolicy& p) {

@@ -28,8 +28,10 @@ class RowStore {
   static constexpr int64_t kMaxChunks = 8192;  // 536M rows per head
 
   // Where chunks come from. The default is plain heap memory; the CUDA
-  // runtime passes a pinned, device-mapped allocator (gpu/pinned_memory.h) so
-  // that a kernel can read retrieved rows straight from host memory.
+  // runtime passes a pinned, device-mapped allocator (pooled:
+  // pinned_chunk_allocator in gpu/gpu_offload_runtime.cpp) so that a kernel
+  // can read retrieved rows straight from host memory. A chunk's bytes past
+  // the rows written are never read: they may hold anything.
   using ChunkAllocator = std::function<std::shared_ptr<uint8_t>(size_t bytes)>;
 
   RowStore(int dim, DType dtype, ChunkAllocator alloc = {});

@@ -12,6 +12,7 @@
 
 #include "index/row_store.h"
 #include "src/common/binary_io.h"
+#include "src/common/buffer_pool.h"
 #include "src/common/dtype.h"
 #include "src/common/options.h"
 #include "src/common/table_codes.h"
@@ -450,4 +451,79 @@ TEST_CASE("TaskGroup and parallel_for_blocks: every block once, results seen aft
     tasks.run([&out] { out[0] = 99; });  // the destructor waits for a task run after a wait
   }
   CHECK(out[0] == 99);
+}
+
+TEST_CASE("BufferPool: a released buffer of the same size is taken back, the rest freed; a failed allocation retried "
+          "after the waiting buffers are freed") {
+  struct Counts {
+    int alloc = 0, freed = 0, fail_next = 0;
+    std::vector<void*> live;
+  };
+  auto c = std::make_shared<Counts>();
+  auto alloc = [c](size_t bytes) -> void* {
+    if (c->fail_next > 0) {
+      --c->fail_next;
+      throw std::runtime_error("out of pinned memory");
+    }
+    ++c->alloc;
+    void* p = ::operator new(bytes);
+    c->live.push_back(p);
+    return p;
+  };
+  auto free_fn = [c](void* p) {
+    ++c->freed;
+    c->live.erase(std::find(c->live.begin(), c->live.end(), p));
+    ::operator delete(p);
+  };
+  std::mt19937 rng(7);
+  std::shared_ptr<uint8_t> outlives;  // released after the pool object is gone
+  {
+    BufferPool pool(alloc, free_fn, /*max_free_bytes=*/3000);
+    std::shared_ptr<uint8_t> a = pool.get(1000), b = pool.get(1000), d = pool.get(999);
+    CHECK(c->alloc == 3);
+    for (size_t i = 0; i < 1000; ++i) a.get()[i] = (uint8_t)rng();
+    const std::vector<uint8_t> written(a.get(), a.get() + 1000);
+    void* const a_at = a.get();
+    a.reset();
+    CHECK(pool.free_bytes() == 1000);
+    // The same size takes it back, its bytes as the last owner left them.
+    std::shared_ptr<uint8_t> a2 = pool.get(1000);
+    CHECK(a2.get() == a_at);
+    CHECK(std::equal(written.begin(), written.end(), a2.get()));
+    CHECK(c->alloc == 3);
+    CHECK(pool.free_bytes() == 0);
+    // Another size allocates anew.
+    std::shared_ptr<uint8_t> e = pool.get(17);
+    CHECK(c->alloc == 4);
+    // 1000 + 1000 + 999 wait; then 17 more would pass the cap: freed at once.
+    a2.reset(), b.reset(), d.reset();
+    CHECK(pool.free_bytes() == 2999);
+    CHECK(c->freed == 0);
+    e.reset();
+    CHECK(c->freed == 1);
+    CHECK(pool.free_bytes() == 2999);
+    // An allocation that fails frees the waiting buffers and is tried once more.
+    c->fail_next = 1;
+    std::shared_ptr<uint8_t> f = pool.get(5000);
+    CHECK(c->freed == 4);
+    CHECK(pool.free_bytes() == 0);
+    // With nothing waiting the failure stands.
+    c->fail_next = 1;
+    CHECK_THROWS_WITH(pool.get(5000), Catch::Contains("out of pinned memory"));
+    // A buffer larger than the cap is freed when released.
+    f.reset();
+    CHECK(c->freed == 5);
+    CHECK(pool.free_bytes() == 0);
+    outlives = pool.get(1000);
+    std::shared_ptr<uint8_t> waits = pool.get(999);
+    waits.reset();
+    CHECK(pool.free_bytes() == 999);
+    pool.trim();
+    CHECK(pool.free_bytes() == 0);
+    CHECK(c->freed == 6);
+  }
+  CHECK(c->live.size() == 1);  // the one still held
+  outlives.reset();
+  CHECK(c->live.empty());  // freed with the pool's state, which lived as long as its last buffer
+  CHECK(c->freed == 7);
 }
