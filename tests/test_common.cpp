@@ -453,7 +453,7 @@ TEST_CASE("TaskGroup and parallel_for_blocks: every block once, results seen aft
   CHECK(out[0] == 99);
 }
 
-TEST_CASE("BufferPool: a released buffer of the same size is taken back, the rest freed; a failed allocation retried "
+TEST_CASE("BufferPool: a released buffer of the same size is taken back, the rest freed, a failed allocation retried "
           "after the waiting buffers are freed") {
   struct Counts {
     int alloc = 0, freed = 0, fail_next = 0;
