@@ -144,7 +144,7 @@ void ContextPack::check_model(const GgufFile& f) const {
               m.at("summary").get<std::string>(), want, f.path(), have);
 }
 
-OffloadPolicy ContextPack::policy_for_run(const OffloadPolicy& p) const {
+OffloadPolicy ContextPack::policy_for_run(const OffloadPolicy& p, bool model_holds_context) const {
   const OffloadPolicy& b = policy_;
   if (!topk()) {
     TOPKV_CHECK(p.attn == AttnMode::Dense, "context pack '{}' was built with --attn dense: it holds the model's full "
@@ -165,8 +165,13 @@ OffloadPolicy ContextPack::policy_for_run(const OffloadPolicy& p) const {
   };
   fixed(b.sinks == p.sinks, "--sinks", std::to_string(b.sinks), std::to_string(p.sinks));
   fixed(b.window == p.window, "--window", std::to_string(b.window), std::to_string(p.window));
-  fixed(b.dense_layers == p.dense_layers, "--dense-layers", std::to_string(b.dense_layers),
-        std::to_string(p.dense_layers));
+  if (model_holds_context)
+    TOPKV_CHECK(p.dense_layers >= b.dense_layers, "context pack '{}' was built with --dense-layers {}: it holds no "
+                "index for layers {}..{}, which --dense-layers {} would serve with top-k; use {} or more",
+                file_->path(), b.dense_layers, p.dense_layers, b.dense_layers - 1, p.dense_layers, b.dense_layers);
+  else
+    fixed(b.dense_layers == p.dense_layers, "--dense-layers", std::to_string(b.dense_layers),
+          std::to_string(p.dense_layers));
   fixed(b.store_dtype == p.store_dtype, "--store-type", dtype_name(b.store_dtype), dtype_name(p.store_dtype));
   const auto heads = [](const OffloadPolicy& x) {
     return x.heads_file.empty() ? std::string("(none)")

@@ -91,8 +91,12 @@ class ContextPack {
   // run's changes) after checking it: the same attention mode; for top-k an
   // index built into the pack and no other change of a field fixed at build.
   // An Error names the field and the pack's value. The head-pattern file is
-  // dropped: the pack carries the streaming heads.
-  OffloadPolicy policy_for_run(const OffloadPolicy& requested) const;
+  // dropped: the pack carries the streaming heads. `model_holds_context`:
+  // the model keeps every layer's KV of the context already (an evaluation
+  // prefilled it densely, src/eval/shared_context.h), so the run may keep
+  // more first layers dense than the pack did: its top-k layers are then a
+  // subset of the pack's, which take_pack restores alone.
+  OffloadPolicy policy_for_run(const OffloadPolicy& requested, bool model_holds_context = false) const;
   // Puts the context into `model` (n_past() 0, context size >= the pack's
   // tokens) and, for a top-k pack, `rt` (built with policy_for_run): the
   // model's own layers get their KV, the top-k layers take the pack

@@ -273,16 +273,23 @@ void OffloadRuntime::take_pack(const PackReader& r) {
   TOPKV_CHECK(slot < (int)indexes.size(), "context pack '{}' holds the indexes {}, not {}: query one of those "
               "(--index), or rebuild the pack with `topkv index build --index {}`", r.path(),
               fmt::join(indexes, ", "), policy_.index, policy_.index);
-  TOPKV_CHECK(layers == retrieval_layers_, "context pack '{}' serves layers {} with top-k attention but this run "
-              "would serve {}: use the pack's model and --dense-layers", r.path(), fmt::join(layers, ","),
-              fmt::join(retrieval_layers_, ","));
+  // The run's top-k layers are the pack's or, with more dense first layers
+  // (ContextPack::policy_for_run's model_holds_context), a subset of them:
+  // each layer's store and index are saved under its own name.
   TOPKV_CHECK(streaming.size() == layers.size(), "context pack '{}': {} streaming masks for {} layers", r.path(),
               streaming.size(), layers.size());
-  for (size_t i = 0; i < streaming.size(); ++i)
-    TOPKV_CHECK((int)streaming[i].size() == cfg_.n_head_kv, "context pack '{}': layer {} has a streaming mask of "
-                "{} heads, the model has {}", r.path(), layers[i], streaming[i].size(), cfg_.n_head_kv);
+  std::vector<size_t> at;  // the pack's position of each run layer
+  for (int il : retrieval_layers_) {
+    const size_t j = (size_t)(std::find(layers.begin(), layers.end(), il) - layers.begin());
+    TOPKV_CHECK(j < layers.size(), "context pack '{}' serves layers {} with top-k attention but this run would "
+                "serve {}: use the pack's model and --dense-layers", r.path(), fmt::join(layers, ","),
+                fmt::join(retrieval_layers_, ","));
+    TOPKV_CHECK((int)streaming[j].size() == cfg_.n_head_kv, "context pack '{}': layer {} has a streaming mask of "
+                "{} heads, the model has {}", r.path(), il, streaming[j].size(), cfg_.n_head_kv);
+    at.push_back(j);
+  }
   start_context(n);
-  for (size_t i = 0; i < streaming.size(); ++i) streaming_[i].assign(streaming[i].begin(), streaming[i].end());
+  for (size_t i = 0; i < at.size(); ++i) streaming_[i].assign(streaming[at[i]].begin(), streaming[at[i]].end());
   // Restoring stages nothing: the stores are mapped, only tails and indexes are copied.
   fill_layers(std::max(1, std::min((int)layers_.size(), omp_get_max_threads())), [&](int i, OffloadedLayer& layer) {
     layer.restore(r, fmt::format("offload.L{}.", retrieval_layers_[(size_t)i]), n, slot);

@@ -365,7 +365,34 @@ TEST_CASE("a context pack refuses another model, a changed build-time policy and
   Model fits(sp.file, *sp.be, model_options(41, 8));
   pack.restore(fits, &rq);
   CHECK(rq.k_per_layer() == std::vector<int64_t>{2, 4});  // k 3, linear over two layers
-  // A runtime serving other layers (more dense layers) cannot take the pack.
+  // An evaluation's model holds every layer's KV (policy_for_run's model_holds_context): its run may keep more
+  // first layers dense than the pack, and takes the pack's other layers alone; never fewer.
+  OffloadPolicy more = pack.policy();
+  more.dense_layers = 3;  // global layer 2 dense: only layer 5 from the pack
+  OffloadRuntime rm(sp.cfg, pack.policy_for_run(more, /*model_holds_context=*/true), false);
+  rm.take_pack(pack.file());
+  CHECK(rm.retrieval_layers() == std::vector<int>{5});
+  CHECK(rm.stats().keys_indexed * 2 == rq.stats().keys_indexed);  // one layer's rows of the two
+  {
+    const std::string path3 = sp.tmp.file("dense3.pack");
+    Model a3(sp.file, *sp.be, model_options(64, 16));
+    std::vector<int32_t> prompt3(40);
+    for (size_t i = 0; i < prompt3.size(); ++i) prompt3[i] = (int32_t)(i * 37 % 1000);
+    const std::vector<float> l3 = a3.prefill(prompt3, 16);
+    OffloadRuntime r3(sp.cfg, more, false);
+    r3.take_prefill(a3);
+    save_context_pack(path3, *sp.file, a3, &r3, prompt3, l3, {});
+    ContextPack pack3(path3);
+    OffloadPolicy fewer = pack3.policy();
+    fewer.dense_layers = 0;
+    CHECK_THROWS_WITH(pack3.policy_for_run(fewer, true),
+                      Catch::Contains("holds no index for layers 0..2, which --dense-layers 0 would serve with top-k; "
+                                      "use 3 or more"));
+    OffloadRuntime r0(sp.cfg, fewer, false);
+    CHECK_THROWS_WITH(r0.take_pack(pack3.file()),
+                      Catch::Contains("serves layers 5 with top-k attention but this run would serve 2,5"));
+  }
+  // Without that, a runtime serving other layers (more dense layers) cannot take the pack.
   OffloadPolicy dense1 = pack.policy();
   dense1.dense_layers = 3;
   OffloadRuntime rd(sp.cfg, dense1, false);

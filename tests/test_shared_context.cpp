@@ -1,7 +1,7 @@
 // SharedContext (src/eval/shared_context.h), the index reuse of eval ruler and
 // eval passkey: a method restored from the one pack built for its index
 // decodes bit for bit as a runtime that took the prefill itself, for several
-// k and schedules; a method's decode (evictions, folds) leaves nothing for the
+// k and schedules and with more dense layers than the pack; a method's decode (evictions, folds) leaves nothing for the
 // next; the model's dense decoding of the prompt is unchanged in between.
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -52,35 +52,39 @@ TEST_CASE("shared context: every method restored from its index's pack decodes a
   SharedContext ctx(*file, model, prompt, first, tmp.dir.string());
   int methods = 0;
   for (const char* index : {"multipole", "quest:page=4", "flat"})
-    for (auto [k, schedule] : {std::pair{6, KSchedule::Uniform}, {6, KSchedule::Linear}, {40, KSchedule::Uniform}}) {
-      INFO(index << " k " << k << " schedule " << (int)schedule);
-      OffloadPolicy p;
-      p.attn = AttnMode::TopK, p.index = index, p.search.k = k, p.k_schedule = schedule, p.sinks = 2, p.window = 8;
-      // The reference: a runtime that takes the prefill itself.
-      ctx.detach();
-      OffloadRuntime fresh(cfg, p, false);
-      fresh.set_measure_error(true);
-      fresh.take_prefill(model);
-      model.set_attention_override(&fresh);
-      const Decoded want = decode_with(model, fresh, first, feed);
-      ctx.detach();
-      // From the shared pack, twice: the first restore's decode must not reach the second.
-      const SharedContext::Build& b = ctx.prepare(p);
-      CHECK(b.keys_indexed == fresh.stats().keys_indexed);
-      CHECK(b.pack_bytes > 0);
-      CHECK(std::distance(std::filesystem::directory_iterator(tmp.dir), {}) == 1);  // the model; the pack unlinked
-      for (int again = 0; again < 2; ++again) {
-        auto rt = ctx.attach(*be, p, /*measure_error=*/true);
-        CHECK(rt->k_per_layer() == fresh.k_per_layer());
-        const Decoded got = decode_with(model, *rt, first, feed);
+    for (int dense : {0, 3})  // 3: global layer 2 dense, only layer 5 from the pack (built with both)
+      for (auto [k, schedule] : {std::pair{6, KSchedule::Uniform}, {6, KSchedule::Linear}, {40, KSchedule::Uniform}}) {
+        INFO(index << " dense layers " << dense << " k " << k << " schedule " << (int)schedule);
+        OffloadPolicy p;
+        p.attn = AttnMode::TopK, p.index = index, p.search.k = k, p.k_schedule = schedule, p.sinks = 2, p.window = 8;
+        p.dense_layers = dense;
+        // The reference: a runtime that takes the prefill itself.
         ctx.detach();
-        REQUIRE(got.logits == want.logits);
-        CHECK(got.attn_err == want.attn_err);
+        OffloadRuntime fresh(cfg, p, false);
+        fresh.set_measure_error(true);
+        fresh.take_prefill(model);
+        REQUIRE(fresh.retrieval_layers() == (dense ? std::vector<int>{5} : std::vector<int>{2, 5}));
+        model.set_attention_override(&fresh);
+        const Decoded want = decode_with(model, fresh, first, feed);
+        ctx.detach();
+        // From the shared pack, twice: the first restore's decode must not reach the second.
+        const SharedContext::Build& b = ctx.prepare(p);
+        CHECK(b.keys_indexed == fresh.stats().keys_indexed * (dense ? 2 : 1));  // the pack indexes both layers
+        CHECK(b.pack_bytes > 0);
+        CHECK(std::distance(std::filesystem::directory_iterator(tmp.dir), {}) == 1);  // the model; the pack unlinked
+        for (int again = 0; again < 2; ++again) {
+          auto rt = ctx.attach(*be, p, /*measure_error=*/true);
+          CHECK(rt->retrieval_layers() == fresh.retrieval_layers());
+          CHECK(rt->k_per_layer() == fresh.k_per_layer());
+          const Decoded got = decode_with(model, *rt, first, feed);
+          ctx.detach();
+          REQUIRE(got.logits == want.logits);
+          CHECK(got.attn_err == want.attn_err);
+        }
+        ++methods;
       }
-      ++methods;
-    }
-  CHECK(methods == 9);
-  CHECK(ctx.builds() == 3);  // one per index, shared by its k and schedules
+  CHECK(methods == 18);
+  CHECK(ctx.builds() == 3);  // one per index, shared by its dense layers, k and schedules
   // Dense decoding of the prompt is as it was before any method ran.
   ctx.detach();
   const DenseReference again = decode_reference(model, first, steps + 1, steps + 1);

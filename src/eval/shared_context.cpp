@@ -14,10 +14,12 @@
 
 namespace topkv {
 
+// Not the dense layers: a pack is built with none (every full-context layer
+// indexed) and serves any count, as the model holds every layer's KV of the
+// prompt (ContextPack::policy_for_run's model_holds_context).
 std::string build_key(const OffloadPolicy& p) {
-  return fmt::format("{}|dense_layers={}|sinks={}|window={}|store={}|heads={}:{}:{}", canonical_spec(p.index),
-                     p.dense_layers, p.sinks, p.window, dtype_name(p.store_dtype), p.heads_file, p.heads_threshold,
-                     p.heads_sparsity);
+  return fmt::format("{}|sinks={}|window={}|store={}|heads={}:{}:{}", canonical_spec(p.index), p.sinks, p.window,
+                     dtype_name(p.store_dtype), p.heads_file, p.heads_threshold, p.heads_sparsity);
 }
 
 SharedContext::SharedContext(const GgufFile& file, Model& model, std::vector<int32_t> tokens,
@@ -50,7 +52,9 @@ const SharedContext::Build& SharedContext::prepare(const OffloadPolicy& policy) 
   Build b;
   b.key = key;
   {
-    OffloadRuntime rt(model_.config(), policy, /*progress=*/false);
+    OffloadPolicy build = policy;
+    build.dense_layers = 0;
+    OffloadRuntime rt(model_.config(), build, /*progress=*/false);
     Timer t;
     rt.take_prefill(model_);
     b.build_s = t.seconds();
@@ -77,8 +81,8 @@ std::unique_ptr<OffloadRuntime> SharedContext::attach(Backend& be, const Offload
   TOPKV_CHECK(pack_ && build_.key == build_key(policy), "internal: attach before prepare for {}", build_key(policy));
   detach();
   Timer t;
-  std::unique_ptr<OffloadRuntime> rt = make_offload_runtime(be, model_.config(), pack_->policy_for_run(policy),
-                                                            /*progress=*/false);
+  std::unique_ptr<OffloadRuntime> rt = make_offload_runtime(
+      be, model_.config(), pack_->policy_for_run(policy, /*model_holds_context=*/true), /*progress=*/false);
   rt->set_measure_error(measure_error);
   rt->take_pack(pack_->file());
   // The model keeps its own cache of the layers the runtime serves (they

@@ -2,14 +2,16 @@
 // (eval passkey, eval ruler), each index built once.
 //
 // The model holds the prompt, prefilled once densely. For each build policy
-// (index spec, dense layers, sinks, window, store type, head pattern: what a
-// context pack fixes) a host runtime takes that prefill once, which builds
-// the indexes, and is written to a context pack in a temporary file
-// (offload/context_pack.h). Every method with that build policy then
-// restores a fresh runtime from the pack: k and its schedule may change per
-// restore, and a decode's changes (windows evicting into the store, folds
-// into the index) stay in that runtime, never in the pack (the stores and
-// index arrays are mapped copy-on-write). One pack exists at a time: asking
+// (index spec, sinks, window, store type, head pattern: what a context pack
+// fixes) a host runtime with no dense layers takes that prefill once, which
+// builds the indexes of every full-context layer, and is written to a context
+// pack in a temporary file (offload/context_pack.h). Every method with that
+// build policy then restores a fresh runtime from the pack: k, its schedule
+// and the dense first layers may change per restore (the model holds every
+// layer's KV, so a method with dense layers restores the pack's others), and
+// a decode's changes (windows evicting into the store, folds into the index)
+// stay in that runtime, never in the pack (the stores and index arrays are
+// mapped copy-on-write). One pack exists at a time: asking
 // for another build policy replaces it, so callers order their methods by
 // build policy. Its file is unlinked once open (the mapping stays): nothing
 // is left in the directory, even by a run that is killed.
