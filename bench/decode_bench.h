@@ -82,6 +82,7 @@ struct DecodeRow {
   size_t store_cache_bytes = 0;
   double store_cached_share = 0;
   double load_s = 0, fill_s = 0, build_s = 0;  // build_s: the override's take_context (reading + index build)
+  double read_s = 0;  // of build_s, the layers' reading of the context (OffloadStats::read_s: summed over layers)
   int64_t keys_indexed = 0;
   // CUDA only: kernels launched per timed step (cuda_kernel_launches: our
   // launches plus the kernel nodes of replayed step graphs).

@@ -109,7 +109,7 @@ DecodeRow DecodeRunner::run(int64_t context, DecodeMode mode, const std::string&
   // A prefill attended densely: the override takes its caches now.
   if (ov) attach_override(*model, ov, taken, /*release_kv=*/prefill);
   row.fill_s = fill.seconds();
-  row.build_s = stats().build_s, row.keys_indexed = stats().keys_indexed;
+  row.build_s = stats().build_s, row.read_s = stats().read_s, row.keys_indexed = stats().keys_indexed;
   if (rt) {  // the mean over retrieval layers (a linear schedule varies it)
     const auto& ks = rt->k_per_layer();
     for (int64_t k : ks) row.k += k;

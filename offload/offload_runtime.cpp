@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "index/kmeans.h"
@@ -125,9 +126,12 @@ void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
   start_context(n);
   const int64_t keys_total = (int64_t)layers_.size() * cfg_.n_head_kv * std::max<int64_t>(0, n - policy_.sinks - policy_.window);
   Progress bar("index build", keys_total, "keys", progress_ && keys_total >= 100000);
+  std::atomic<int64_t> read_us{0};
   fill_layers(layers_in_flight(n), [&](int i, OffloadedLayer& layer) {
     std::vector<float> k, v;
+    Timer rt;
     read(retrieval_layers_[(size_t)i], k, v);  // [kv][n][d]
+    read_us += (int64_t)(rt.seconds() * 1e6);
     TOPKV_CHECK(k.size() == (size_t)cfg_.n_head_kv * n * cfg_.head_dim && v.size() == k.size(),
                 "internal: the context of layer {} has {} key values, expected {}", retrieval_layers_[(size_t)i],
                 k.size(), (size_t)cfg_.n_head_kv * n * cfg_.head_dim);
@@ -137,6 +141,7 @@ void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
     bar.add(indexed);
   });
   bar.finish();
+  stats_.read_s = (double)read_us.load() * 1e-6;
 }
 
 void OffloadRuntime::begin_context(int64_t n) {

@@ -31,6 +31,10 @@ struct OffloadStats {
   double search_s = 0;         // index search time (sum over layers of the slowest head)
   double attend_s = 0;         // whole offloaded attention time
   double build_s = 0;          // index build time after prefill
+  // take_context: the time its layers spent reading the context (the model's
+  // KV, or a synthetic generator's), summed over layers; build_s less what of
+  // it ran at once with other layers is the stores' and indexes' share.
+  double read_s = 0;
   int64_t keys_indexed = 0;
   // The GPU runtime's split of attend_s (0 on the CPU runtime): kernels on
   // the device, host<->device copies, and time the host waited for the device.

@@ -3,6 +3,9 @@
 // numbers consistent with each other, the files as the schema says; a budget
 // that skips the dense rows; bad input refused with a clear message.
 #include <catch2/catch.hpp>
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -88,6 +91,9 @@ TEST_CASE("bench decode: every mode at two contexts, consistent numbers, CSV and
     if (mode == "topk") {
       CHECK(row["k"] == 16);
       CHECK(row["keys_indexed"].get<int64_t>() > 0);
+      // The synthetic context's reading, summed over layers: a part of the build unless layers ran at once.
+      CHECK(row["read_s"].get<double>() > 0);
+      CHECK(row["read_s"].get<double>() <= row["build_s"].get<double>() * std::max(1, omp_get_max_threads()) + 1e-3);
       CHECK(s["search"].get<double>() > 0);
     }
     by[{row["context"].get<int64_t>(), mode + index}] = row;
