@@ -5,6 +5,7 @@
 // next; the model's dense decoding of the prompt is unchanged in between.
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
 
 #include "offload/offload_runtime.h"
 #include "src/eval/fidelity_runs.h"
@@ -90,4 +91,47 @@ TEST_CASE("shared context: every method restored from its index's pack decodes a
   const DenseReference again = decode_reference(model, first, steps + 1, steps + 1);
   CHECK(again.ids == ref.ids);
   CHECK(again.log_p == ref.log_p);
+}
+
+TEST_CASE("shared context: a method with more dense layers takes the pack's streaming heads of its own layers") {
+  // DuoAttention masks differ per layer, so a layer given another layer's mask decodes differently.
+  test::TempDir tmp("topkv_shared_ctx_heads");
+  SynthConfig sc = synth_defaults("llama");
+  sc.layers = 3, sc.width = 128, sc.heads = 8, sc.kv_heads = 2, sc.head_dim = 32, sc.ffn = 256, sc.vocab = 1024;
+  const std::string path = tmp.file("m.gguf"), heads = tmp.file("heads.tsv");
+  synth_write(sc, path);
+  std::ofstream(heads) << "0.9 0.9\n0.1 0.9\n0.9 0.2\n";  // layer 1: KV head 0 streams; layer 2: head 1
+  std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  const ModelConfig cfg = read_model_config(*file);
+  auto be = make_cpu_backend();
+  const int64_t P = 121;
+  const int steps = 12;
+  std::vector<int32_t> prompt((size_t)P);
+  for (int64_t i = 0; i < P; ++i) prompt[(size_t)i] = (int32_t)((i * 4093 + 29) % cfg.n_vocab);
+  Model model(file, *be, test::model_options(P + steps + 4, 32));
+  const std::vector<float> first = model.prefill(prompt, 32);
+  const DenseReference ref = decode_reference(model, first, steps + 1, steps + 1);
+  const std::vector<int32_t> feed(ref.ids.begin(), ref.ids.end() - 1);
+  SharedContext ctx(*file, model, prompt, first, tmp.dir.string());
+  for (int dense : {0, 1, 2}) {
+    INFO("dense layers " << dense);
+    OffloadPolicy p;
+    p.attn = AttnMode::TopK, p.index = "quest:page=4", p.search.k = 6, p.sinks = 2, p.window = 8;
+    p.heads_file = heads, p.dense_layers = dense;
+    ctx.detach();
+    OffloadRuntime fresh(cfg, p, false);
+    fresh.set_measure_error(true);
+    fresh.take_prefill(model);
+    model.set_attention_override(&fresh);
+    const Decoded want = decode_with(model, fresh, first, feed);
+    ctx.detach();
+    ctx.prepare(p);
+    auto rt = ctx.attach(*be, p, /*measure_error=*/true);
+    CHECK(rt->describe() == fresh.describe());  // layers, k and the count of streaming heads
+    const Decoded got = decode_with(model, *rt, first, feed);
+    ctx.detach();
+    REQUIRE(got.logits == want.logits);
+    CHECK(got.attn_err == want.attn_err);
+  }
+  CHECK(ctx.builds() == 1);
 }
