@@ -137,6 +137,30 @@ TEST_CASE("index build overlapped with the prefill (--overlap-build on) gives th
   CHECK(g_on.out == off.out);
 }
 
+TEST_CASE("generate --pack: --k replaces the k fraction the pack was built with, --k-fraction replaces --k") {
+  Fixture& f = fixture();
+  const std::string pack = f.dir.file("fraction.pack");
+  auto b = run_topkv("index build -q -m " + f.model + " -f " + f.doc + " -o " + pack +
+                     " --index multipole --k-fraction 0.2 --window 4 --sinks 2");
+  INFO(b.err);
+  REQUIRE(b.rc == 0);
+  const auto k_of = [&](const std::string& options) {
+    const std::string json = f.dir.file("fraction.json");
+    auto r = run_topkv("generate -q -n 2 -m " + f.model + " --pack " + pack + " --json " + json + options);
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    return nlohmann::json::parse(test::slurp(json))["offload"]["k_per_layer"].get<std::vector<int64_t>>();
+  };
+  const std::vector<int64_t> from_pack = k_of("");
+  REQUIRE(from_pack.size() == 2);
+  CHECK(from_pack[0] > 3);  // a fifth of the pack's tokens
+  CHECK(k_of(" --k 3") == std::vector<int64_t>{3, 3});
+  const std::vector<int64_t> tenth = k_of(" --k 3 --k-fraction 0.1");
+  REQUIRE(tenth.size() == 2);
+  CHECK(std::llabs(2 * tenth[0] - from_pack[0]) <= 2);  // a tenth of the tokens, not 3
+  CHECK(tenth[1] == tenth[0]);
+}
+
 TEST_CASE("a q8_0 store (--store-type q8_0): a pack of int8 rows decodes as the run that built it, other head dims are refused") {
   Fixture& f = fixture();
   const std::string common = " -m " + f.model + " -n 12 --seed 4 --temp 0.8 -q -c 256";

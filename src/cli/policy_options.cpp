@@ -19,7 +19,8 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
                   "repeat --index, or list them, \"multipole,hnswlib:M=32,efc=200\")", p.index))
       ->group(g);
   cmd->add_option("--k", p.search.k, "Keys retrieved per KV head and layer (mean over layers; token budget for "
-                  "quest/centroid/multipole)")->group(g)->capture_default_str();
+                  "quest/centroid/multipole); replaces a --k-fraction that a pack or --config carries")
+      ->group(g)->capture_default_str();
   cmd->add_option("--k-fraction", p.k_fraction, "k as a fraction of the prompt length (e.g. 0.01 = 1%); overrides "
                   "--k")->group(g);
   cmd->add_option("--k-schedule", a->k_schedule, "uniform: the same k on every retrieval layer; linear: rising "
@@ -123,7 +124,10 @@ OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd, const OffloadPolicy& base
               "build` builds several into a pack, `bench decode` times each)", specs.size());
   if (!specs.empty()) out.index = specs.front();
   if (given("--k")) out.search.k = policy.search.k;
+  // --k-fraction overrides --k; --k alone overrides a fraction the base
+  // carries (a pack built with --k-fraction, a config file's k_fraction).
   if (given("--k-fraction")) out.k_fraction = policy.k_fraction;
+  else if (given("--k")) out.k_fraction = 0;
   if (given("--k-schedule")) {
     try {
       set_k_schedule(out, k_schedule);
