@@ -40,11 +40,12 @@ RowStore::ChunkAllocator pinned_chunk_allocator() {
         void* p = nullptr;
         TOPKV_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
         void* dp = nullptr;
-        const cudaError_t e = cudaHostGetDevicePointer(&dp, p, 0);
-        if (e != cudaSuccess || dp != p) cudaFreeHost(p);
-        TOPKV_CUDA_CHECK(e);
-        TOPKV_CHECK(dp == p, "this device maps pinned host memory at another address; run with stage_rows "
-                    "(--stage-rows) so retrieved rows are copied instead of read in place");
+        if (cudaHostGetDevicePointer(&dp, p, 0) != cudaSuccess || dp != p) {
+          cudaGetLastError();  // not sticky: clear it before the next call reports it as its own
+          cudaFreeHost(p);
+          fail("this device does not map pinned host memory at its host address; run with --stage-rows so "
+               "retrieved rows are copied instead of read in place");
+        }
         return p;
       },
       [](void* p) { cudaFreeHost(p); }, kPinnedPoolBytes);

@@ -1,7 +1,7 @@
 // BufferPool: buffers from an expensive allocator, kept when released so
 // that the next request of the same size takes one back instead of
 // allocating again. The CUDA runtime's host stores are pinned, device-mapped
-// chunks (gpu/pinned_memory.h): cudaHostAlloc pins every page of a 16 MiB
+// chunks (pinned_chunk_allocator, gpu/gpu_offload_runtime.cpp): cudaHostAlloc pins every page of a 16 MiB
 // chunk when it is made, which costs far more than the rows a short context
 // writes into it, and an evaluation restores a fresh runtime from a context
 // pack for every method and run (src/eval/shared_context.h).
@@ -18,7 +18,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <new>
 #include <utility>
 #include <vector>
 
@@ -26,7 +25,7 @@ namespace topkv {
 
 class BufferPool {
  public:
-  using Alloc = std::function<void*(size_t bytes)>;  // throws (or returns null) when it cannot
+  using Alloc = std::function<void*(size_t bytes)>;  // throws when it cannot
   using Free = std::function<void(void*)>;          // must not throw
 
   BufferPool(Alloc alloc, Free free, size_t max_free_bytes)
@@ -34,7 +33,6 @@ class BufferPool {
 
   std::shared_ptr<uint8_t> get(size_t bytes) {
     void* p = s_->take(bytes);
-    if (!p) throw std::bad_alloc();
     std::shared_ptr<State> s = s_;
     return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [s, bytes](uint8_t* q) { s->give_back(q, bytes); });
   }
@@ -62,17 +60,12 @@ class BufferPool {
           return p;
         }
       }
-      void* p = nullptr;
       try {
-        p = alloc(bytes);
+        return alloc(bytes);
       } catch (...) {
         if (!trim()) throw;  // nothing was waiting: the failure stands
       }
-      if (!p) {
-        trim();
-        p = alloc(bytes);  // the allocator's own error, if any, is the caller's
-      }
-      return p;
+      return alloc(bytes);  // once more with the waiting buffers freed
     }
     void give_back(void* p, size_t bytes) {
       {
