@@ -10,13 +10,16 @@
 #include <memory>
 
 #include "index/kmeans.h"
+#include "src/model/backend.h"
 
 namespace topkv {
 namespace cuda {
 class CudaBackend;
 }
 
-// Throws Error in a build without CUDA.
+// Throws Error in a build without CUDA, and (the second) when `be` is not a
+// CUDA backend.
 std::shared_ptr<const KMeansEngine> make_gpu_kmeans(cuda::CudaBackend& be);
+std::shared_ptr<const KMeansEngine> make_gpu_kmeans(Backend& be);
 
 }  // namespace topkv

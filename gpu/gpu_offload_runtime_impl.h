@@ -74,7 +74,7 @@ class GpuOffloadRuntime final : public OffloadRuntime {
     // (stage_rows copies rows on the host, which cannot read a GPU copy).
     if (device_search_ && !policy.stage_rows && policy.store_cache != 0)
       store_cache_ = std::make_unique<DeviceStoreCache>(be, policy.store_cache > 0 ? policy.store_cache : -1);
-    if (kmeans_on_gpu(policy, /*cuda=*/true)) kmeans_ = make_gpu_kmeans(be);
+    if (kmeans_on_gpu(policy, /*cuda=*/true)) set_kmeans_engine(make_gpu_kmeans(be));
   }
   ~GpuOffloadRuntime() override {
     for (auto& f : folds_)
@@ -106,7 +106,7 @@ class GpuOffloadRuntime final : public OffloadRuntime {
                        (double)search_workspace_bytes(*index, n)});
     }
     // --build-on gpu: ~64 MiB of scores and the rows of a block of up to 64K keys, twice.
-    if (kmeans_) lines.push_back({"k-means work space (--build-on gpu)", 0, double(64 << 20) + 2.0 * 65536 * cfg_.head_dim * 4});
+    if (kmeans_on_gpu(policy_, /*cuda=*/true)) lines.push_back({"k-means work space (--build-on gpu)", 0, double(64 << 20) + 2.0 * 65536 * cfg_.head_dim * 4});
     return lines;
   }
   void decode_attention(int layer, const float*, const float*, const float*, int64_t, float, float*) override {
@@ -118,7 +118,6 @@ class GpuOffloadRuntime final : public OffloadRuntime {
  protected:
   OffloadedLayer::Config layer_config(int i) const override {
     OffloadedLayer::Config c = OffloadRuntime::layer_config(i);
-    if (kmeans_) c.build.kmeans = kmeans_;  // --build-on gpu/auto: the indexes' blockwise k-means on the device
     if (!policy_.stage_rows) c.store_alloc = pinned_chunk_allocator();
     // Device search: the runtime folds (manage_folds), on a host thread
     // unless sync_folds; the layer then never folds by itself.
@@ -222,7 +221,6 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   std::vector<Pending> pending_;              // per retrieval layer (device search)
   std::vector<std::future<DeviceSearchTables::Staged>> folds_;  // per retrieval layer: a fold running
   std::unique_ptr<DeviceStoreCache> store_cache_;  // --store-cache (device search)
-  std::shared_ptr<const KMeansEngine> kmeans_;     // --build-on gpu
   bool store_cache_started_ = false;
   // Device work space, sized by ensure_capacity: the retrieved rows' pointer
   // lists [2][n_kv][ids_cap_] (k, then v) and counts [n_kv]; partials

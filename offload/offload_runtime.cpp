@@ -25,6 +25,8 @@ OffloadRuntime::OffloadRuntime(const ModelConfig& cfg, const OffloadPolicy& poli
     : cfg_(cfg), policy_(policy), progress_(progress) {
   policy_.validate();
   TOPKV_CHECK(policy_.attn == AttnMode::TopK, "internal: OffloadRuntime built for dense attention");
+  // --build-on lloyd: the GPU engine's k-means on the host (its twin).
+  if (policy_.build_on == BuildOn::Lloyd) kmeans_ = std::make_shared<LloydKMeans>();
   std::unique_ptr<HeadPattern> pattern;
   if (!policy_.heads_file.empty())
     pattern = std::make_unique<HeadPattern>(load_head_pattern(policy_.heads_file, cfg_.n_layer, cfg_.n_head_kv,
@@ -83,8 +85,7 @@ OffloadedLayer::Config OffloadRuntime::layer_config(int i) const {
   // has one) each search may score its summaries on the spare cores.
   c.search_threads = std::max(1, omp_get_max_threads() / std::max(1, cfg_.n_head_kv));
   c.extra_indexes = extra_indexes_;
-  // --build-on lloyd: the GPU engine's k-means on the host (its twin).
-  if (policy_.build_on == BuildOn::Lloyd) c.build.kmeans = std::make_shared<LloydKMeans>();
+  c.build.kmeans = kmeans_;
   return c;
 }
 

@@ -114,6 +114,13 @@ class OffloadRuntime : public AttentionOverride, public KvPastSource {
   // everything the layer holds and accumulates the relative L2 error of the
   // served output (slow: a full scan per layer and step; for evaluation).
   void set_measure_error(bool on) { measure_error_ = on; }
+  // The blockwise k-means of the clustering indexes this runtime builds
+  // (BuildOptions::kmeans; null: Faiss's on the host cores). --build-on lloyd
+  // sets the twin here; the CUDA runtime sets its device engine
+  // (gpu/gpu_kmeans.h); a host runtime building a pack for a CUDA runtime
+  // takes that engine too (make_build_runtime), so the pack holds the
+  // indexes the CUDA runtime would have built. Set before the context.
+  void set_kmeans_engine(std::shared_ptr<const KMeansEngine> e) { kmeans_ = std::move(e); }
   // Per retrieval layer: sqrt(sum |out - exact|^2 / sum |exact|^2) over the steps so far.
   std::vector<double> attention_rel_error() const;
   // Per retrieval layer, over the same steps: the oracle top-k mass at the
@@ -165,6 +172,7 @@ class OffloadRuntime : public AttentionOverride, public KvPastSource {
   OffloadStats stats_;
   int64_t absorbed_ = -1;  // positions a begin_context ... end_context has taken (-1: none running)
   bool measure_error_ = false;
+  std::shared_ptr<const KMeansEngine> kmeans_;  // set_kmeans_engine
   std::vector<double> err_sq_, ref_sq_;  // per retrieval layer
   std::vector<double> mass_sum_;         // per retrieval layer: oracle top-k mass summed over the steps
   std::vector<int64_t> mass_steps_;

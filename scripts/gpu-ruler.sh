@@ -15,8 +15,9 @@
 #                                                $OUT/r.tgz; print jobs.txt and the head of each table
 # JOBS: one `topkv eval ruler` a line, "NAME LANE TIMEOUT_S LENGTHS TASKS OPTIONS..." (TASKS: a comma
 # list, or "all"). LANE is a GPU index, optionally with a letter (0a, 0b, ...: several lanes share
-# GPU 0); one lane's jobs run one after another, the lanes at once, each with --threads (cores /
-# lanes). $RULER_OPTS is every job's common options (default below: session 10's).
+# GPU 0) and a thread count (0a:4); one lane's jobs run one after another, the lanes at once, each
+# with --threads (its count, else cores / lanes). $RULER_OPTS is every job's common options
+# (default below: session 10's).
 # Every call first unpacks a carried bundle whose sha256 it has not seen.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -37,10 +38,11 @@ if [ -f .gpu/bundle.tar.xz ]; then
 fi
 
 run_job() {  # NAME LANE TIMEOUT LENGTHS TASKS OPTIONS...: one eval ruler
-  local n=$1 gpu=${2%%[a-z]*} t=$3 l=$4 tasks=$5; shift 5
+  local n=$1 gpu=${2%%[a-z:]*} t=$3 l=$4 tasks=$5 lane=$2; shift 5
   [ "$tasks" = all ] && tasks=$ALL
   local lanes; lanes=$(awk '!/^#/ && NF {print $2}' "$R/jobs.list" | sort -u | wc -l)
   local threads=$(( $(nproc) / lanes > 0 ? $(nproc) / lanes : 1 ))
+  case "$lane" in *:*) threads=${lane#*:} ;; esac
   mkdir -p "$WORK/tmp/$n"
   # shellcheck disable=SC2086
   echo "topkv eval ruler -m $MODEL.gguf --lengths $l --tasks $tasks $RULER_OPTS --threads $threads $*" > "$R/ruler-$n.cmd"

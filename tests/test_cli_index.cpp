@@ -242,7 +242,7 @@ TEST_CASE("index build, index info and generate --pack: bad input is a clear err
       {build + "-o " + x + " --index nosuch", "unknown index backend 'nosuch'"},
       {build + "-o " + x + " --index flat --index quest --index flat", "--index flat is given twice"},
       {build + "-o " + x + " --backend cpu --weights f16", "--weights f16 is for the CUDA backend"},
-      {build + "-o " + x + " --build-on gpu", "`index build` builds its indexes with the host runtime"},
+      {build + "-o " + x + " --build-on gpu", "--build-on gpu needs the CUDA backend"},
       {"index build -m " + f.model + " -f /dev/null -o " + x, "the prompt is empty"},
       {gen + "--window 8", "--window is fixed when the pack is built"},
       {gen + "--index hnswlib", "holds the indexes multipole, flat, not hnswlib"},

@@ -88,7 +88,7 @@ TEST_CASE("shared context: every method restored from its index's pack decodes a
         const Decoded want = m.decode_fresh(fresh);
         REQUIRE(fresh.retrieval_layers() == (dense ? std::vector<int>{5} : std::vector<int>{2, 5}));
         // From the shared pack, twice: the first restore's decode must not reach the second.
-        const SharedContext::Build& b = ctx.prepare(p);
+        const SharedContext::Build& b = ctx.prepare(*m.be, p);
         CHECK(b.keys_indexed == fresh.stats().keys_indexed * (dense ? 2 : 1));  // the pack indexes both layers
         CHECK(b.pack_bytes > 0);
         CHECK(std::distance(std::filesystem::directory_iterator(tmp.dir), {}) == 1);  // the model; the pack unlinked
@@ -128,7 +128,7 @@ TEST_CASE("shared context: a method with more dense layers takes the pack's stre
     p.heads_file = heads, p.dense_layers = dense;
     OffloadRuntime fresh(m.cfg, p, false);
     const Decoded want = m.decode_fresh(fresh);
-    m.ctx->prepare(p);
+    m.ctx->prepare(*m.be, p);
     auto rt = m.ctx->attach(*m.be, p, /*measure_error=*/true);
     CHECK(rt->describe() == fresh.describe());  // layers, k and the count of streaming heads
     const Decoded got = m.decode_with(*rt);

@@ -98,7 +98,7 @@ void run_eval(const EvalArgs& a, const OffloadPolicy& base) {
                         answer_found(dense_text, pr.answer), {}, dense_ms});
         SharedContext ctx(*file, model, pr.tokens, first, std::filesystem::temp_directory_path().string());
         for (const EvalMethod& m : methods) {
-          ctx.prepare(m.policy);
+          ctx.prepare(*backend, m.policy);
           // Free greedy run: pass / fail.
           auto rt = ctx.attach(*backend, m.policy, /*measure_error=*/false);
           const GreedyRun run = greedy_run(model, first, a.answer_tokens, nullptr);

@@ -106,7 +106,7 @@ struct Session {
 RulerRow run_method(Session& ss, SharedContext& ctx, const EvalMethod& m, const RulerRow& proto, const Prompt& p,
                     const std::vector<float>& first, const DenseReference& ref) {
   RulerTiming& time = ss.rep.timing;
-  const SharedContext::Build& b = ctx.prepare(m.policy);
+  const SharedContext::Build& b = ctx.prepare(ss.backend, m.policy);
   RulerRow row = proto;
   row.method = m.name, row.index = m.index, row.k = m.k, row.dense_layers = m.policy.dense_layers;
   row.k_schedule = k_schedule_spec(m.policy);

@@ -26,6 +26,7 @@
 #include "src/model/tokenizer.h"
 #include "src/common/cli_files.h"
 #include "src/common/file_io.h"
+#include "src/session/make_runtime.h"
 #include "src/session/session.h"
 
 namespace topkv::cli {
@@ -82,13 +83,12 @@ void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
   mo.weights = parse_weight_mode(a.weights);
   check_weight_mode(mo.weights, cuda);
   // The host-side runtime whatever the backend: a pack holds host stores and
-  // indexes; the model's KV comes to the host through Model::read_kv.
+  // indexes; the model's KV comes to the host through Model::read_kv. On the
+  // CUDA backend its clustering indexes take the device's k-means, as
+  // `generate` there builds them (make_build_runtime).
   std::unique_ptr<OffloadRuntime> rt;
   if (topk) {  // checks the policy, the head pattern and every index spec before any work
-    TOPKV_CHECK(policy.build_on != BuildOn::Gpu, "--build-on gpu: `index build` builds its indexes with the host "
-                "runtime (Faiss's k-means on the host cores, or --build-on lloyd: the GPU's rounds there); drop it, "
-                "or build on the GPU as `generate` does");
-    rt = std::make_unique<OffloadRuntime>(cfg, policy, !a.quiet);
+    rt = make_build_runtime(*backend, cfg, policy, !a.quiet);
     rt->build_extra_indexes(extra);
   }
   place_prefill_kv(a.where, cuda, rt.get(), mo);  // rt decodes nothing on the device: no reserve

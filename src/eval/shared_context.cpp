@@ -18,8 +18,9 @@ namespace topkv {
 // indexed) and serves any count, as the model holds every layer's KV of the
 // prompt (ContextPack::policy_for_run's model_holds_context).
 std::string build_key(const OffloadPolicy& p) {
-  return fmt::format("{}|sinks={}|window={}|store={}|heads={}:{}:{}", canonical_spec(p.index), p.sinks, p.window,
-                     dtype_name(p.store_dtype), p.heads_file, p.heads_threshold, p.heads_sparsity);
+  return fmt::format("{}|sinks={}|window={}|store={}|heads={}:{}:{}|build_on={}", canonical_spec(p.index), p.sinks,
+                     p.window, dtype_name(p.store_dtype), p.heads_file, p.heads_threshold, p.heads_sparsity,
+                     build_on_name(p.build_on));
 }
 
 SharedContext::SharedContext(const GgufFile& file, Model& model, std::vector<int32_t> tokens,
@@ -43,7 +44,7 @@ void SharedContext::drop_pack() {
   build_ = {};
 }
 
-const SharedContext::Build& SharedContext::prepare(const OffloadPolicy& policy) {
+const SharedContext::Build& SharedContext::prepare(Backend& be, const OffloadPolicy& policy) {
   TOPKV_CHECK(policy.attn == AttnMode::TopK, "internal: a shared context for a dense policy");
   const std::string key = build_key(policy);
   if (pack_ && build_.key == key) return build_;
@@ -54,13 +55,13 @@ const SharedContext::Build& SharedContext::prepare(const OffloadPolicy& policy) 
   {
     OffloadPolicy build = policy;
     build.dense_layers = 0;
-    OffloadRuntime rt(model_.config(), build, /*progress=*/false);
+    const std::unique_ptr<OffloadRuntime> rt = make_build_runtime(be, model_.config(), build, /*progress=*/false);
     Timer t;
-    rt.take_prefill(model_);
+    rt->take_prefill(model_);
     b.build_s = t.seconds();
-    b.keys_indexed = rt.stats().keys_indexed;
+    b.keys_indexed = rt->stats().keys_indexed;
     Timer w;
-    save_context_pack(path_, file_, model_, &rt, tokens_, logits_,
+    save_context_pack(path_, file_, model_, rt.get(), tokens_, logits_,
                       {{"source", "topkv eval (temporary)"}, {"index_build_s", b.build_s}});
     b.write_s = w.seconds();
   }

@@ -2,9 +2,13 @@
 // (eval passkey, eval ruler), each index built once.
 //
 // The model holds the prompt, prefilled once densely. For each build policy
-// (index spec, sinks, window, store type, head pattern: what a context pack
-// fixes) a host runtime with no dense layers takes that prefill once, which
-// builds the indexes of every full-context layer, and is written to a context
+// (index spec, sinks, window, store type, head pattern, --build-on: what a
+// context pack fixes) a host runtime with no dense layers takes that prefill
+// once, which builds the indexes of every full-context layer as the backend's
+// runtime would (make_build_runtime: on a CUDA backend the clustering
+// indexes' k-means runs on the device, as `generate` there builds them;
+// session 25's grid and earlier GPU suites built them with Faiss on the
+// host), and is written to a context
 // pack in a temporary file (offload/context_pack.h). Every method with that
 // build policy then restores a fresh runtime from the pack: k, its schedule
 // and the dense first layers may change per restore (the model holds every
@@ -51,8 +55,9 @@ class SharedContext {
     uint64_t pack_bytes = 0;
     int64_t keys_indexed = 0;
   };
-  // The pack for `policy`'s build fields, built unless it is the current one.
-  const Build& prepare(const OffloadPolicy& policy);
+  // The pack for `policy`'s build fields, built unless it is the current one
+  // (by make_build_runtime(be, ...): the indexes `be`'s runtime would build).
+  const Build& prepare(Backend& be, const OffloadPolicy& policy);
   // A fresh runtime for `policy` on `be` (make_offload_runtime: the CUDA
   // runtime on a CUDA backend) holding the context from the pack, set as the
   // model's attention override with the model at the end of the prompt.

@@ -1,6 +1,7 @@
 #include "src/session/make_runtime.h"
 
 #include "gpu/cuda_backend.h"
+#include "gpu/gpu_kmeans.h"
 #include "gpu/gpu_offload_runtime.h"
 #include "src/common/error.h"
 
@@ -14,6 +15,17 @@ std::unique_ptr<OffloadRuntime> make_offload_runtime(Backend& be, const ModelCon
   TOPKV_CHECK(policy.build_on != BuildOn::Gpu, "--build-on gpu needs the CUDA backend (--backend cuda); the {} backend builds "
               "its indexes on the host", be.name());
   return std::make_unique<OffloadRuntime>(cfg, policy, progress);
+}
+
+std::unique_ptr<OffloadRuntime> make_build_runtime(Backend& be, const ModelConfig& cfg, const OffloadPolicy& policy,
+                                                   bool progress) {
+  const bool cuda = is_cuda_backend(be);
+  TOPKV_CHECK(cuda || policy.build_on != BuildOn::Gpu, "--build-on gpu needs the CUDA backend (--backend cuda); the {} "
+              "backend builds its indexes on the host (drop --build-on, or use lloyd for the GPU's rounds on the host)",
+              be.name());
+  auto rt = std::make_unique<OffloadRuntime>(cfg, policy, progress);
+  if (kmeans_on_gpu(policy, cuda)) rt->set_kmeans_engine(make_gpu_kmeans(be));
+  return rt;
 }
 
 }  // namespace topkv

@@ -15,4 +15,14 @@ namespace topkv {
 std::unique_ptr<OffloadRuntime> make_offload_runtime(Backend& be, const ModelConfig& cfg, const OffloadPolicy& policy,
                                                      bool progress);
 
+// A host runtime (OffloadRuntime: stores and indexes on the host, nothing on
+// the device) that builds the indexes `make_offload_runtime(be, ...)` would:
+// on a CUDA backend its clustering indexes take the device's k-means engine
+// where the CUDA runtime's would (kmeans_on_gpu; --build-on auto|gpu). What
+// builds a context pack (`index build`, eval's shared context) uses it, so a
+// pack built on a GPU host holds what `generate` there builds. --build-on gpu
+// on another backend is refused.
+std::unique_ptr<OffloadRuntime> make_build_runtime(Backend& be, const ModelConfig& cfg, const OffloadPolicy& policy,
+                                                   bool progress);
+
 }  // namespace topkv

@@ -17,6 +17,7 @@
 #include "offload/partial_attention.h"
 #include "gpu/summary_search_ref.h"
 #include "offload/pack_file.h"
+#include "src/session/make_runtime.h"
 #include "tests/clustered_keys.h"
 #include "tests/gpu/cuda_test_util.h"
 #include "tests/gpu/offload_test_util.h"
@@ -423,6 +424,72 @@ TEST_CASE("GpuOffloadRuntime restored from a pack decodes like the CPU restored 
       CHECK(ks.mapped_bytes() == (stage ? (size_t)ks.size() * ks.row_bytes() : 0));
     }
     compare_decode_steps(ref, *got, cfg, n, 20, /*f16_exact=*/true, sum, rng);
+  }
+}
+
+// make_build_runtime on the CUDA backend: the host runtime that builds a
+// pack (`index build`, eval's shared context) clusters with the device's
+// k-means where the CUDA runtime would (--build-on auto), so a runtime
+// restored from its pack attends as one that built its own indexes on the
+// device. A pack whose k-means ran in Faiss on the host (--build-on host, what
+// eval built on a GPU host before) attends differently: the check can fail.
+TEST_CASE("A pack built on the CUDA backend holds the indexes the CUDA runtime builds", "[search]") {
+  auto& be = cuda_be();
+  TempDir td;
+  for (const std::string index : {"multipole", "centroid"}) {
+    CAPTURE(index);
+    const ModelConfig cfg = runtime_test_config(2, 6, 2, 128);
+    OffloadPolicy pol;
+    pol.attn = AttnMode::TopK, pol.index = index, pol.search.k = 64, pol.sinks = 4, pol.window = 64;
+    pol.search.rerank = 1;
+    pol.search_on = SearchOn::Gpu, pol.device_table_type = DType::F32, pol.device_fold = 1000;  // no fold
+    pol.sync_folds = true;
+    const int64_t n = 2 * 8192 + 1237;  // two whole k-means blocks and a part
+    std::mt19937 rng(23);
+    const RandomContext ctx = random_context(cfg, n, /*f16_exact=*/true, rng);
+    std::vector<std::unique_ptr<PackReader>> readers;  // outlive the runtimes restored from them
+    auto restored = [&](BuildOn on) {
+      OffloadPolicy b = pol;
+      b.build_on = on;
+      const std::string path = (td.dir / fmt::format("{}-{}.tkv", index, build_on_name(on))).string();
+      {
+        auto built = make_build_runtime(be, cfg, b, false);
+        built->take_context(n, ctx.reader());
+        PackWriter w;
+        built->save(w);
+        w.write(path);
+      }
+      readers.push_back(std::make_unique<PackReader>(path));
+      auto rt = make_gpu_offload_runtime(be, cfg, pol, false);
+      rt->take_pack(*readers.back());
+      return rt;
+    };
+    auto direct = make_gpu_offload_runtime(be, cfg, pol, false);
+    direct->take_context(n, ctx.reader());
+    auto same = restored(BuildOn::Auto), faiss = restored(BuildOn::Host);
+    // The same random steps through the three; the largest relative
+    // difference from the direct runtime's output, over every layer and step.
+    const int hd = cfg.head_dim;
+    const size_t qn = (size_t)cfg.n_head * hd, kn = (size_t)cfg.n_head_kv * hd;
+    Buffer dq = be.alloc(qn * 4), dk = be.alloc(kn * 4), dv = be.alloc(kn * 4), dout = be.alloc(qn * 4);
+    double same_err = 0, faiss_err = 0;
+    for (int step = 0; step < 12; ++step)
+      for (int il = 0; il < cfg.n_layer; ++il) {
+        const auto q = randn(qn, rng, 1.5f);
+        std::vector<float> k = randn(kn, rng, 1.f, 0.3f), v = randn(kn, rng);
+        round_through(DType::F16, k), round_through(DType::F16, v);
+        be.from_host(q.data(), dq, 0, qn * 4), be.from_host(k.data(), dk, 0, kn * 4), be.from_host(v.data(), dv, 0, kn * 4);
+        std::vector<std::vector<float>> outs;
+        for (OffloadRuntime* rt : {direct.get(), same.get(), faiss.get()}) {
+          rt->decode_attention_device(il, dq.f32(), dk.f32(), dv.f32(), n + step, 1.f / std::sqrt((float)hd), dout.f32());
+          outs.push_back(download(be, dout, qn));
+        }
+        same_err = std::max(same_err, (double)rel_err(outs[1], outs[0]));
+        faiss_err = std::max(faiss_err, (double)rel_err(outs[2], outs[0]));
+      }
+    CAPTURE(same_err, faiss_err);
+    CHECK(same_err <= 1e-6);
+    CHECK(faiss_err > 1e-3);
   }
 }
 
