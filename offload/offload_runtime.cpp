@@ -118,9 +118,7 @@ void OffloadRuntime::start_context(int64_t n) {
 }
 
 std::vector<int64_t> OffloadRuntime::k_for_context(int64_t n) const {
-  const int64_t k_mean = policy_.k_fraction > 0 ? std::max<int64_t>(1, (int64_t)std::llround(policy_.k_fraction * n))
-                                                : policy_.search.k;
-  return topkv::k_per_layer(k_mean, (int)retrieval_layers_.size(), policy_.k_schedule, policy_.k_weights);
+  return topkv::k_per_layer(policy_.mean_k(n), (int)retrieval_layers_.size(), policy_.k_schedule, policy_.k_weights);
 }
 
 void OffloadRuntime::take_context(int64_t n, const KvReader& read) {

@@ -7,8 +7,9 @@
 //     layers are already streaming layers and stay with the model),
 //   - from layer index `dense_layers` on (earlier ones stay dense, as Quest does),
 //   - per KV head, unless a DuoAttention pattern makes it a streaming head.
-// k per retrieval layer follows the policy's schedule; with k_fraction > 0,
-// k = k_fraction x prompt tokens (at least 1).
+// k per retrieval layer follows the policy's schedule around its mean
+// (OffloadPolicy::mean_k: with k_fraction > 0, that fraction of the prompt
+// tokens within [k_min, k_max]).
 #pragma once
 #include <functional>
 #include <memory>

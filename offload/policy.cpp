@@ -144,6 +144,10 @@ void OffloadPolicy::validate() const {
   TOPKV_CHECK(search.k >= 1 && search.k <= kMaxTokens, "--k must be at least 1 and at most {} (got {})", kMaxTokens,
               search.k);
   check_unit(k_fraction, "--k-fraction");
+  TOPKV_CHECK(k_min >= 1 && k_min <= kMaxTokens, "--k-min must be at least 1 and at most {} (got {})", kMaxTokens,
+              k_min);
+  TOPKV_CHECK(k_max == 0 || (k_max >= k_min && k_max <= kMaxTokens), "--k-max must be 0 (no bound) or in [--k-min "
+              "{}, {}] (got {})", k_min, kMaxTokens, k_max);
   TOPKV_CHECK(k_schedule != KSchedule::Weights || !k_weights.empty(), "k schedule 'weights' needs its weights: "
               "weights:w0/w1/... (one a retrieval layer, first to last)");
   TOPKV_CHECK(search.ef >= 0 && search.ef <= kMaxEf, "--ef must be in [0, {}] (0 = max(k, 64); got {})", kMaxEf,
@@ -225,8 +229,14 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
     try {
       if (key == "attn") attn = parse_attn_mode(json_str(v, key));
       else if (key == "index") index = json_str(v, key);
-      else if (key == "k") search.k = json_int<int64_t>(v, key);
-      else if (key == "k_fraction") k_fraction = json_real(v, key);
+      else if (key == "k") search.k = json_int<int64_t>(v, key), k_fraction = j.contains("k_fraction") ? k_fraction : 0;
+      else if (key == "k_fraction") {  // its bounds are the object's, if any (as --k-fraction's)
+        k_fraction = json_real(v, key);
+        if (!j.contains("k_min")) k_min = 1;
+        if (!j.contains("k_max")) k_max = 0;
+      }
+      else if (key == "k_min") k_min = json_int<int64_t>(v, key);
+      else if (key == "k_max") k_max = json_int<int64_t>(v, key);
       else if (key == "k_schedule") set_k_schedule(*this, json_str(v, key));
       else if (key == "ef") search.ef = json_int<int>(v, key);
       else if (key == "nprobe") search.nprobe = json_int<int>(v, key);
@@ -262,6 +272,21 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
   }
 }
 
+std::string k_spec(const OffloadPolicy& p) {
+  if (p.k_fraction <= 0) return fmt::format("{}", p.search.k);
+  std::string s = fmt::format("{:g}% of the context", 100 * p.k_fraction);
+  if (p.k_min > 1 || p.k_max > 0)
+    s += p.k_max > 0 ? fmt::format(" within [{}, {}]", p.k_min, p.k_max) : fmt::format(" (at least {})", p.k_min);
+  return s;
+}
+
+int64_t OffloadPolicy::mean_k(int64_t n) const {
+  if (k_fraction <= 0) return search.k;
+  int64_t k = std::max(k_min, (int64_t)std::llround(k_fraction * (double)n));
+  if (k_max > 0) k = std::min(k, k_max);
+  return std::max<int64_t>(1, k);
+}
+
 void OffloadPolicy::apply_json_file(const std::string& path) {
   apply_json(read_text_input(path, "policy config", 1ull << 24), path);
 }
@@ -272,6 +297,8 @@ std::string OffloadPolicy::to_json() const {
                       {"index", index},
                       {"k", search.k},
                       {"k_fraction", k_fraction},
+                      {"k_min", k_min},
+                      {"k_max", k_max},
                       {"k_schedule", k_schedule_spec(*this)},
                       {"ef", search.ef},
                       {"nprobe", search.nprobe},

@@ -12,6 +12,16 @@
 
 namespace topkv {
 
+// The command line's k when a run gives none (--k, --k-fraction, --config,
+// a pack): 2% of the context, at least 64 and at most 1024 keys per KV head
+// and layer. Why (issue 13's grid on Qwen2.5-Coder-1.5B, every layer
+// retrieving, bench/results/gpu_session25-26/): the default index at 2%
+// holds the score, agreement and KL targets to 32K, where 64 keys (0.2%)
+// has 8x the KL; 1% is the floor; the cap bounds a step's rows at long
+// contexts (2% reaches 1024 at 51K tokens), where the speed runs use 256-1024.
+inline constexpr double kDefaultKFraction = 0.02;
+inline constexpr int64_t kDefaultKMin = 64, kDefaultKMax = 1024;
+
 enum class AttnMode : uint8_t { Dense, TopK };
 enum class KSchedule : uint8_t { Uniform, Linear, Ends, Weights };
 enum class SearchOn : uint8_t { Auto, Host, Gpu };
@@ -26,7 +36,9 @@ struct OffloadPolicy {
   // (bench/results/passkey_gemma3_270m_cpu.txt, bench/results/recall_1m/).
   std::string index = "multipole";
   SearchParams search;          // per-call search parameters; search.k is the mean k per layer
-  double k_fraction = 0.0;      // > 0: k = k_fraction x context tokens (e.g. 0.01 = 1%)
+  double k_fraction = 0.0;      // > 0: k = k_fraction x context tokens (e.g. 0.01 = 1%),
+  int64_t k_min = 1;            // ... at least k_min
+  int64_t k_max = 0;            // ... and at most k_max (0: no bound). mean_k() applies them
   KSchedule k_schedule = KSchedule::Uniform;
   // KSchedule::Weights: k of each retrieval layer in proportion to its weight
   // (one a retrieval layer, first to last), the same total as uniform; written
@@ -72,8 +84,13 @@ struct OffloadPolicy {
   double heads_threshold = 0.5; // gate < threshold -> streaming head
   double heads_sparsity = -1.0; // in [0,1]: this fraction of heads stream (overrides threshold)
 
+  // The mean k per retrieval layer for a context of n tokens: search.k, or
+  // with k_fraction > 0 that fraction of n within [k_min, k_max].
+  int64_t mean_k(int64_t n) const;
+
   // Reads a JSON object with any of the fields above (names as here, k as "k",
-  // enums as strings). Unknown keys are an Error.
+  // enums as strings). Unknown keys are an Error. "k" without "k_fraction"
+  // in the same object sets a fixed k (k_fraction 0), as --k alone does.
   void apply_json(const std::string& json_text, const std::string& origin);
   void apply_json_file(const std::string& path);  // the keys the file has, over this policy
   std::string to_json() const;
@@ -91,6 +108,8 @@ std::vector<std::string> k_schedule_names();  // every name parse_k_schedule rea
 // k_schedule_spec writes them back the same way.
 void set_k_schedule(OffloadPolicy& p, const std::string& spec);
 std::string k_schedule_spec(const OffloadPolicy& p);
+// k as text: "64", or "2% of the context within [64, 1024]".
+std::string k_spec(const OffloadPolicy& p);
 const char* search_on_name(SearchOn s);
 SearchOn parse_search_on(const std::string& s);  // auto | host | gpu
 std::vector<std::string> search_on_names();

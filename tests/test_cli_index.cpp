@@ -161,6 +161,33 @@ TEST_CASE("generate --pack: --k replaces the k fraction the pack was built with,
   CHECK(tenth[1] == tenth[0]);
 }
 
+// The CLI's k when none is given follows the context (2% within [64, 1024],
+// offload/policy.h): a short prompt gets 64 keys, as before; --k-fraction
+// alone is not capped; --k-min/--k-max bound it; with a fixed --k they are refused.
+TEST_CASE("generate: the default k follows the context within [64, 1024], --k-min and --k-max bound a fraction") {
+  Fixture& f = fixture();
+  const auto k_of = [&](const std::string& options) {
+    const std::string json = f.dir.file("k.json");
+    auto r = run_topkv("generate -q -n 2 -c 256 -m " + f.model + " -f " + f.doc + " --attn topk --json " + json +
+                       options);
+    INFO(options << "\n" << r.err);
+    REQUIRE(r.rc == 0);
+    auto j = nlohmann::json::parse(test::slurp(json));
+    return std::pair{j["offload"]["k_per_layer"].get<std::vector<int64_t>>(), j["prompt_tokens"].get<int64_t>()};
+  };
+  const auto [dflt, n] = k_of("");
+  REQUIRE(n > 20);
+  CHECK(dflt == std::vector<int64_t>(dflt.size(), 64));  // 2% of a short prompt is below the floor
+  const auto [half, n2] = k_of(" --k-fraction 0.5");
+  CHECK(half[0] == (n2 + 1) / 2);  // no floor, no cap unless given
+  CHECK(k_of(" --k-fraction 0.5 --k-max 7").first[0] == 7);
+  CHECK(k_of(" --k-fraction 0.01 --k-min 9").first[0] == 9);
+  CHECK(k_of(" --k 5").first[0] == 5);
+  auto bad = run_topkv("generate -q -n 2 -m " + f.model + " -f " + f.doc + " --attn topk --k 5 --k-max 9");
+  CHECK(bad.rc != 0);
+  CHECK_THAT(bad.err, Catch::Contains("--k-min and --k-max bound a k that follows the context"));
+}
+
 TEST_CASE("a q8_0 store (--store-type q8_0): a pack of int8 rows decodes as the run that built it, other head dims are refused") {
   Fixture& f = fixture();
   const std::string common = " -m " + f.model + " -n 12 --seed 4 --temp 0.8 -q -c 256";

@@ -148,6 +148,44 @@ TEST_CASE("policy config files: fields, unknown keys, bad values") {
   CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"rerank":0.5})", "c.json"), Catch::Contains("--rerank"));
 }
 
+TEST_CASE("policy: k follows the context within its bounds, a fixed k, a fraction and their JSON") {
+  OffloadPolicy p;
+  p.search.k = 77;
+  for (int64_t n : {1, 5, 1000, 123457}) CHECK(p.mean_k(n) == 77);  // fixed k, whatever the context
+  p.k_fraction = kDefaultKFraction, p.k_min = kDefaultKMin, p.k_max = kDefaultKMax;
+  CHECK(p.mean_k(1) == 64);
+  CHECK(p.mean_k(3199) == 64);    // 2% = 63.98
+  CHECK(p.mean_k(3226) == 65);    // 64.52
+  CHECK(p.mean_k(12345) == 247);  // 246.9
+  CHECK(p.mean_k(51200) == 1024);
+  CHECK(p.mean_k(1 << 20) == 1024);
+  CHECK(k_spec(p) == "2% of the context within [64, 1024]");
+  OffloadPolicy open = p;
+  open.k_min = 1, open.k_max = 0;
+  CHECK(open.mean_k(1 << 20) == 20972);
+  CHECK(open.mean_k(10) == 1);  // at least one key
+  CHECK(k_spec(open) == "2% of the context");
+  // JSON: "k" alone fixes k; "k_fraction" alone drops bounds it does not name; a round trip keeps all three.
+  OffloadPolicy j = p;
+  j.apply_json(R"({"k":128})", "c.json");
+  CHECK(j.k_fraction == 0);
+  CHECK(j.mean_k(1 << 20) == 128);
+  j = p;
+  j.apply_json(R"({"k_fraction":0.1})", "c.json");
+  CHECK(j.mean_k(1 << 20) == 104858);
+  j = p;
+  j.apply_json(R"({"k_fraction":0.1,"k_max":500})", "c.json");
+  CHECK(j.mean_k(1 << 20) == 500);
+  CHECK(j.mean_k(20) == 2);  // k_min back to 1
+  OffloadPolicy r;
+  r.apply_json(p.to_json(), "roundtrip");
+  CHECK(r.to_json() == p.to_json());
+  CHECK(r.mean_k(12345) == 247);
+  CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"k_fraction":0.1,"k_min":10,"k_max":5})", "c.json"),
+                    Catch::Contains("--k-max must be 0 (no bound) or in [--k-min 10"));
+  CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"k_min":0})", "c.json"), Catch::Contains("--k-min must be at least 1"));
+}
+
 TEST_CASE("policy: where the search runs, the device tables' type and fold") {
   OffloadPolicy p;
   CHECK(p.search_on == SearchOn::Auto);

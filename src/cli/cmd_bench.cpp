@@ -146,7 +146,7 @@ void register_bench_decode(CLI::App& bench) {
   cmd->callback([a, pol, cmd] {
     TOPKV_CHECK(cmd->count("--attn") == 0, "bench decode runs the attention of each --modes entry; drop --attn");
     if (cmd->count("--index")) a->indexes = pol->index_specs();  // the policy holds the first; each topk row sets its own
-    run_decode(*a, pol->resolve(*cmd, {}, /*many_indexes=*/true));
+    run_decode(*a, pol->resolve(*cmd, cli_default_policy(), /*many_indexes=*/true));
   });
 }
 

@@ -52,7 +52,7 @@ void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
     if (!a.quiet) fmt::print(stderr, "{}\n", s);
   };
   TOPKV_CHECK(a.chunk > 0, "--chunk must be positive, got {}", a.chunk);
-  OffloadPolicy base;
+  OffloadPolicy base = cli_default_policy();
   base.attn = AttnMode::TopK;  // a pack is for top-k decoding unless --attn dense says otherwise
   const OffloadPolicy policy = pol.resolve(cmd, base, /*many_indexes=*/true);
   const bool topk = policy.attn == AttnMode::TopK;
@@ -181,9 +181,8 @@ void run_info(const std::string& path, bool verify) {
                               p.heads_file.empty() ? "" : ", heads " + p.heads_file));
     line("indexes", fmt::format("{} (generate --index picks one; the first by default)",
                                 fmt::join(pack.indexes(), ", ")));
-    line("defaults", fmt::format("k {}{}, schedule {}, ef {}, nprobe {}, threshold {} (generate may change these)",
-                                 p.search.k, p.k_fraction > 0 ? fmt::format(" (k-fraction {})", p.k_fraction) : "",
-                                 k_schedule_spec(p), p.search.ef,
+    line("defaults", fmt::format("k {}, schedule {}, ef {}, nprobe {}, threshold {} (generate may change these)",
+                                 k_spec(p), k_schedule_spec(p), p.search.ef,
                                  p.search.nprobe, p.search.threshold));
     const nlohmann::json& off = m.at("offload");
     int streaming = 0;

@@ -66,7 +66,7 @@ std::vector<EvalMethod> make_eval_methods(const MethodArgs& a, const OffloadPoli
             const std::vector<double> pct = parse_double_list(k.substr(0, k.size() - 1));
             TOPKV_CHECK(pct.size() == 1 && pct[0] > 0 && pct[0] <= 100, "--methods-k {} must be a percentage in "
                         "(0%, 100%]", k);
-            p.k_fraction = pct[0] / 100.0;
+            p.k_fraction = pct[0] / 100.0, p.k_min = 1, p.k_max = 0;  // that share exactly, as named
           } else {
             p.search.k = parse_count(k);
             p.k_fraction = 0;

@@ -7,6 +7,12 @@
 
 namespace topkv::cli {
 
+OffloadPolicy cli_default_policy() {
+  OffloadPolicy p;
+  p.k_fraction = kDefaultKFraction, p.k_min = kDefaultKMin, p.k_max = kDefaultKMax;
+  return p;
+}
+
 void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
   OffloadPolicy& p = a->policy;
   const std::string g = "Attention policy";
@@ -18,11 +24,18 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
                   "With a context pack: one of the indexes built into it (index build and bench decode take several: "
                   "repeat --index, or list them, \"multipole,hnswlib:M=32,efc=200\")", p.index))
       ->group(g);
-  cmd->add_option("--k", p.search.k, "Keys retrieved per KV head and layer (mean over layers; token budget for "
-                  "quest/centroid/multipole); replaces a --k-fraction that a pack or --config carries")
-      ->group(g)->capture_default_str();
-  cmd->add_option("--k-fraction", p.k_fraction, "k as a fraction of the prompt length (e.g. 0.01 = 1%); overrides "
-                  "--k")->group(g);
+  cmd->add_option("--k", p.search.k, fmt::format("Keys retrieved per KV head and layer (mean over layers; token "
+                  "budget for quest/centroid/multipole): a fixed k, which replaces a k fraction that a pack or --config "
+                  "carries. Default: {:g}% of the prompt, at least {} and at most {} keys (--k-fraction {:g} --k-min {} "
+                  "--k-max {})", 100 * kDefaultKFraction, kDefaultKMin, kDefaultKMax, kDefaultKFraction, kDefaultKMin,
+                  kDefaultKMax))
+      ->group(g);
+  cmd->add_option("--k-fraction", p.k_fraction, "k as a fraction of the prompt length (e.g. 0.01 = 1%), within "
+                  "--k-min and --k-max when given with them (else unbounded); overrides --k")->group(g);
+  cmd->add_option("--k-min", p.k_min, fmt::format("With a k fraction: at least this k (default {})", kDefaultKMin))
+      ->group(g);
+  cmd->add_option("--k-max", p.k_max, fmt::format("With a k fraction: at most this k, 0 = no bound (default {})",
+                                                  kDefaultKMax))->group(g);
   cmd->add_option("--k-schedule", a->k_schedule, "uniform: the same k on every retrieval layer; linear: rising "
                   "from first to last with the same total (top-k paper); ends: twice as much at the first and last "
                   "layer as in the middle, the same total; weights:w0/w1/...: k in proportion to one weight a "
@@ -124,10 +137,17 @@ OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd, const OffloadPolicy& base
               "build` builds several into a pack, `bench decode` times each)", specs.size());
   if (!specs.empty()) out.index = specs.front();
   if (given("--k")) out.search.k = policy.search.k;
-  // --k-fraction overrides --k; --k alone overrides a fraction the base
-  // carries (a pack built with --k-fraction, a config file's k_fraction).
-  if (given("--k-fraction")) out.k_fraction = policy.k_fraction;
+  // --k-fraction overrides --k, with the bounds given beside it (none
+  // else: a fraction asked for is not capped silently); --k alone overrides
+  // a fraction the base carries (the default, a pack built with one, a
+  // config file's k_fraction).
+  if (given("--k-fraction")) out.k_fraction = policy.k_fraction, out.k_min = 1, out.k_max = 0;
   else if (given("--k")) out.k_fraction = 0;
+  if (given("--k-min")) out.k_min = policy.k_min;
+  if (given("--k-max")) out.k_max = policy.k_max;
+  TOPKV_CHECK(out.k_fraction > 0 || (!given("--k-min") && !given("--k-max")), "--k-min and --k-max bound a k that "
+              "follows the context (--k-fraction); with a fixed --k {} they would do nothing: drop them, or give "
+              "--k-fraction", out.search.k);
   if (given("--k-schedule")) {
     try {
       set_k_schedule(out, k_schedule);

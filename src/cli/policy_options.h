@@ -10,6 +10,11 @@
 
 namespace topkv::cli {
 
+// The defaults a run starts from when no context pack gives its own: the
+// policy's, with k following the context (kDefaultKFraction within
+// [kDefaultKMin, kDefaultKMax], offload/policy.h says why).
+OffloadPolicy cli_default_policy();
+
 struct PolicyArgs {
   OffloadPolicy policy;
   std::string config, attn, k_schedule, gqa, store_type, search_on, build_on, device_table_type, store_cache;
@@ -20,7 +25,8 @@ struct PolicyArgs {
   // then the config file's keys, then the flags given; the policy's index is
   // the first spec. Throws Error, also when --index names several unless
   // `many_indexes` (index build: extra indexes; bench decode: one row each).
-  OffloadPolicy resolve(const CLI::App& cmd, const OffloadPolicy& base = {}, bool many_indexes = false) const;
+  OffloadPolicy resolve(const CLI::App& cmd, const OffloadPolicy& base = cli_default_policy(),
+                        bool many_indexes = false) const;
 };
 
 // Several index specs in one flag value, "multipole,hnswlib:M=32,efc=200,quest":
