@@ -1,0 +1,1 @@
+topkv eval ruler -m q15.gguf --lengths 16K --tasks fwe --backend cuda --chat --answer-tokens 48 --agreement-tokens 64 --error-steps 4 --chunk 4096 --kv-type f16 --threads 8 --samples 4 --methods-index multipole --methods-k 1%,2%,5% --build-on host

@@ -1,0 +1,1 @@
+topkv eval ruler -m q15.gguf --lengths 16K --tasks fwe,vt,niah_multikey_2,niah_single_1,niah_single_3,niah_multivalue --backend cuda --chat --samples 1 --answer-tokens 48 --agreement-tokens 64 --error-steps 4 --chunk 4096 --kv-type f16 --threads 4 --methods-index faiss-hnsw --methods-k 1%,2%,5%

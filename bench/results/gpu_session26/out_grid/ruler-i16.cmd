@@ -1,0 +1,1 @@
+topkv eval ruler -m q15.gguf --lengths 16K --tasks niah_single_1,niah_single_3,niah_multikey_2,niah_multivalue,vt,fwe --backend cuda --chat --samples 1 --answer-tokens 48 --agreement-tokens 64 --error-steps 4 --chunk 4096 --kv-type f16 --threads 2 --methods-index faiss-ivf --methods-k 1%,2%,5%
