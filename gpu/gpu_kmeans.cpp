@@ -40,6 +40,9 @@ class GpuKMeans final : public KMeansEngine {
     cudaStreamDestroy(stream_);
   }
   const char* name() const override { return "gpu"; }
+  // ~64 MiB of scores (score_tile_rows) and the rows of a block of up to 64K
+  // keys, twice (training rows and all rows).
+  double device_bytes(int d) const override { return double(64 << 20) + 2.0 * 65536 * d * 4; }
 
   void cluster(const float* train, int64_t n_train, const float* all, int64_t n_all, int d, int64_t k, int iters,
                uint64_t seed, float* centroids, int32_t* labels) const override {

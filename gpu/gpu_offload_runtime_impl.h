@@ -92,10 +92,10 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   // is not planned: it takes what the budget leaves once the step is recorded.
   std::vector<MemoryPlan::Line> device_plan(int64_t n) const override {
     const double heads = (double)retrieval_layers_.size() * cfg_.n_head_kv;
-    std::vector<MemoryPlan::Line> lines{
-        {fmt::format("GPU mirrors of sinks + window ({} + {} rows, fp32)", policy_.sinks, ring_capacity()), 0,
-         heads * (policy_.sinks + ring_capacity()) * 2.0 * cfg_.head_dim * sizeof(float)},
-        {"GPU row lists, partials, staging", 0, double(64 << 20)}};
+    std::vector<MemoryPlan::Line> lines = OffloadRuntime::device_plan(n);  // the k-means engine's work space
+    lines.push_back({fmt::format("GPU mirrors of sinks + window ({} + {} rows, fp32)", policy_.sinks, ring_capacity()),
+                     0, heads * (policy_.sinks + ring_capacity()) * 2.0 * cfg_.head_dim * sizeof(float)});
+    lines.push_back({"GPU row lists, partials, staging", 0, double(64 << 20)});
     if (device_search_) {
       const auto index = KvIndex::create(policy_.index);
       const double per_key = index->summary_bytes_per_key(cfg_.head_dim, dtype_size(policy_.device_table_type));
@@ -105,8 +105,6 @@ class GpuOffloadRuntime final : public OffloadRuntime {
       lines.push_back({"device search work space (scores per group and query head)", 0,
                        (double)search_workspace_bytes(*index, n)});
     }
-    // --build-on gpu: ~64 MiB of scores and the rows of a block of up to 64K keys, twice.
-    if (kmeans_on_gpu(policy_, /*cuda=*/true)) lines.push_back({"k-means work space (--build-on gpu)", 0, double(64 << 20) + 2.0 * 65536 * cfg_.head_dim * 4});
     return lines;
   }
   void decode_attention(int layer, const float*, const float*, const float*, int64_t, float, float*) override {

@@ -31,6 +31,12 @@ class KMeansEngine {
   // Safe to call from several threads at once.
   virtual void cluster(const float* train, int64_t n_train, const float* all, int64_t n_all, int d, int64_t k,
                        int iters, uint64_t seed, float* centroids, int32_t* labels) const = 0;
+  // Device memory it takes for blocks of rows of d elements (a memory plan's
+  // line; 0 for an engine on the host).
+  virtual double device_bytes(int d) const {
+    (void)d;
+    return 0;
+  }
 };
 
 // m distinct rows of [0, n), ascending: Knuth's selection sampling

@@ -360,6 +360,14 @@ size_t OffloadRuntime::in_place_bytes() const {
   return b;
 }
 
+std::vector<MemoryPlan::Line> OffloadRuntime::device_plan(int64_t n) const {
+  (void)n;
+  std::vector<MemoryPlan::Line> lines;
+  if (const double b = kmeans_ ? kmeans_->device_bytes(cfg_.head_dim) : 0.0; b > 0)
+    lines.push_back({"k-means work space (--build-on gpu)", 0, b});
+  return lines;
+}
+
 int64_t OffloadRuntime::device_bytes_estimate(int64_t n) const {
   double b = 0;
   for (const MemoryPlan::Line& l : device_plan(n)) b += l.gpu;

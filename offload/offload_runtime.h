@@ -133,10 +133,9 @@ class OffloadRuntime : public AttentionOverride, public KvPastSource {
   // Device memory this runtime will allocate for a context of n tokens, line
   // by line (the memory plan's GPU column; none for the CPU runtime), and its
   // sum: what a prefill must leave free (ModelOptions::device_reserve).
-  virtual std::vector<MemoryPlan::Line> device_plan(int64_t n) const {
-    (void)n;
-    return {};
-  }
+  // Here: the k-means engine's work space when it runs on the device (a host
+  // runtime building a pack on a GPU host, make_build_runtime, has one).
+  virtual std::vector<MemoryPlan::Line> device_plan(int64_t n) const;
   int64_t device_bytes_estimate(int64_t n) const;
   std::string describe() const;  // one paragraph: layers, heads, k, index
 

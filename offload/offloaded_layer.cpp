@@ -441,16 +441,17 @@ double OffloadedLayer::attend_exact_and_mass(const float* queries, float scale, 
 namespace {
 
 // The share of the softmax mass held by `near` (sinks + window, as a partial)
-// and the k largest of the scores x (reordered).
-double topk_mass(const AttnPartial& near, std::vector<float>& x, int64_t k) {
-  float top = near.m;
-  for (float v : x) top = std::max(top, v);
+// and the k largest of the store's scores x[0, n) (reordered), whose whole
+// mass the exact pass's partial `stored` holds already (no second exp per row).
+double topk_mass(const AttnPartial& near, const AttnPartial& stored, float* x, int64_t n, int64_t k) {
+  const float top = std::max(near.m, stored.m);
   if (!std::isfinite(top)) return 1.0;  // nothing held
-  double exact_part = near.l > 0 ? (double)near.l * std::exp((double)near.m - top) : 0.0, all = 0, kept = 0;
-  for (float v : x) all += std::exp((double)v - top);
-  const int64_t kk = std::clamp<int64_t>(k, 0, (int64_t)x.size());
-  std::nth_element(x.begin(), x.begin() + kk, x.end(), std::greater<float>());
-  for (int64_t i = 0; i < kk; ++i) kept += std::exp((double)x[(size_t)i] - top);
+  const auto mass = [top](const AttnPartial& p) { return p.l > 0 ? (double)p.l * std::exp((double)p.m - top) : 0.0; };
+  const double exact_part = mass(near), all = mass(stored);
+  double kept = 0;
+  const int64_t kk = std::clamp<int64_t>(k, 0, n);
+  std::nth_element(x, x + kk, x + n, std::greater<float>());
+  for (int64_t i = 0; i < kk; ++i) kept += std::exp((double)x[i] - top);
   return (exact_part + kept) / (exact_part + all);
 }
 
@@ -462,19 +463,23 @@ double OffloadedLayer::exact_pass(const float* queries, float scale, float* out,
   const int G = cfg_.n_heads / cfg_.kv_heads;
   const size_t d = (size_t)cfg_.head_dim;
   double sum = 0;
-  std::vector<float> x;
+  std::vector<float> xs;
+  std::vector<AttnPartial> stored;
   for (int h = 0; h < cfg_.kv_heads; ++h) {
     const Head& hd = heads_[(size_t)h];
     const int64_t n = hd.keys ? hd.keys->size() : 0;
+    const float* qh = queries + (size_t)h * G * d;
+    xs.resize(k >= 0 ? (size_t)(G * n) : 0);
+    // The store's rows, once for the G query heads of this KV head.
+    if (n > 0) partial_exact_group(qh, G, scale, *hd.keys, *hd.values, n, stored, k >= 0 ? xs.data() : nullptr);
     for (int g = 0; g < G; ++g) {
-      const float* q = queries + ((size_t)h * G + g) * d;
+      const float* q = qh + (size_t)g * d;
       AttnPartial p((int)d);
       add_exact_parts(hd, q, scale, p);  // sinks + window
       const AttnPartial near = p;
-      x.resize(k >= 0 ? (size_t)n : 0);
-      if (n > 0) partial_merge(p, partial_exact(q, scale, *hd.keys, *hd.values, n, k >= 0 ? x.data() : nullptr));
+      if (n > 0) partial_merge(p, stored[(size_t)g]);
       partial_finish(p, out + ((size_t)h * G + g) * d);
-      if (k >= 0) sum += topk_mass(near, x, k);
+      if (k >= 0) sum += topk_mass(near, n > 0 ? stored[(size_t)g] : AttnPartial((int)d), xs.data() + (size_t)g * n, n, k);
     }
   }
   return k >= 0 ? sum / (double)(cfg_.kv_heads * G) : 0.0;

@@ -80,27 +80,53 @@ void partial_finish(const AttnPartial& p, float* out) {
   for (size_t j = 0; j < p.o.size(); ++j) out[j] = p.l > 0.f ? p.o[j] / p.l : 0.f;
 }
 
-AttnPartial partial_exact(const float* q, float scale, const RowStore& keys, const RowStore& values, int64_t n,
-                          float* scores) {
+void partial_exact_group(const float* q, int G, float scale, const RowStore& keys, const RowStore& values, int64_t n,
+                         std::vector<AttnPartial>& out, float* scores) {
   TOPKV_CHECK(n <= keys.size() && n <= values.size(), "attention over {} rows but the stores hold {} / {}", n,
               keys.size(), values.size());
-  // Blocks of rows over the host's threads (a 1M-row head is ~1 GFLOP per
-  // query), merged in block order: the result does not depend on the threads.
-  constexpr int64_t kBlock = 16384;
+  TOPKV_CHECK(G >= 1, "internal: a group of {} query heads", G);
+  const size_t dv = (size_t)values.dim(), dk = (size_t)keys.dim();
+  // Blocks of 4096 rows over the host's threads (a 16K-token head is four),
+  // merged in block order: the result does not depend on the threads.
+  constexpr int64_t kBlock = 4096;
   const int64_t nb = (n + kBlock - 1) / kBlock;
-  std::vector<AttnPartial> blocks((size_t)nb, AttnPartial(values.dim()));
+  std::vector<AttnPartial> blocks((size_t)(nb * G), AttnPartial((int)dv));
 #pragma omp parallel for schedule(dynamic, 1) if (nb > 1)
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t lo = b * kBlock, m = std::min(kBlock, n - lo);
-    std::vector<float> s((size_t)m);
-    std::vector<int64_t> ids((size_t)m);
-    for (int64_t i = 0; i < m; ++i) s[(size_t)i] = keys.dot(lo + i, q) * scale, ids[(size_t)i] = lo + i;
-    if (scores) std::copy(s.begin(), s.end(), scores + lo);
-    partial_add_rows(blocks[(size_t)b], s.data(), values, ids.data(), m);
+    std::vector<float> s((size_t)(m * G)), v(dv);  // s[i * G + g]
+    keys.for_each_span(lo, lo + m, [&](int64_t first, int64_t count, const void* rows) {
+      dot_rows_multi(keys.dtype(), rows, (size_t)count, dk, q, (size_t)G, s.data() + (size_t)(first - lo) * G);
+    });
+    std::vector<float> mx((size_t)G, -std::numeric_limits<float>::infinity());
+    for (int64_t i = 0; i < m; ++i)
+      for (int g = 0; g < G; ++g) {
+        float& x = s[(size_t)(i * G + g)];
+        x *= scale;
+        mx[(size_t)g] = std::max(mx[(size_t)g], x);
+        if (scores) scores[(size_t)g * n + lo + i] = x;
+      }
+    AttnPartial* part = &blocks[(size_t)(b * G)];
+    for (int g = 0; g < G; ++g) part[g].m = mx[(size_t)g];
+    for (int64_t i = 0; i < m; ++i) {
+      values.row_f32(lo + i, v.data());
+      for (int g = 0; g < G; ++g) {
+        const float w = std::exp(s[(size_t)(i * G + g)] - mx[(size_t)g]);
+        part[g].l += w;
+        axpy_f32(w, v.data(), part[g].o.data(), dv);
+      }
+    }
   }
-  AttnPartial p(values.dim());
-  for (const AttnPartial& b : blocks) partial_merge(p, b);
-  return p;
+  out.assign((size_t)G, AttnPartial((int)dv));
+  for (int64_t b = 0; b < nb; ++b)
+    for (int g = 0; g < G; ++g) partial_merge(out[(size_t)g], blocks[(size_t)(b * G + g)]);
+}
+
+AttnPartial partial_exact(const float* q, float scale, const RowStore& keys, const RowStore& values, int64_t n,
+                          float* scores) {
+  std::vector<AttnPartial> one;
+  partial_exact_group(q, 1, scale, keys, values, n, one, scores);
+  return std::move(one[0]);
 }
 
 void attention_exact(const float* q, float scale, const RowStore& keys, const RowStore& values, int64_t n,

@@ -48,5 +48,13 @@ AttnPartial partial_exact(const float* q, float scale, const RowStore& keys, con
                           float* scores = nullptr);
 void attention_exact(const float* q, float scale, const RowStore& keys, const RowStore& values, int64_t n,
                      float* out);
+// partial_exact for the G query heads of one KV head (GQA: queries q + g *
+// dim, g < G): one pass over the rows, each key row scored for all G at once
+// (dot_rows_multi) and each value row converted once for all G. out[g] and,
+// when set, scores[g * n + i] are partial_exact's for query g (up to the
+// order of float sums). The exact pass of an evaluation's error measurement
+// reads every store row of every layer per step, so the G-fold read is its cost.
+void partial_exact_group(const float* q, int G, float scale, const RowStore& keys, const RowStore& values, int64_t n,
+                         std::vector<AttnPartial>& out, float* scores = nullptr);
 
 }  // namespace topkv
