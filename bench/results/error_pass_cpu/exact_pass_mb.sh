@@ -1,4 +1,11 @@
-// Built by hand (README): g++ -O2 -std=c++20 -fopenmp -I. -DD=128 -DGG=6 -DN=16384 THIS.cpp build/libtopkv_core.a -lfmt
+#!/usr/bin/env bash
+# The microbenchmark of README.md: builds against build/libtopkv_core.a (from the repo root, after
+# the CMake build) and runs it at the two geometries, 1 and 2 threads. The source is here, not
+# as a .cpp file: CMake globs bench/ into the library.
+set -eu
+cd "$(dirname "$0")/../../.."
+src=$(mktemp --suffix=.cpp)
+cat > "$src" <<'CPP'
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -43,3 +50,10 @@ int main() {
   }
   std::printf("G=%d d=%d n=%lld: per-query passes %.2f ms, one group pass %.2f ms (x%.2f)\n", G, d, (long long)n, best_old * 1e3, best_new * 1e3, best_old / best_new);
 }
+CPP
+for geo in "-DD=128 -DGG=6 -DN=16384" "-DD=64 -DGG=7 -DN=32768"; do
+  # shellcheck disable=SC2086
+  g++ -O2 -std=c++20 -fopenmp -I. $geo "$src" build/libtopkv_core.a -lfmt -o "$src.bin"
+  for t in 1 2; do OMP_NUM_THREADS=$t "$src.bin"; done
+done
+rm -f "$src" "$src.bin"
