@@ -15,10 +15,12 @@ namespace topkv {
 // The command line's k when a run gives none (--k, --k-fraction, --config,
 // a pack): 2% of the context, at least 64 and at most 1024 keys per KV head
 // and layer. Why (issue 13, Qwen2.5-Coder, every layer retrieving;
-// docs/AS_BUILT.md, "Evaluation"): the default index at 2% kept the score
-// within 2% of dense, agreement >= 0.99 and KL ~0.001 from 4K to 32K over
-// 55-198 prompts a length, while 64 keys (0.4% at 16K, the 0.5B) had 8-10x
-// its KL; 1% is the floor, not the default. 64 keeps short prompts as they
+// docs/AS_BUILT.md, "Evaluation"): the default index at 2% kept agreement
+// >= 0.99 and KL ~0.001 from 4K to 32K, and the score within 2% of dense
+// over 55-198 prompts a length (Faiss-built indexes; built as the GPU builds
+// them, one near tie short at 8K and 16K on 6 prompts a length), while 64
+// keys (0.4% at 16K, the 0.5B) had 8-10x its KL; 1% is the floor, not the
+// default. 64 keeps short prompts as they
 // were; the cap bounds a step's rows past the models' trained contexts,
 // where nothing real is measured (2% reaches 1024 at 51K tokens; the speed
 // runs use 256-1024).
