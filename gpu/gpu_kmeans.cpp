@@ -4,9 +4,6 @@
 
 #ifndef TOPKV_HAVE_CUDA
 namespace topkv {
-std::shared_ptr<const KMeansEngine> make_gpu_kmeans(cuda::CudaBackend&) {
-  fail("--build-on gpu needs a CUDA build of topkv (this one has no CUDA): use --build-on host");
-}
 std::shared_ptr<const KMeansEngine> make_gpu_kmeans(Backend&) {
   fail("--build-on gpu needs a CUDA build of topkv (this one has no CUDA): use --build-on host");
 }
@@ -116,11 +113,10 @@ class GpuKMeans final : public KMeansEngine {
 
 }  // namespace
 
-std::shared_ptr<const KMeansEngine> make_gpu_kmeans(cuda::CudaBackend& be) { return std::make_shared<GpuKMeans>(be); }
 std::shared_ptr<const KMeansEngine> make_gpu_kmeans(Backend& be) {
   auto* cb = dynamic_cast<cuda::CudaBackend*>(&be);
   TOPKV_CHECK(cb, "the device k-means (--build-on gpu|auto) needs the CUDA backend, not '{}'", be.name());
-  return make_gpu_kmeans(*cb);
+  return std::make_shared<GpuKMeans>(*cb);
 }
 
 }  // namespace topkv

@@ -13,13 +13,8 @@
 #include "src/model/backend.h"
 
 namespace topkv {
-namespace cuda {
-class CudaBackend;
-}
 
-// Throws Error in a build without CUDA, and (the second) when `be` is not a
-// CUDA backend.
-std::shared_ptr<const KMeansEngine> make_gpu_kmeans(cuda::CudaBackend& be);
+// Throws Error in a build without CUDA, and when `be` is not a CUDA backend.
 std::shared_ptr<const KMeansEngine> make_gpu_kmeans(Backend& be);
 
 }  // namespace topkv

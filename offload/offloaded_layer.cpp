@@ -470,16 +470,17 @@ double OffloadedLayer::exact_pass(const float* queries, float scale, float* out,
     const int64_t n = hd.keys ? hd.keys->size() : 0;
     const float* qh = queries + (size_t)h * G * d;
     xs.resize(k >= 0 ? (size_t)(G * n) : 0);
-    // The store's rows, once for the G query heads of this KV head.
+    // The store's rows, once for the G query heads of this KV head (none: G empty partials).
     if (n > 0) partial_exact_group(qh, G, scale, *hd.keys, *hd.values, n, stored, k >= 0 ? xs.data() : nullptr);
+    else stored.assign((size_t)G, AttnPartial((int)d));
     for (int g = 0; g < G; ++g) {
       const float* q = qh + (size_t)g * d;
       AttnPartial p((int)d);
       add_exact_parts(hd, q, scale, p);  // sinks + window
       const AttnPartial near = p;
-      if (n > 0) partial_merge(p, stored[(size_t)g]);
+      partial_merge(p, stored[(size_t)g]);
       partial_finish(p, out + ((size_t)h * G + g) * d);
-      if (k >= 0) sum += topk_mass(near, n > 0 ? stored[(size_t)g] : AttnPartial((int)d), xs.data() + (size_t)g * n, n, k);
+      if (k >= 0) sum += topk_mass(near, stored[(size_t)g], xs.data() + (size_t)g * n, n, k);
     }
   }
   return k >= 0 ? sum / (double)(cfg_.kv_heads * G) : 0.0;

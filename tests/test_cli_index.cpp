@@ -186,6 +186,13 @@ TEST_CASE("generate: the default k follows the context within [64, 1024], --k-mi
   auto bad = run_topkv("generate -q -n 2 -m " + f.model + " -f " + f.doc + " --attn topk --k 5 --k-max 9");
   CHECK(bad.rc != 0);
   CHECK_THAT(bad.err, Catch::Contains("--k-min and --k-max bound a k that follows the context"));
+  auto crossed = run_topkv("generate -q -n 2 -m " + f.model + " -f " + f.doc +
+                           " --attn topk --k-fraction 0.1 --k-min 10 --k-max 5");
+  CHECK(crossed.rc != 0);
+  CHECK_THAT(crossed.err, Catch::Contains("--k-max must be 0 (no bound) or in [--k-min 10"));
+  auto none = run_topkv("generate -q -n 2 -m " + f.model + " -f " + f.doc + " --attn topk --k-min 0");
+  CHECK(none.rc != 0);
+  CHECK_THAT(none.err, Catch::Contains("--k-min must be at least 1"));
 }
 
 TEST_CASE("a q8_0 store (--store-type q8_0): a pack of int8 rows decodes as the run that built it, other head dims are refused") {

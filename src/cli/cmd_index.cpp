@@ -91,7 +91,7 @@ void run_build(const BuildArgs& a, const PolicyArgs& pol, const CLI::App& cmd) {
     rt = make_build_runtime(*backend, cfg, policy, !a.quiet);
     rt->build_extra_indexes(extra);
   }
-  place_prefill_kv(a.where, cuda, rt.get(), mo);  // rt decodes nothing on the device: no reserve
+  place_prefill_kv(a.where, cuda, rt.get(), mo);  // reserves only the device k-means' work space, if any
   check_memory_plan(*file, cfg, policy, mo, /*from_pack=*/false, a.quiet, extra);
   Model model(file, *backend, mo);
   model.touch_weights();

@@ -12,9 +12,7 @@ std::unique_ptr<OffloadRuntime> make_offload_runtime(Backend& be, const ModelCon
   if (is_cuda_backend(be)) return make_gpu_offload_runtime(be, cfg, policy, progress);
   TOPKV_CHECK(policy.search_on != SearchOn::Gpu, "--search-on gpu needs the CUDA backend (--backend cuda); the {} "
               "backend searches on the host", be.name());
-  TOPKV_CHECK(policy.build_on != BuildOn::Gpu, "--build-on gpu needs the CUDA backend (--backend cuda); the {} backend builds "
-              "its indexes on the host", be.name());
-  return std::make_unique<OffloadRuntime>(cfg, policy, progress);
+  return make_build_runtime(be, cfg, policy, progress);  // the CPU runtime: stores, indexes and search on the host
 }
 
 std::unique_ptr<OffloadRuntime> make_build_runtime(Backend& be, const ModelConfig& cfg, const OffloadPolicy& policy,
