@@ -57,6 +57,21 @@ class ScopedOmpThreads {
   int saved_;
 };
 
+// At least `levels` active levels of OpenMP parallelism for a scope (0 keeps
+// the setting): a parallel loop whose bodies run parallel loops of their own.
+class ScopedOmpLevels {
+ public:
+  explicit ScopedOmpLevels(int levels) : saved_(omp_get_max_active_levels()) {
+    if (levels > saved_) omp_set_max_active_levels(levels);
+  }
+  ~ScopedOmpLevels() { omp_set_max_active_levels(saved_); }
+  ScopedOmpLevels(const ScopedOmpLevels&) = delete;
+  ScopedOmpLevels& operator=(const ScopedOmpLevels&) = delete;
+
+ private:
+  int saved_;
+};
+
 // OpenBLAS's own thread count, set for a scope (several threads each running
 // a small k-means must not each fan out into BLAS's pool). Looked up at run
 // time: with another BLAS (or none loaded) it does nothing. n = 0 keeps it.

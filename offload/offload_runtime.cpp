@@ -80,7 +80,11 @@ OffloadedLayer::Config OffloadRuntime::layer_config(int i) const {
   c.index = policy_.index;
   c.store_dtype = policy_.store_dtype;
   c.streaming = streaming_[(size_t)i];
-  c.build.n_threads = 0;  // all cores; 1 in effect when layers build in parallel (take_context)
+  // A layer's KV heads build in parallel (OffloadedLayer::end_prefill), each
+  // on its share of the run's threads (--threads); one each when the layers
+  // themselves fill in parallel (fill_layers), which is when this is called
+  // inside a parallel region.
+  c.build.n_threads = omp_in_parallel() ? 1 : std::max(1, omp_get_max_threads() / std::max(1, cfg_.n_head_kv));
   // A step's heads search in parallel; with fewer KV heads than cores (Gemma 3
   // has one) each search may score its summaries on the spare cores.
   c.search_threads = std::max(1, omp_get_max_threads() / std::max(1, cfg_.n_head_kv));

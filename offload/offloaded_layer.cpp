@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "index/ann_util.h"
 #include "offload/pack_file.h"
 #include "src/common/error.h"
 #include "src/common/parallel_errors.h"
@@ -148,7 +149,11 @@ void OffloadedLayer::end_prefill() {
   for (int h = 0; h < cfg_.kv_heads; ++h)
     if (heads_[(size_t)h].index && heads_[(size_t)h].keys->size() > 0) todo.push_back(h);
   std::vector<std::string> errors(todo.size());
-#pragma omp parallel for schedule(dynamic, 1) if (todo.size() > 1)
+  // Each head's build may run OpenMP loops of its own (Faiss's add and
+  // k-means) on its share of the threads (Config::build.n_threads): they
+  // need a second active level, or they run on one thread each.
+  ScopedOmpLevels nested(todo.size() > 1 && cfg_.build.n_threads > 1 ? 2 : 0);
+#pragma omp parallel for schedule(dynamic, 1) num_threads((int)todo.size()) if (todo.size() > 1)
   for (size_t i = 0; i < todo.size(); ++i) {
     Head& hd = heads_[(size_t)todo[i]];
     try {
