@@ -1,0 +1,1 @@
+topkv eval ruler -m q15.gguf --lengths 32K --tasks niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multikey_2,niah_multikey_3,niah_multivalue,niah_multiquery,vt,cwe,fwe --backend cuda --chat --answer-tokens 48 --agreement-tokens 64 --chunk 4096 --kv-type f16 --threads 2 --seed 2 --samples 3 --error-steps 0 --methods-index multipole --methods-k 2%

@@ -1,0 +1,1 @@
+topkv eval ruler -m q15.gguf --lengths 16K --tasks niah_multivalue,niah_multiquery,vt,cwe,fwe --backend cuda --chat --answer-tokens 48 --agreement-tokens 64 --chunk 4096 --kv-type f16 --threads 2 --seed 5 --samples 3 --error-steps 0 --methods-index multipole --methods-k 2%
