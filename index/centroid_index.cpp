@@ -172,19 +172,21 @@ void ClusterIndex::build_impl(int64_t n) {
     Progress bar(name_ + ": cluster keys", n, "keys", opt_.progress);
     // One block's k-means is too small to spread over many cores (Faiss and
     // BLAS threads cost more than they give at 8K x 512), so with several
-    // blocks each core takes whole blocks, single-threaded; one block (or a
-    // single core) keeps BLAS's threads.
+    // blocks each of this build's threads takes whole blocks, single-threaded
+    // (also with a share of one thread: the heads beside it have the other
+    // cores); one block keeps BLAS's threads.
+    const bool several = plan.n_blocks > 1;
     const int block_threads = (int)std::min<int64_t>(n_threads(), plan.n_blocks);
     std::vector<std::string> errors((size_t)plan.n_blocks);
     {
       // Only for the blocks: the coarse k-means below is one large problem
       // that wants BLAS's threads (the H100 run lost 40 s per layer when it had one).
       std::optional<SingleThreadedBlas> blas;
-      if (block_threads > 1) blas.emplace();
+      if (several) blas.emplace();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(block_threads)
       for (int64_t b = 0; b < plan.n_blocks; ++b) {
         try {
-          cluster_block(plan, b, assign.data(), block_threads > 1 ? 1 : n_threads(), bar);
+          cluster_block(plan, b, assign.data(), several ? 1 : n_threads(), bar);
         } catch (const std::exception& e) {
           errors[(size_t)b] = e.what();
         }
@@ -199,7 +201,8 @@ void ClusterIndex::build_impl(int64_t n) {
 // Streaming build: each block is clustered on TBB's threads as soon as its
 // rows are final, while the caller goes on (a GPU prefill); end_build
 // clusters what is left and finishes exactly as build_impl does. Only with
-// several blocks and cores: otherwise build_impl at the end (one block keeps
+// several blocks and cores (TBB's, not this index's share of a run's threads:
+// the blocks are TBB tasks): otherwise build_impl at the end (one block keeps
 // BLAS's threads there, and the result must not depend on the path taken).
 struct ClusterIndex::Streaming {
   BlockPlan plan;
@@ -219,7 +222,7 @@ void ClusterIndex::begin_build_impl(int64_t n_total) {
   if (stream_) stream_->tasks.wait();
   stream_.reset();
   BlockPlan plan = plan_blocks(n_total);
-  if (n_total == 0 || plan.n_blocks < 2 || n_threads() < 2) return;
+  if (n_total == 0 || plan.n_blocks < 2 || TaskGroup::concurrency() < 2) return;
   stream_ = std::make_unique<Streaming>();
   stream_->plan = std::move(plan);
   stream_->assign.resize((size_t)n_total);

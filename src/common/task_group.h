@@ -49,6 +49,17 @@ class TaskGroup {
   TaskGroup& operator=(const TaskGroup&) = delete;
   ~TaskGroup() { wait(); }
 
+  // How many threads a group's tasks can run on at once (TBB's arena: every
+  // core, whatever a caller's own thread share is).
+  static int concurrency() {
+#ifdef TOPKV_TASKS_ON_THREADS
+    const unsigned h = std::thread::hardware_concurrency();
+    return h ? (int)h : 1;
+#else
+    return tbb::this_task_arena::max_concurrency();
+#endif
+  }
+
   // f must not throw (catch inside it and hand the error over).
   template <class F> void run(F&& f) {
 #ifdef TOPKV_TASKS_ON_THREADS
