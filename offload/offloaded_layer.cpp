@@ -153,7 +153,8 @@ void OffloadedLayer::end_prefill() {
   // k-means) on its share of the threads (Config::build.n_threads): they
   // need a second active level, or they run on one thread each.
   ScopedOmpLevels nested(todo.size() > 1 && cfg_.build.n_threads > 1 ? 2 : 0);
-#pragma omp parallel for schedule(dynamic, 1) num_threads((int)todo.size()) if (todo.size() > 1)
+  const int head_threads = (int)std::min<size_t>(todo.size(), (size_t)std::max(1, omp_get_max_threads()));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(head_threads) if (head_threads > 1)
   for (size_t i = 0; i < todo.size(); ++i) {
     Head& hd = heads_[(size_t)todo[i]];
     try {
