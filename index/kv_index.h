@@ -195,6 +195,8 @@ class KvIndex {
 
   const std::string& name() const { return name_; }
   const Params& params() const { return params_; }
+  // Threads this index's builds and appends use (BuildOptions::n_threads; 0 there = every core).
+  int build_threads() const { return n_threads(); }
   virtual bool needs_values() const { return false; }
   // true: each query head's candidates are cut to its k best by exact score
   // (flat, HNSW, IVF). false: the backend's own budget decides (quest, centroid).

@@ -3,10 +3,12 @@
 // makes the runtime take_context makes: the same stores, the same index
 // structures (multipole/centroid cluster their blocks on other threads as the
 // rows arrive, and must not depend on when), the same attention, bit for bit.
+// And each index build of a runtime takes its share of the run's threads.
 #include <catch2/catch.hpp>
 
 #include <random>
 
+#include "index/ann_util.h"
 #include "index/kmeans.h"
 #include "offload/offload_runtime.h"
 #include "tests/test_util.h"
@@ -147,5 +149,29 @@ TEST_CASE("the k-means place lloyd clusters with the GPU engine's twin on the ho
         differ_from_faiss += a.counts != f.counts;
       }
     CHECK(differ_from_faiss > 0);  // Faiss starts from other rows: other clusters
+  }
+}
+
+TEST_CASE("a runtime's index builds take their share of the run's threads") {
+  // A layer's KV heads build in parallel, each on threads / KV heads (at least
+  // one); with the layers filling in parallel (more KV heads than half the
+  // threads) one each. Not the machine's cores: a run given --threads keeps to them.
+  struct Case { int kv, threads, want; };
+  const std::vector<Case> cases = {{1, 4, 4}, {2, 4, 2}, {3, 8, 2}, {2, 3, 1}, {4, 4, 1}, {2, 1, 1}};
+  std::mt19937 rng(5);
+  const int64_t n = 300;
+  for (const Case& c : cases) {
+    CAPTURE(c.kv, c.threads);
+    ModelConfig cfg;
+    cfg.n_layer = 3, cfg.n_head = 2 * c.kv, cfg.n_head_kv = c.kv, cfg.head_dim = 16;
+    cfg.layers.resize(3);
+    OffloadPolicy pol;
+    pol.attn = AttnMode::TopK, pol.index = "quest:page=4", pol.search.k = 24, pol.sinks = 3, pol.window = 10;
+    std::vector<float> k = randn((size_t)c.kv * n * 16, rng), v = randn(k.size(), rng);
+    ScopedOmpThreads threads(c.threads);
+    OffloadRuntime rt(cfg, pol, false);
+    rt.take_context(n, [&](int, std::vector<float>& ko, std::vector<float>& vo) { ko = k, vo = v; });
+    for (int il : rt.retrieval_layers())
+      for (int h = 0; h < c.kv; ++h) CHECK(rt.layer(il)->index(h)->build_threads() == c.want);
   }
 }
