@@ -1,6 +1,6 @@
 // Helpers shared by the backends that wrap an ANN library (hnswlib, Faiss):
 // copying keys out of the store as fp32, scoping OpenMP's thread count to one
-// call, and embedding a Faiss index in a topkv file.
+// call (src/common/omp_scope.h), and embedding a Faiss index in a topkv file.
 #pragma once
 #include <omp.h>
 
@@ -14,6 +14,7 @@
 #include "index/row_store.h"
 #include "src/common/binary_io.h"
 #include "src/common/error.h"
+#include "src/common/omp_scope.h"
 
 namespace topkv {
 
@@ -42,35 +43,6 @@ void take_all_rows(int64_t n, Candidates& out) {
   out.ids.reserve(out.ids.size() + (size_t)n);
   for (int64_t i = 0; i < n; ++i) out.ids.push_back(i);
 }
-
-// Sets the calling thread's OpenMP team size for the parallel regions it opens
-// (Faiss's build and training) and restores it on scope exit. OpenMP keeps
-// this setting per thread, so concurrent callers do not disturb each other.
-class ScopedOmpThreads {
- public:
-  explicit ScopedOmpThreads(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n < 1 ? 1 : n); }
-  ~ScopedOmpThreads() { omp_set_num_threads(saved_); }
-  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
-  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
-
- private:
-  int saved_;
-};
-
-// At least `levels` active levels of OpenMP parallelism for a scope (0 keeps
-// the setting): a parallel loop whose bodies run parallel loops of their own.
-class ScopedOmpLevels {
- public:
-  explicit ScopedOmpLevels(int levels) : saved_(omp_get_max_active_levels()) {
-    if (levels > saved_) omp_set_max_active_levels(levels);
-  }
-  ~ScopedOmpLevels() { omp_set_max_active_levels(saved_); }
-  ScopedOmpLevels(const ScopedOmpLevels&) = delete;
-  ScopedOmpLevels& operator=(const ScopedOmpLevels&) = delete;
-
- private:
-  int saved_;
-};
 
 // OpenBLAS's own thread count, set for a scope (several threads each running
 // a small k-means must not each fan out into BLAS's pool). Looked up at run

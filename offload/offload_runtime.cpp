@@ -80,14 +80,15 @@ OffloadedLayer::Config OffloadRuntime::layer_config(int i) const {
   c.index = policy_.index;
   c.store_dtype = policy_.store_dtype;
   c.streaming = streaming_[(size_t)i];
-  // A layer's KV heads build in parallel (OffloadedLayer::end_prefill), each
-  // on its share of the run's threads (--threads); one each when the layers
-  // themselves fill in parallel (fill_layers), which is when this is called
-  // inside a parallel region.
-  c.build.n_threads = omp_in_parallel() ? 1 : std::max(1, omp_get_max_threads() / std::max(1, cfg_.n_head_kv));
-  // A step's heads search in parallel; with fewer KV heads than cores (Gemma 3
-  // has one) each search may score its summaries on the spare cores.
-  c.search_threads = std::max(1, omp_get_max_threads() / std::max(1, cfg_.n_head_kv));
+  // A layer's KV heads build (OffloadedLayer::end_prefill) and a step's heads
+  // search in parallel, each head on its share of the run's threads
+  // (--threads): with fewer KV heads than cores (Gemma 3 has one) a head's
+  // build and summary scoring use the spare cores. The share is one whenever
+  // fill_layers builds layers in parallel (it does so only with fewer than
+  // two threads per KV head).
+  const int head_share = std::max(1, omp_get_max_threads() / std::max(1, cfg_.n_head_kv));
+  c.build.n_threads = head_share;
+  c.search_threads = head_share;
   c.extra_indexes = extra_indexes_;
   c.build.kmeans = kmeans_;
   return c;

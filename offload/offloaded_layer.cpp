@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "index/ann_util.h"
 #include "offload/pack_file.h"
 #include "src/common/error.h"
+#include "src/common/omp_scope.h"
 #include "src/common/parallel_errors.h"
 #include "src/common/timer.h"
 
@@ -152,8 +152,8 @@ void OffloadedLayer::end_prefill() {
   // Each head's build may run OpenMP loops of its own (Faiss's add and
   // k-means) on its share of the threads (Config::build.n_threads): they
   // need a second active level, or they run on one thread each.
-  ScopedOmpLevels nested(todo.size() > 1 && cfg_.build.n_threads > 1 ? 2 : 0);
   const int head_threads = (int)std::min<size_t>(todo.size(), (size_t)std::max(1, omp_get_max_threads()));
+  ScopedOmpLevels nested(head_threads > 1 && cfg_.build.n_threads > 1 ? 2 : 0);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(head_threads) if (head_threads > 1)
   for (size_t i = 0; i < todo.size(); ++i) {
     Head& hd = heads_[(size_t)todo[i]];

@@ -8,9 +8,9 @@
 
 #include <random>
 
-#include "index/ann_util.h"
 #include "index/kmeans.h"
 #include "offload/offload_runtime.h"
+#include "src/common/omp_scope.h"
 #include "tests/test_util.h"
 
 using namespace topkv;
