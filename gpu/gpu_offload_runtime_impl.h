@@ -87,25 +87,13 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   }
 
   bool on_device() const override { return true; }
-  // The mirrors (sinks + ring), ~64 MiB of row lists, partials and staging,
-  // and with the device search its tables at the table type. The store cache
-  // is not planned: it takes what the budget leaves once the step is recorded.
-  std::vector<MemoryPlan::Line> device_plan(int64_t n) const override {
-    const double heads = (double)retrieval_layers_.size() * cfg_.n_head_kv;
-    std::vector<MemoryPlan::Line> lines = OffloadRuntime::device_plan(n);  // the k-means engine's work space
-    lines.push_back({fmt::format("GPU mirrors of sinks + window ({} + {} rows, fp32)", policy_.sinks, ring_capacity()),
-                     0, heads * (policy_.sinks + ring_capacity()) * 2.0 * cfg_.head_dim * sizeof(float)});
-    lines.push_back({"GPU row lists, partials, staging", 0, double(64 << 20)});
-    if (device_search_) {
-      const auto index = KvIndex::create(policy_.index);
-      const double per_key = index->summary_bytes_per_key(cfg_.head_dim, dtype_size(policy_.device_table_type));
-      lines.push_back({fmt::format("device search tables ({}, {})", policy_.index,
-                                   dtype_name(policy_.device_table_type)),
-                       0, heads * (double)n * per_key});
-      lines.push_back({"device search work space (scores per group and query head)", 0,
-                       (double)search_workspace_bytes(*index, n)});
-    }
-    return lines;
+  // With the device search: the policy's type, then i8 (half of f16's bytes)
+  // where the budget chooses (OffloadPolicy::device_table_by_budget).
+  std::vector<DType> device_table_choices() const override {
+    if (!device_search_) return {};
+    if (policy_.device_table_by_budget && policy_.device_table_type != DType::I8)
+      return {policy_.device_table_type, DType::I8};
+    return {policy_.device_table_type};
   }
   void decode_attention(int layer, const float*, const float*, const float*, int64_t, float, float*) override {
     fail("internal: the CUDA offload runtime of layer {} takes device pointers (decode_attention_device)", layer);
@@ -114,6 +102,25 @@ class GpuOffloadRuntime final : public OffloadRuntime {
                                float* out) override;
 
  protected:
+  // The mirrors (sinks + ring), ~64 MiB of row lists, partials and staging,
+  // and with the device search its tables at the table type. The store cache
+  // is not planned: it takes what the budget leaves once the step is recorded.
+  std::vector<MemoryPlan::Line> device_plan_at(int64_t n, DType tables) const override {
+    const double heads = (double)retrieval_layers_.size() * cfg_.n_head_kv;
+    std::vector<MemoryPlan::Line> lines = OffloadRuntime::device_plan_at(n, tables);  // the k-means work space
+    lines.push_back({fmt::format("GPU mirrors of sinks + window ({} + {} rows, fp32)", policy_.sinks, ring_capacity()),
+                     0, heads * (policy_.sinks + ring_capacity()) * 2.0 * cfg_.head_dim * sizeof(float)});
+    lines.push_back({"GPU row lists, partials, staging", 0, double(64 << 20)});
+    if (device_search_) {
+      const auto index = KvIndex::create(policy_.index);
+      const double per_key = index->summary_bytes_per_key(cfg_.head_dim, dtype_size(tables));
+      lines.push_back({fmt::format("device search tables ({}, {})", policy_.index, dtype_name(tables)), 0,
+                       heads * (double)n * per_key});
+      lines.push_back({"device search work space (scores per group and query head)", 0,
+                       (double)search_workspace_bytes(*index, n)});
+    }
+    return lines;
+  }
   OffloadedLayer::Config layer_config(int i) const override {
     OffloadedLayer::Config c = OffloadRuntime::layer_config(i);
     if (!policy_.stage_rows) c.store_alloc = pinned_chunk_allocator();

@@ -249,7 +249,11 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
       else if (key == "store_type") store_dtype = parse_store_dtype(json_str(v, key));
       else if (key == "stage_rows") stage_rows = json_bool(v, key);
       else if (key == "search_on") search_on = parse_search_on(json_str(v, key));
-      else if (key == "device_table_type") device_table_type = parse_table_dtype(json_str(v, key));
+      else if (key == "device_table_type") {
+        const std::string t = json_str(v, key);
+        device_table_by_budget = t == "auto";
+        device_table_type = device_table_by_budget ? DType::F16 : parse_table_dtype(t);
+      }
       else if (key == "build_on") build_on = parse_build_on(json_str(v, key));
       else if (key == "device_fold") device_fold = json_int<int>(v, key);
       else if (key == "sync_folds") sync_folds = json_bool(v, key);
@@ -311,7 +315,7 @@ std::string OffloadPolicy::to_json() const {
                       {"store_type", dtype_name(store_dtype)},
                       {"stage_rows", stage_rows},
                       {"search_on", search_on_name(search_on)},
-                      {"device_table_type", dtype_name(device_table_type)},
+                      {"device_table_type", device_table_by_budget ? "auto" : dtype_name(device_table_type)},
                       {"build_on", build_on_name(build_on)},
                       {"device_fold", device_fold},
                       {"sync_folds", sync_folds},

@@ -65,6 +65,13 @@ struct OffloadPolicy {
   // host cores search every index; Auto: Gpu where the index allows it.
   SearchOn search_on = SearchOn::Auto;
   DType device_table_type = DType::F16;  // element type of the device summary tables
+  // --device-table-type auto (the default): device_table_type while the GPU
+  // can hold its tables beside the rest, else i8 (half of f16's bytes and
+  // f16's fidelity on the Qwen models: docs/AS_BUILT.md, "i8 device
+  // tables"). The model's memory check makes the choice before any table goes
+  // up (OffloadRuntime::device_table_choices, ModelOptions::device_reserves);
+  // false: the type is the user's, and a plan it does not fit is refused.
+  bool device_table_by_budget = true;
   // Where the clustering backends' blockwise k-means runs (centroid,
   // multipole: KvIndex::uses_kmeans). Gpu (CUDA runtime): Lloyd rounds on the
   // device (gpu/gpu_kmeans.h); Host: Faiss on the host cores; Lloyd: the GPU

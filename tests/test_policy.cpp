@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "offload/head_pattern.h"
@@ -193,9 +194,23 @@ TEST_CASE("policy: where the search runs, the device tables' type and fold") {
   CHECK(p.search_on == SearchOn::Gpu);
   CHECK(p.device_table_type == DType::F32);
   CHECK(p.device_fold == 64);
+  CHECK_FALSE(p.device_table_by_budget);  // named: the user's, whatever the budget
   OffloadPolicy q;
   q.apply_json(p.to_json(), "roundtrip");
   CHECK(q.to_json() == p.to_json());
+  // By default the budget chooses: f16 preferred, "auto" in a pack or config, and back.
+  OffloadPolicy a;
+  CHECK(a.device_table_by_budget);
+  CHECK(a.device_table_type == DType::F16);
+  CHECK(nlohmann::json::parse(a.to_json()).at("device_table_type") == "auto");
+  q.apply_json(R"({"device_table_type":"auto"})", "c.json");
+  CHECK(q.device_table_by_budget);
+  CHECK(q.device_table_type == DType::F16);
+  q.apply_json(R"({"device_table_type":"i8"})", "c.json");
+  CHECK_FALSE(q.device_table_by_budget);
+  CHECK(q.device_table_type == DType::I8);
+  CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"device_table_type":"q8_0"})", "c.json"),
+                    Catch::Contains("unknown device table type 'q8_0'") && Catch::Contains("or auto"));
   CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"search_on":"tpu"})", "c.json"), Catch::Contains("auto, host or gpu"));
   CHECK_THROWS_WITH(OffloadPolicy().apply_json(R"({"device_fold":0})", "c.json"), Catch::Contains("--device-fold"));
   // The device search stages its rows through the host when asked (a store that is not pinned).

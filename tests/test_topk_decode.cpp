@@ -120,6 +120,15 @@ TEST_CASE("the runtime refuses what it cannot serve, before any work") {
   pol.index = "flat";
   pol.heads_file = "/nonexistent.tsv";
   CHECK_THROWS_WITH(OffloadRuntime(cfg, pol, false), Catch::Contains("cannot open head pattern"));
+  // The host runtime keeps no tables on a device: no type to choose, one
+  // reserve (nothing on the GPU without a k-means engine there), and a
+  // choice handed to it is refused.
+  pol.heads_file.clear();
+  pol.index = "multipole";
+  OffloadRuntime rt(cfg, pol, false);
+  CHECK(rt.device_table_choices().empty());
+  CHECK(rt.device_reserves(4096) == std::vector<int64_t>{0});
+  CHECK_THROWS_WITH(rt.set_device_table_type(DType::I8), Catch::Contains("not among this runtime's choices"));
 }
 
 TEST_CASE("rewinding the model replays a continuation exactly, within the ring's slack") {

@@ -63,7 +63,7 @@ void place_prefill_kv(const BackendArgs& a, bool cuda, const OffloadRuntime* rt,
                 "restored from a pack); this run has none", a.prefill_kv);
   }
   mo.host_kv_candidates = rt->retrieval_layers();
-  mo.device_reserve = rt->device_bytes_estimate(mo.n_ctx);
+  mo.device_reserves = rt->device_reserves(mo.n_ctx);
   // A layer placed in host memory keeps only the chunk when the runtime takes
   // the prefill chunk by chunk and keeps every row: its stores are the past.
   mo.host_kv_past = !copy && overlap_build(a, cuda) && rt->serves_prefill_past();

@@ -39,7 +39,7 @@ bool overlap_build(const BackendArgs& a, bool cuda);
 // The session layer's options (src/session/session.h) for these flags.
 SessionOptions session_options(const BackendArgs& a, bool progress, bool measure_error = false);
 // --prefill-kv: where the retrieval layers' caches live while the model
-// prefills (ModelOptions::host_kv_candidates, kv_place, device_reserve).
+// prefills (ModelOptions::host_kv_candidates, kv_place, device_reserves).
 // `rt` is the top-k runtime that will take those layers (null: dense, or a
 // pack, where they get no cache at all). Throws Error on a choice that does
 // not apply to the run.

@@ -145,11 +145,19 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
   // From a pack the top-k layers never attend densely: they get no cache at all.
   if (pack && planned) mo.override_layers = planned->retrieval_layers();
   place_prefill_kv(a.where, cuda, pack ? nullptr : planned, mo);
+  if (pack && planned) mo.device_reserves = planned->device_reserves(n_ctx);  // its restore's tables and mirrors
   check_memory_plan(*file, cfg, policy, mo, /*from_pack=*/pack != nullptr, a.quiet, {}, planned);
   Timer load_timer;
   Model& model = session.load(mo);
   const double load_s = load_timer.seconds();
   if (const std::string s = describe_prefill_kv(model); !s.empty()) note(s);
+  if (model.device_reserve_choice() > 0)
+    note(fmt::format("topkv: device search tables as {} ({} on the GPU with the rest of the runtime): {}'s ({}) do "
+                     "not fit beside the model (--device-table-type auto; raise --gpu-mem-budget for {})",
+                     dtype_name(*session.device_table_choice()),
+                     format_bytes((double)mo.device_reserves[(size_t)model.device_reserve_choice()]),
+                     dtype_name(planned->device_table_choices()[0]), format_bytes((double)mo.device_reserves[0]),
+                     dtype_name(planned->device_table_choices()[0])));
   const nlohmann::json prefill_kv = prefill_kv_json(a.where, model);
   const char* other = weight_mode_name(backend.other_weight_mode(mo.weights));
   note(fmt::format("topkv: {}", cfg.summary()));
@@ -279,6 +287,9 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
     if (offload) {
       const OffloadStats& st = offload->stats();
       j["offload"] = {{"policy", nlohmann::json::parse(policy.to_json())},
+                      {"device_table_type", offload->device_table_choices().empty()
+                                                ? nlohmann::json()
+                                                : nlohmann::json(dtype_name(offload->policy().device_table_type))},
                       {"retrieval_layers", offload->retrieval_layers()},
                       {"k_per_layer", offload->k_per_layer()},
                       {"keys_indexed", st.keys_indexed},

@@ -79,12 +79,13 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
                   "host otherwise)")
       ->group(g)->check(CLI::IsMember(build_on_names()));
   cmd->add_option("--device-table-type", a->device_table_type, "CUDA, --search-on gpu: element type of the "
-                  "device summary tables: f16 (default), bf16, f32, f8 (E4M3) or i8 (int8 with a scale per "
+                  "device summary tables: auto (default: f16 while the GPU holds them beside the rest of the run, else i8, "
+                  "chosen before the prefill and reported), f16, bf16, f32, f8 (E4M3) or i8 (int8 with a scale per "
                   "dimension). The 8-bit types take half of f16's table memory, so more of the store fits the store "
                   "cache; Quest's page bounds are rounded outward and stay bounds. With multipole on Qwen2.5, whose "
                   "keys have a few very large dimensions, f8 raised next-token KL to dense 20-30x; i8 keeps each "
-                  "dimension's own range")
-      ->group(g)->check(CLI::IsMember({"f16", "bf16", "f32", "f8", "i8"}));
+                  "dimension's own range (next-token KL as f16's)")
+      ->group(g)->check(CLI::IsMember({"auto", "f16", "bf16", "f32", "f8", "i8"}));
   cmd->add_option("--device-fold", p.device_fold, "CUDA, --search-on gpu: evicted rows attended exactly on the "
                   "device before they are folded into the index on a host thread; the new tables are used from a fixed "
                   "step, a quarter of this later (so a greedy run repeats itself)")
@@ -167,7 +168,10 @@ OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd, const OffloadPolicy& base
   if (given("--stage-rows")) out.stage_rows = policy.stage_rows;
   if (given("--search-on")) out.search_on = parse_search_on(search_on);
   if (given("--build-on")) out.build_on = parse_build_on(build_on);
-  if (given("--device-table-type")) out.device_table_type = parse_table_dtype(device_table_type);
+  if (given("--device-table-type")) {
+    out.device_table_by_budget = device_table_type == "auto";
+    out.device_table_type = out.device_table_by_budget ? DType::F16 : parse_table_dtype(device_table_type);
+  }
   if (given("--device-fold")) out.device_fold = policy.device_fold;
   if (given("--sync-folds")) out.sync_folds = policy.sync_folds;
   if (given("--store-cache")) out.store_cache = parse_store_cache(store_cache);

@@ -71,7 +71,8 @@ DType parse_store_dtype(std::string_view s) {
 DType parse_table_dtype(std::string_view s) {
   const std::optional<DType> t = dtype_named(s);
   if (!t || *t == DType::Q8_0)
-    fail("unknown device table type '{}': use f16, bf16, f32, f8 (8-bit E4M3) or i8 (int8, a scale per dimension)", s);
+    fail("unknown device table type '{}': use f16, bf16, f32, f8 (8-bit E4M3) or i8 (int8, a scale per dimension), "
+         "or auto in a policy (f16 while the GPU holds the tables, else i8)", s);
   return *t;
 }
 

@@ -48,6 +48,22 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
     return std::find(opt_.host_kv_candidates.begin(), opt_.host_kv_candidates.end(), il) !=
            opt_.host_kv_candidates.end();
   };
+  // The reserve the model will hold to: the first of device_reserves that
+  // what is left can hold once the prefill releases the candidates' caches,
+  // i.e. what is left now less the caches that stay and the buffers below
+  // (the check at the end confirms it with what the allocations left).
+  const auto cache_bytes = [&](int il) {
+    return (int64_t)kv_cache_shape(cfg_.n_head_kv, cfg_.head_dim, planned_kv_capacity(cfg_, opt_, il), opt_.kv_dtype)
+        .bytes();
+  };
+  const std::vector<int64_t>& reserves = opt_.device_reserves;
+  if (!reserves.empty() && be_.memory_left() >= 0) {
+    int64_t after = be_.memory_left() - (int64_t)planned_scratch_bytes(cfg_, opt_);
+    for (int il = 0; il < cfg_.n_layer; ++il)
+      if (!candidate(il)) after -= cache_bytes(il);
+    while (reserve_choice_ + 1 < (int)reserves.size() && reserves[(size_t)reserve_choice_] > after) ++reserve_choice_;
+  }
+  const auto reserve = [&] { return reserves.empty() ? int64_t(0) : reserves[(size_t)reserve_choice_]; };
   // The layers that must be on the backend first, then the candidates while they fit.
   for (int pass = 0; pass < 2; ++pass)
     for (int il = 0; il < cfg_.n_layer; ++il) {
@@ -68,7 +84,7 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
         // 19, the 8B geometry at 131K under 24G).
         constexpr double kSlack = 1024.0 * (1 << 20);
         const double need = (double)kv_cache_shape(cfg_.n_head_kv, cfg_.head_dim, cap, opt_.kv_dtype).bytes() +
-                            (double)planned_scratch_bytes(cfg_, opt_) + (double)opt_.device_reserve + kSlack;
+                            (double)planned_scratch_bytes(cfg_, opt_) + (double)reserve() + kSlack;
         in_host = left >= 0 && need > (double)left;
       }
       // A prefill ring holds the chunk; the runtime's stores hold the past.
@@ -87,23 +103,27 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
   gate_ = be_.alloc(C * cfg_.n_ff * f), up_ = be_.alloc(C * cfg_.n_ff * f);
   logits_ = be_.alloc((size_t)kLogitRows * cfg_.n_vocab * f);
 
-  // What the offload runtime allocates after the prefill (device_reserve: its
+  // What the offload runtime allocates after the prefill (the reserve: its
   // search tables, mirrors and work space at the context size) must fit what is
   // left then, at best all that is left now plus the retrieval layers' caches
   // on the backend, which the prefill releases. When even that cannot hold it,
-  // stop here rather than after a prefill.
-  if (opt_.device_reserve > 0) {
+  // stop here rather than after a prefill. A later (smaller) reserve is taken
+  // if the allocations left less than the choice above foresaw.
+  if (reserve() > 0) {
     int64_t left = be_.memory_left();
     if (left >= 0) {
       for (int il : opt_.host_kv_candidates)
         if (il >= 0 && il < cfg_.n_layer && !cache_[(size_t)il].in_host) left += (int64_t)cache_[(size_t)il].bytes();
-      TOPKV_CHECK(left >= opt_.device_reserve,
+      while (reserve_choice_ + 1 < (int)reserves.size() && reserves[(size_t)reserve_choice_] > left) ++reserve_choice_;
+      TOPKV_CHECK(left >= reserve(),
                   "the GPU cannot hold what the top-k runtime needs at a context of {} tokens: {} (its search tables, "
-                  "sinks + window mirrors and work space: the memory plan's GPU lines) against {} left beside the "
+                  "sinks + window mirrors and work space: the memory plan's GPU lines{}) against {} left beside the "
                   "weights and buffers. Raise --gpu-mem-budget, lower -c, choose an index with smaller tables (a "
                   "larger quest:page or multipole:ratio), store them in fewer bytes (--device-table-type i8: half "
                   "of f16's), or --search-on host (no tables on the GPU)",
-                  opt_.n_ctx, format_bytes((double)opt_.device_reserve), format_bytes((double)left));
+                  opt_.n_ctx, format_bytes((double)reserve()),
+                  reserves.size() > 1 ? ", with the smallest tables the run may choose" : "",
+                  format_bytes((double)left));
     }
   }
 }

@@ -47,15 +47,19 @@ struct ModelOptions {
   //   Device  on the backend (a cache that does not fit is an Error);
   //   Host    all in host memory (Backend::alloc_kv_host);
   //   Auto    on the backend while Backend::memory_left(), less the
-  //           activations, device_reserve and 1 GiB of slack (the backend's
-  //           scratch), holds them; in host memory from the first that does
-  //           not fit.
-  // device_reserve: what else will need backend memory later (the offload
-  // runtime's tables and buffers, OffloadRuntime::device_bytes_estimate).
+  //           activations, the device reserve and 1 GiB of slack (the
+  //           backend's scratch), holds them; in host memory from the first
+  //           that does not fit.
+  // device_reserves: what else will need backend memory later (the offload
+  // runtime's tables and buffers, OffloadRuntime::device_bytes_estimate), one
+  // per type its device tables may take, most preferred first
+  // (OffloadRuntime::device_table_choices). The model takes the first that
+  // what it leaves can hold once the prefill releases the candidates' caches
+  // (Model::device_reserve_choice), and refuses when none fits. Empty: none.
   enum class KvPlace { Auto, Device, Host };
   std::vector<int> host_kv_candidates;
   KvPlace kv_place = KvPlace::Auto;
-  int64_t device_reserve = 0;
+  std::vector<int64_t> device_reserves;
   // A candidate placed in host memory keeps only the chunk being prefilled (a
   // prefill ring of max_chunk slots, KvLayerCache::ring): the past is read
   // from the offload runtime's stores, which take each chunk as it is done
@@ -147,6 +151,9 @@ class Model {
   // every position before each chunk when the chunk attends.
   void set_kv_past(const KvPastSource* past);
   size_t host_kv_bytes() const;  // what they hold (pinned host memory on a CUDA backend)
+  // Which of ModelOptions::device_reserves the memory check took (0 when
+  // there are none): the offload runtime's device table type by the budget.
+  int device_reserve_choice() const { return reserve_choice_; }
   // What a model with these options will allocate, known before it is built
   // (benchmarks skip what cannot fit a memory budget): one layer's cache
   // slots, and the bytes of the activation scratch.
@@ -197,6 +204,7 @@ class Model {
   std::vector<KvLayerCache> cache_;
   size_t weight_bytes_ = 0, weight_bytes_other_ = 0;
   int64_t n_past_ = 0;
+  int reserve_choice_ = 0;
   AttentionOverride* override_ = nullptr;
   std::vector<float> host_q_, host_k_, host_v_, host_att_;  // staging for the override
   // Scratch, rows for max_chunk tokens: x residual stream [C][d], xb [C][d],

@@ -1,5 +1,7 @@
 #include "src/session/session.h"
 
+#include <algorithm>
+
 #include "gpu/cuda_sampler.h"
 #include "src/common/error.h"
 #include "src/common/progress.h"
@@ -61,12 +63,30 @@ OffloadRuntime* Session::prepare_runtime(const OffloadPolicy& policy) {
   if (policy.attn != AttnMode::TopK) return nullptr;
   runtime_ = make_offload_runtime(*backend_, cfg_, policy, opt_.progress);
   runtime_->set_measure_error(opt_.measure_error);
+  take_table_choice();
   return runtime_.get();
+}
+
+// A runtime that may store its device tables as the model chose takes that
+// type before its first context (the tables go up as its layers are ready).
+void Session::take_table_choice() {
+  if (!runtime_ || !table_type_) return;
+  const std::vector<DType> c = runtime_->device_table_choices();
+  if (c.size() > 1 && std::find(c.begin(), c.end(), *table_type_) != c.end())
+    runtime_->set_device_table_type(*table_type_);
 }
 
 Model& Session::load(const ModelOptions& mo) {
   model_.reset();
+  table_type_.reset();
   model_ = std::make_unique<Model>(file_, *backend_, mo);
+  if (runtime_ && !runtime_used_ && !mo.device_reserves.empty()) {
+    const std::vector<DType> c = runtime_->device_table_choices();
+    TOPKV_CHECK(mo.device_reserves.size() == std::max<size_t>(c.size(), 1), "internal: {} device reserves for a "
+                "runtime with {} table types", mo.device_reserves.size(), c.size());
+    if (c.size() > 1) table_type_ = c[(size_t)model_->device_reserve_choice()];
+    take_table_choice();
+  }
   model_->touch_weights();  // page the mapped weights in now, not inside the timed prefill
   return *model_;
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -94,8 +95,13 @@ class Session {
   OffloadRuntime* prepare_runtime(const OffloadPolicy& policy);
   OffloadRuntime* runtime() { return runtime_.get(); }
 
-  // Builds the model. Error on bad options or memory.
+  // Builds the model. Error on bad options or memory. With device_reserves
+  // (OffloadRuntime::device_reserves of the prepared runtime) the model's
+  // memory check chooses the runtime's device table type (--device-table-type
+  // auto), which this runtime and those start() makes later take.
   Model& load(const ModelOptions& mo);
+  // That choice, when the budget made one among several types.
+  std::optional<DType> device_table_choice() const { return table_type_; }
   Model& model() { return *model_; }
   bool loaded() const { return model_ != nullptr; }
 
@@ -117,6 +123,8 @@ class Session {
                       const TokenCallback& on_token = {}, const std::atomic<bool>* cancel = nullptr);
 
  private:
+  void take_table_choice();
+
   std::shared_ptr<const GgufFile> file_;
   SessionOptions opt_;
   Tokenizer tok_;
@@ -125,6 +133,7 @@ class Session {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<OffloadRuntime> runtime_;  // declared before the model: it outlives the model's pointer to it
   bool runtime_used_ = false;
+  std::optional<DType> table_type_;  // the model's choice of device table type (load)
   std::unique_ptr<Model> model_;
 };
 

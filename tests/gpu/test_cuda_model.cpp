@@ -144,7 +144,7 @@ TEST_CASE("synthetic llama, gemma3 and qwen2: prefill and decode logits on CUDA 
 }
 
 TEST_CASE("a model refuses, when it is made, a top-k runtime's planned GPU memory that cannot fit the budget") {
-  // ModelOptions::device_reserve (OffloadRuntime::device_bytes_estimate: the runtime's search tables,
+  // ModelOptions::device_reserves (OffloadRuntime::device_bytes_estimate: the runtime's search tables,
   // mirrors and work space) against what a 64 MiB budget leaves beside a small model: refused before
   // any prefill, with the numbers; a reserve that fits, or the retrieval layers' caches on the GPU
   // that the prefill releases, let the model be made.
@@ -162,11 +162,11 @@ TEST_CASE("a model refuses, when it is made, a top-k runtime's planned GPU memor
     Model probe(file, *be, opt);  // what the model alone holds
     const int64_t left = be->memory_left();
     REQUIRE(left > 0);
-    opt.device_reserve = left + (int64_t(8) << 20);
+    opt.device_reserves = {left + (int64_t(8) << 20)};
   }
   CHECK_THROWS_WITH(Model(file, *be, opt), Catch::Contains("cannot hold what the top-k runtime needs") &&
                                                Catch::Contains("Raise --gpu-mem-budget"));
-  opt.device_reserve = int64_t(1) << 20;
+  opt.device_reserves = {int64_t(1) << 20};
   CHECK_NOTHROW(Model(file, *be, opt));
   // The retrieval layers' caches kept on the GPU count as freed by the prefill.
   Model probe(file, *be, opt);
@@ -174,13 +174,13 @@ TEST_CASE("a model refuses, when it is made, a top-k runtime's planned GPU memor
   int64_t cache_bytes = 0;
   for (int il = 0; il < n_layer; ++il) opt.host_kv_candidates.push_back(il);
   opt.kv_place = ModelOptions::KvPlace::Device;
-  opt.device_reserve = 0;
+  opt.device_reserves = {0};
   {
     Model on_gpu(file, *be, opt);
     const int64_t left = be->memory_left();
     cache_bytes = (int64_t)kv_cache_shape(probe.config().n_head_kv, probe.config().head_dim, opt.n_ctx, opt.kv_dtype)
                       .bytes() * n_layer;
-    opt.device_reserve = left + cache_bytes / 2;  // fits only once the caches are released
+    opt.device_reserves = {left + cache_bytes / 2};  // fits only once the caches are released
   }
   CHECK_NOTHROW(Model(file, *be, opt));
 }

@@ -169,7 +169,7 @@ TEST_CASE("a model prefilled with its global layers' KV in host memory gives the
   auto_opt.n_ctx = 200000;  // 200 MiB a global layer's cache
   auto_opt.host_kv_candidates = host_opt.host_kv_candidates;
   const int64_t cache = (int64_t)kv_cache_shape(1, 256, auto_opt.n_ctx, DType::F16).bytes();
-  auto_opt.device_reserve = be.memory_left() - cache / 2;
+  auto_opt.device_reserves = {be.memory_left() - cache / 2};
   Model m_auto(file, be, auto_opt);
   CHECK(m_auto.host_kv_layers() == host_opt.host_kv_candidates);
 }
