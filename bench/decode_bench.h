@@ -81,6 +81,9 @@ struct DecodeRow {
   // of gpu_kv_cache) and the share it serves of the rows the device search may read.
   size_t store_cache_bytes = 0;
   double store_cached_share = 0;
+  // ... and its tables' element type, chosen by the budget unless named
+  // (--device-table-type; "" without device tables).
+  std::string device_table_type;
   double load_s = 0, fill_s = 0, build_s = 0;  // build_s: the override's take_context (reading + index build)
   double read_s = 0;  // of build_s, the layers' reading of the context (OffloadStats::read_s: summed over layers)
   int64_t keys_indexed = 0;

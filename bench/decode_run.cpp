@@ -75,6 +75,7 @@ DecodeRow DecodeRunner::run(int64_t context, DecodeMode mode, const std::string&
   mo.kv_dtype = cfg_.kv_dtype;
   mo.weights = cfg_.weights;
   if (!prefill) mo.override_layers = taken;  // a prefill attends densely: caches for all, released after
+  if (rt) mo.device_reserves = rt->device_reserves(mo.n_ctx);  // the model picks the table type they fit
   const ModelMemory need = estimate_model_memory(*file_, mc_, mo, cuda_);
   if (cfg_.gpu_mem_budget > 0 && need.total() > (double)cfg_.gpu_mem_budget) {
     row.skipped = fmt::format("needs about {} of {} memory ({}), over --gpu-mem-budget {}", format_bytes(need.total()),
@@ -91,6 +92,10 @@ DecodeRow DecodeRunner::run(int64_t context, DecodeMode mode, const std::string&
     return row;
   }
   model->touch_weights();  // mapped pages resident before timing (a no-op for uploaded CUDA weights)
+  if (rt) {
+    take_device_table_choice(*model, *rt);
+    if (!rt->device_table_choices().empty()) row.device_table_type = dtype_name(rt->policy().device_table_type);
+  }
   row.load_s = load.seconds();
 
   Timer fill;

@@ -19,6 +19,18 @@ void attach_runtime(Model& model, OffloadRuntime* rt, bool release_kv) {
   attach_override(model, rt, rt ? rt->retrieval_layers() : std::vector<int>{}, release_kv);
 }
 
+std::optional<DType> take_device_table_choice(const Model& model, OffloadRuntime& rt) {
+  const std::vector<int64_t>& reserves = model.options().device_reserves;
+  const std::vector<DType> c = rt.device_table_choices();
+  if (reserves.empty()) return std::nullopt;
+  TOPKV_CHECK(reserves.size() == std::max<size_t>(c.size(), 1), "internal: the model was sized with {} device "
+              "reserves for a runtime with {} table types", reserves.size(), c.size());
+  if (c.size() < 2) return std::nullopt;
+  const DType t = c[(size_t)model.device_reserve_choice()];
+  rt.set_device_table_type(t);
+  return t;
+}
+
 std::vector<float> prefill_into(Model& model, std::span<const int32_t> ids, int chunk, OffloadRuntime* rt,
                                 bool overlap, bool progress, const std::atomic<bool>* cancel) {
   Progress bar("prefill", (int64_t)ids.size(), "tok", progress && (int64_t)ids.size() > chunk);
@@ -80,13 +92,7 @@ Model& Session::load(const ModelOptions& mo) {
   model_.reset();
   table_type_.reset();
   model_ = std::make_unique<Model>(file_, *backend_, mo);
-  if (runtime_ && !runtime_used_ && !mo.device_reserves.empty()) {
-    const std::vector<DType> c = runtime_->device_table_choices();
-    TOPKV_CHECK(mo.device_reserves.size() == std::max<size_t>(c.size(), 1), "internal: {} device reserves for a "
-                "runtime with {} table types", mo.device_reserves.size(), c.size());
-    if (c.size() > 1) table_type_ = c[(size_t)model_->device_reserve_choice()];
-    take_table_choice();
-  }
+  if (runtime_ && !runtime_used_) table_type_ = take_device_table_choice(*model_, *runtime_);
   model_->touch_weights();  // page the mapped weights in now, not inside the timed prefill
   return *model_;
 }
