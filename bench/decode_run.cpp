@@ -93,7 +93,7 @@ DecodeRow DecodeRunner::run(int64_t context, DecodeMode mode, const std::string&
   }
   model->touch_weights();  // mapped pages resident before timing (a no-op for uploaded CUDA weights)
   if (rt) {
-    take_device_table_choice(*model, *rt);
+    if (const std::optional<DType> t = device_table_choice(*model, *rt)) rt->set_device_table_type(*t);
     if (!rt->device_table_choices().empty()) row.device_table_type = dtype_name(rt->policy().device_table_type);
   }
   row.load_s = load.seconds();

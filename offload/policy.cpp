@@ -63,6 +63,16 @@ std::string k_schedule_spec(const OffloadPolicy& p) {
   for (size_t i = 0; i < p.k_weights.size(); ++i) out += fmt::format("{}{}", i ? "/" : "", p.k_weights[i]);
   return out;
 }
+
+void set_device_table_spec(OffloadPolicy& p, const std::string& spec) {
+  p.device_table_by_budget = spec == "auto";
+  p.device_table_type = p.device_table_by_budget ? DType::F16 : parse_table_dtype(spec);
+}
+
+std::string device_table_spec(const OffloadPolicy& p) {
+  return p.device_table_by_budget ? "auto" : dtype_name(p.device_table_type);
+}
+
 const char* search_on_name(SearchOn s) { return name_of(kSearchOn, s); }
 SearchOn parse_search_on(const std::string& s) { return parse_named(kSearchOn, s, "search place"); }
 std::vector<std::string> search_on_names() { return names_of(kSearchOn); }
@@ -249,11 +259,7 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
       else if (key == "store_type") store_dtype = parse_store_dtype(json_str(v, key));
       else if (key == "stage_rows") stage_rows = json_bool(v, key);
       else if (key == "search_on") search_on = parse_search_on(json_str(v, key));
-      else if (key == "device_table_type") {
-        const std::string t = json_str(v, key);
-        device_table_by_budget = t == "auto";
-        device_table_type = device_table_by_budget ? DType::F16 : parse_table_dtype(t);
-      }
+      else if (key == "device_table_type") set_device_table_spec(*this, json_str(v, key));
       else if (key == "build_on") build_on = parse_build_on(json_str(v, key));
       else if (key == "device_fold") device_fold = json_int<int>(v, key);
       else if (key == "sync_folds") sync_folds = json_bool(v, key);
@@ -315,7 +321,7 @@ std::string OffloadPolicy::to_json() const {
                       {"store_type", dtype_name(store_dtype)},
                       {"stage_rows", stage_rows},
                       {"search_on", search_on_name(search_on)},
-                      {"device_table_type", device_table_by_budget ? "auto" : dtype_name(device_table_type)},
+                      {"device_table_type", device_table_spec(*this)},
                       {"build_on", build_on_name(build_on)},
                       {"device_fold", device_fold},
                       {"sync_folds", sync_folds},

@@ -120,6 +120,11 @@ std::vector<std::string> k_schedule_names();  // every name parse_k_schedule rea
 // k_schedule_spec writes them back the same way.
 void set_k_schedule(OffloadPolicy& p, const std::string& spec);
 std::string k_schedule_spec(const OffloadPolicy& p);
+// The device tables' type as text: "auto" (device_table_by_budget, f16
+// preferred) or a table type (parse_table_dtype). set_device_table_spec sets
+// both fields from it; device_table_spec writes them back the same way.
+void set_device_table_spec(OffloadPolicy& p, const std::string& spec);
+std::string device_table_spec(const OffloadPolicy& p);
 // k as text: "64", or "2% of the context within [64, 1024]".
 std::string k_spec(const OffloadPolicy& p);
 const char* search_on_name(SearchOn s);

@@ -67,9 +67,10 @@ TEST_CASE("generate --measure-error: top-k attention against exact attention, ze
 
 TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
   test::TempDir tmp("topkv_cli_gen_bad");
-  const std::string heads = tmp.file("heads.tsv"), cfg = tmp.file("policy.json");
+  const std::string heads = tmp.file("heads.tsv"), cfg = tmp.file("policy.json"), tables = tmp.file("tables.json");
   { std::ofstream(heads) << "0.5 0.5\n"; }  // 1 row of 2 heads; the model has 6 layers of 1
   { std::ofstream(cfg) << "{\"window\": -3}"; }
+  { std::ofstream(tables) << "{\"device_table_type\": \"q8_0\"}"; }
   struct Bad { std::string args, says; };
   std::vector<Bad> cases = {
       {"-m /nonexistent.gguf -p hi", "nonexistent.gguf"},
@@ -92,6 +93,8 @@ TEST_CASE("generate: bad input is a clear error and a non-zero exit") {
       {"-m " + model() + " -p hi --attn topk --search-on disk", "disk"},
       {"-m " + model() + " -p hi --attn topk --device-fold 0", "--device-fold must be at least 1"},
       {"-m " + model() + " -p hi --attn topk --device-table-type q8_0", "q8_0"},
+      {"-m " + model() + " -p hi --attn topk --device-table-type q8_0", "auto"},  // the choices are listed
+      {"-m " + model() + " -p hi --attn topk --config " + tables, "unknown device table type 'q8_0'"},
       {"-m " + model() + " -p hi --attn topk --overlap-build sometimes", "sometimes"},
       {"-m " + model() + " -p hi --attn topk --prefill-kv disk", "disk"},
       {"-m " + model() + " -p hi --backend cpu --attn topk --prefill-kv host", "--prefill-kv host applies to the CUDA"},

@@ -151,13 +151,13 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
   Model& model = session.load(mo);
   const double load_s = load_timer.seconds();
   if (const std::string s = describe_prefill_kv(model); !s.empty()) note(s);
-  if (model.device_reserve_choice() > 0)
+  if (const int chosen = model.device_reserve_choice(); chosen > 0) {
+    const char* preferred = dtype_name(planned->device_table_choices()[0]);
     note(fmt::format("topkv: device search tables as {} ({} on the GPU with the rest of the runtime): {}'s ({}) do "
                      "not fit beside the model (--device-table-type auto; raise --gpu-mem-budget for {})",
-                     dtype_name(*session.device_table_choice()),
-                     format_bytes((double)mo.device_reserves[(size_t)model.device_reserve_choice()]),
-                     dtype_name(planned->device_table_choices()[0]), format_bytes((double)mo.device_reserves[0]),
-                     dtype_name(planned->device_table_choices()[0])));
+                     dtype_name(*session.device_table_choice()), format_bytes((double)mo.device_reserves[(size_t)chosen]),
+                     preferred, format_bytes((double)mo.device_reserves[0]), preferred));
+  }
   const nlohmann::json prefill_kv = prefill_kv_json(a.where, model);
   const char* other = weight_mode_name(backend.other_weight_mode(mo.weights));
   note(fmt::format("topkv: {}", cfg.summary()));

@@ -168,10 +168,7 @@ OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd, const OffloadPolicy& base
   if (given("--stage-rows")) out.stage_rows = policy.stage_rows;
   if (given("--search-on")) out.search_on = parse_search_on(search_on);
   if (given("--build-on")) out.build_on = parse_build_on(build_on);
-  if (given("--device-table-type")) {
-    out.device_table_by_budget = device_table_type == "auto";
-    out.device_table_type = out.device_table_by_budget ? DType::F16 : parse_table_dtype(device_table_type);
-  }
+  if (given("--device-table-type")) set_device_table_spec(out, device_table_type);
   if (given("--device-fold")) out.device_fold = policy.device_fold;
   if (given("--sync-folds")) out.sync_folds = policy.sync_folds;
   if (given("--store-cache")) out.store_cache = parse_store_cache(store_cache);

@@ -19,16 +19,14 @@ void attach_runtime(Model& model, OffloadRuntime* rt, bool release_kv) {
   attach_override(model, rt, rt ? rt->retrieval_layers() : std::vector<int>{}, release_kv);
 }
 
-std::optional<DType> take_device_table_choice(const Model& model, OffloadRuntime& rt) {
+std::optional<DType> device_table_choice(const Model& model, const OffloadRuntime& rt) {
   const std::vector<int64_t>& reserves = model.options().device_reserves;
   const std::vector<DType> c = rt.device_table_choices();
   if (reserves.empty()) return std::nullopt;
   TOPKV_CHECK(reserves.size() == std::max<size_t>(c.size(), 1), "internal: the model was sized with {} device "
               "reserves for a runtime with {} table types", reserves.size(), c.size());
   if (c.size() < 2) return std::nullopt;
-  const DType t = c[(size_t)model.device_reserve_choice()];
-  rt.set_device_table_type(t);
-  return t;
+  return c[(size_t)model.device_reserve_choice()];
 }
 
 std::vector<float> prefill_into(Model& model, std::span<const int32_t> ids, int chunk, OffloadRuntime* rt,
@@ -92,7 +90,8 @@ Model& Session::load(const ModelOptions& mo) {
   model_.reset();
   table_type_.reset();
   model_ = std::make_unique<Model>(file_, *backend_, mo);
-  if (runtime_ && !runtime_used_) table_type_ = take_device_table_choice(*model_, *runtime_);
+  if (runtime_) table_type_ = topkv::device_table_choice(*model_, *runtime_);
+  if (!runtime_used_) take_table_choice();  // else the next start()'s fresh runtime takes it
   model_->touch_weights();  // page the mapped weights in now, not inside the timed prefill
   return *model_;
 }

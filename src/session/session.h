@@ -40,10 +40,10 @@ void attach_runtime(Model& model, OffloadRuntime* rt, bool release_kv);
 void attach_override(Model& model, AttentionOverride* ov, const std::vector<int>& layers, bool release_kv);
 // The device table type `model`'s memory check chose for `rt` (the model was
 // sized with ModelOptions::device_reserves = rt.device_reserves(n)): its
-// Model::device_reserve_choice among rt.device_table_choices(), set on rt
-// before rt takes a context. nullopt, and rt unchanged, when there was no
-// choice to make (one type or none, or the model was given no reserves).
-std::optional<DType> take_device_table_choice(const Model& model, OffloadRuntime& rt);
+// Model::device_reserve_choice among rt.device_table_choices(), for
+// rt.set_device_table_type before rt takes a context. nullopt when there was
+// no choice to make (one type or none, or the model was given no reserves).
+std::optional<DType> device_table_choice(const Model& model, const OffloadRuntime& rt);
 
 // Prefills `ids` in chunks of `chunk` (a progress bar when there are several
 // and `progress`) and returns the last token's logits. With an offloaded

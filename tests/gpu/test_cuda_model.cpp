@@ -143,44 +143,58 @@ TEST_CASE("synthetic llama, gemma3 and qwen2: prefill and decode logits on CUDA 
               greedy_agree, greedy_checked == greedy_agree ? "ok" : "FAIL");
 }
 
-TEST_CASE("a model refuses, when it is made, a top-k runtime's planned GPU memory that cannot fit the budget") {
-  // ModelOptions::device_reserves (OffloadRuntime::device_bytes_estimate: the runtime's search tables,
-  // mirrors and work space) against what a 64 MiB budget leaves beside a small model: refused before
-  // any prefill, with the numbers; a reserve that fits, or the retrieval layers' caches on the GPU
-  // that the prefill releases, let the model be made.
+TEST_CASE("a model takes the first device reserve its budget holds, counting released caches, else refuses") {
+  // ModelOptions::device_reserves (OffloadRuntime::device_reserves: the runtime's search tables, mirrors
+  // and work space, one per device table type it may take) against what a 96 MiB budget leaves beside a
+  // small model: the first that fits is taken (Model::device_reserve_choice); when none does, refused
+  // before any prefill, with the numbers. The retrieval layers' caches on the GPU, which the prefill
+  // releases, count as free.
+  constexpr int64_t kMiB = int64_t(1) << 20;
   TempDir td;
   const std::string path = (td.dir / "m.gguf").string();
   SynthConfig c = synth_defaults("qwen2");
+  c.context = 8192;
   synth_write(c, path);
   std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   CudaBackendOptions bo;
-  bo.mem_budget = size_t(64) << 20;
+  bo.mem_budget = size_t(96) << 20;
   auto be = make_cuda_backend(bo);
   ModelOptions opt;
-  opt.n_ctx = 256, opt.max_chunk = 32;
+  opt.n_ctx = 8192, opt.max_chunk = 32;  // 16 MiB of f32 caches
+  int64_t left = 0;
   {
-    Model probe(file, *be, opt);  // what the model alone holds
-    const int64_t left = be->memory_left();
-    REQUIRE(left > 0);
-    opt.device_reserves = {left + (int64_t(8) << 20)};
+    Model probe(file, *be, opt);  // what the model alone leaves
+    left = be->memory_left();
+    REQUIRE(left > 16 * kMiB);
   }
+  const auto choice = [&](std::vector<int64_t> reserves) {
+    opt.device_reserves = std::move(reserves);
+    return Model(file, *be, opt).device_reserve_choice();
+  };
+  CHECK(choice({}) == 0);
+  CHECK(choice({kMiB}) == 0);
+  CHECK(choice({left - 4 * kMiB}) == 0);
+  CHECK(choice({left / 2, left / 4}) == 0);        // the preferred fits
+  CHECK(choice({left + 8 * kMiB, left / 2}) == 1);  // it does not: the next
+  CHECK(choice({left + 8 * kMiB, left + 4 * kMiB, left / 4}) == 2);
+  opt.device_reserves = {left + 8 * kMiB};
   CHECK_THROWS_WITH(Model(file, *be, opt), Catch::Contains("cannot hold what the top-k runtime needs") &&
-                                               Catch::Contains("Raise --gpu-mem-budget"));
-  opt.device_reserves = {int64_t(1) << 20};
-  CHECK_NOTHROW(Model(file, *be, opt));
-  // The retrieval layers' caches kept on the GPU count as freed by the prefill.
-  Model probe(file, *be, opt);
-  const int n_layer = probe.config().n_layer;
-  int64_t cache_bytes = 0;
-  for (int il = 0; il < n_layer; ++il) opt.host_kv_candidates.push_back(il);
+                                               Catch::Contains("Raise --gpu-mem-budget") &&
+                                               !Catch::Contains("smallest tables"));
+  opt.device_reserves = {left + 8 * kMiB, left + 4 * kMiB};
+  CHECK_THROWS_WITH(Model(file, *be, opt), Catch::Contains("cannot hold what the top-k runtime needs") &&
+                                               Catch::Contains("with the smallest tables the run may choose"));
+
+  // The retrieval layers' caches kept on the GPU count as freed by the prefill:
+  // a reserve that fits only then is taken, one that would not fit even then is
+  // passed over.
+  const ModelConfig cfg = read_model_config(*file);
+  const int64_t caches =
+      (int64_t)kv_cache_shape(cfg.n_head_kv, cfg.head_dim, opt.n_ctx, opt.kv_dtype).bytes() * cfg.n_layer;
+  REQUIRE(caches > 8 * kMiB);
+  for (int il = 0; il < cfg.n_layer; ++il) opt.host_kv_candidates.push_back(il);
   opt.kv_place = ModelOptions::KvPlace::Device;
-  opt.device_reserves = {0};
-  {
-    Model on_gpu(file, *be, opt);
-    const int64_t left = be->memory_left();
-    cache_bytes = (int64_t)kv_cache_shape(probe.config().n_head_kv, probe.config().head_dim, opt.n_ctx, opt.kv_dtype)
-                      .bytes() * n_layer;
-    opt.device_reserves = {left + cache_bytes / 2};  // fits only once the caches are released
-  }
-  CHECK_NOTHROW(Model(file, *be, opt));
+  CHECK(choice({left + caches / 2}) == 0);  // fits only once the caches are released
+  CHECK(choice({left + caches / 2, left / 2}) == 0);
+  CHECK(choice({left + caches + 4 * kMiB, left + caches / 2}) == 1);
 }

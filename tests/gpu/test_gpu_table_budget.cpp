@@ -1,7 +1,7 @@
 // Device summary tables chosen by the budget (--device-table-type auto,
 // OffloadPolicy::device_table_by_budget): the CUDA runtime's choices and what
-// each reserves, the model's memory check taking the first that fits, and the
-// session handing that type to the runtime before its tables go up.
+// each reserves, and the session handing the type the model's memory check
+// chose (tests/gpu/test_cuda_model.cpp) to its runtimes before the tables go up.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -21,7 +21,6 @@ using namespace topkv::test;
 
 namespace {
 
-constexpr int64_t kMiB = int64_t(1) << 20;
 
 OffloadPolicy device_search_policy(const char* index) {
   OffloadPolicy pol;
@@ -71,54 +70,6 @@ TEST_CASE("the CUDA runtime's device table choices and the reserve each takes", 
     CHECK(host->device_table_choices().empty());
     CHECK(host->device_reserves(n) == std::vector<int64_t>{host->device_bytes_estimate(n)});
   }
-}
-
-TEST_CASE("a model takes the first device reserve that its budget holds, else refuses naming the smallest") {
-  TempDir td;
-  const std::string path = (td.dir / "m.gguf").string();
-  SynthConfig sc = synth_defaults("qwen2");
-  sc.context = 8192;
-  synth_write(sc, path);
-  std::shared_ptr<const GgufFile> file = GgufFile::open(path);
-  CudaBackendOptions bo;
-  bo.mem_budget = size_t(96) << 20;
-  auto be = make_cuda_backend(bo);
-  ModelOptions opt;
-  opt.n_ctx = 8192, opt.max_chunk = 32;  // 16 MiB of f32 caches
-  int64_t left = 0;
-  {
-    Model probe(file, *be, opt);  // what the model alone leaves
-    left = be->memory_left();
-    REQUIRE(left > 16 * kMiB);
-  }
-  const auto choice = [&](std::vector<int64_t> reserves) {
-    opt.device_reserves = std::move(reserves);
-    return Model(file, *be, opt).device_reserve_choice();
-  };
-  CHECK(choice({}) == 0);
-  CHECK(choice({left / 2, left / 4}) == 0);        // the preferred fits
-  CHECK(choice({left + 8 * kMiB, left / 2}) == 1);  // it does not: the next
-  CHECK(choice({left + 8 * kMiB, left + 4 * kMiB, left / 4}) == 2);
-  CHECK(choice({left - 4 * kMiB}) == 0);
-  opt.device_reserves = {left + 8 * kMiB, left + 4 * kMiB};
-  CHECK_THROWS_WITH(Model(file, *be, opt), Catch::Contains("cannot hold what the top-k runtime needs") &&
-                                               Catch::Contains("with the smallest tables the run may choose"));
-  opt.device_reserves = {left + 8 * kMiB};
-  CHECK_THROWS_WITH(Model(file, *be, opt), Catch::Contains("cannot hold what the top-k runtime needs") &&
-                                               !Catch::Contains("smallest tables"));
-
-  // The retrieval layers' caches, kept on the GPU for the prefill, count as
-  // released: a reserve that fits only then is taken, one that would not fit
-  // even then is passed over.
-  const ModelConfig cfg = read_model_config(*file);
-  const int n_layer = cfg.n_layer;
-  const int64_t caches =
-      (int64_t)kv_cache_shape(cfg.n_head_kv, cfg.head_dim, opt.n_ctx, opt.kv_dtype).bytes() * n_layer;
-  for (int il = 0; il < n_layer; ++il) opt.host_kv_candidates.push_back(il);
-  opt.kv_place = ModelOptions::KvPlace::Device;
-  REQUIRE(caches > 8 * kMiB);
-  CHECK(choice({left + caches / 2, left / 2}) == 0);
-  CHECK(choice({left + caches + 4 * kMiB, left + caches / 2}) == 1);
 }
 
 TEST_CASE("the session hands the budget's table type to its runtimes before the tables go up", "[offload]") {
