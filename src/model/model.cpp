@@ -52,9 +52,9 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
   // what is left can hold once the prefill releases the candidates' caches,
   // i.e. what is left now less the caches that stay and the buffers below
   // (the check at the end confirms it with what the allocations left).
-  const auto cache_bytes = [&](int il) {
-    return (int64_t)kv_cache_shape(cfg_.n_head_kv, cfg_.head_dim, planned_kv_capacity(cfg_, opt_, il), opt_.kv_dtype)
-        .bytes();
+  const auto cache_bytes = [&](int il) {  // 0 for a layer an override holds (no cache)
+    const int64_t cap = planned_kv_capacity(cfg_, opt_, il);
+    return cap == 0 ? int64_t(0) : (int64_t)kv_cache_shape(cfg_.n_head_kv, cfg_.head_dim, cap, opt_.kv_dtype).bytes();
   };
   const std::vector<int64_t>& reserves = opt_.device_reserves;
   if (!reserves.empty() && be_.memory_left() >= 0) {

@@ -197,4 +197,11 @@ TEST_CASE("a model takes the first device reserve its budget holds, counting rel
   CHECK(choice({left + caches / 2}) == 0);  // fits only once the caches are released
   CHECK(choice({left + caches / 2, left / 2}) == 0);
   CHECK(choice({left + caches + 4 * kMiB, left + caches / 2}) == 1);
+  // Layers an override holds have no cache to count (a pack's restore, bench
+  // decode's synthetic fill): the choice is made without one (session 28's
+  // first GPU run refused here, sizing a cache of capacity 0).
+  opt.host_kv_candidates.clear(), opt.kv_place = ModelOptions::KvPlace::Auto;
+  for (int il = 0; il < cfg.n_layer; ++il) opt.override_layers.push_back(il);
+  CHECK(choice({int64_t(1) << 50, kMiB}) == 1);
+  CHECK(choice({kMiB}) == 0);
 }
