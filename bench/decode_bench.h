@@ -84,6 +84,10 @@ struct DecodeRow {
   // ... and its tables' element type, chosen by the budget unless named
   // (--device-table-type; "" without device tables).
   std::string device_table_type;
+  // ... and how many of the index's pages a device page merges: 1, or 2 and
+  // 4 where the budget held only longer pages (DeviceTableChoice); 0 without
+  // device tables.
+  int device_table_page_factor = 0;
   double load_s = 0, fill_s = 0, build_s = 0;  // build_s: the override's take_context (reading + index build)
   double read_s = 0;  // of build_s, the layers' reading of the context (OffloadStats::read_s: summed over layers)
   int64_t keys_indexed = 0;

@@ -60,10 +60,10 @@ void write_decode_csv(const DecodeBenchResult& r, const std::string& path) {
       "step_ms_mean,attn_ms,search_ms,gpu_ms,transfer_ms,wait_ms,host_attn_ms,model_ms,kv_backend_bytes,"
       "kv_host_bytes,gpu_weights_bytes,gpu_kv_cache_bytes,gpu_activations_bytes,gpu_scratch_bytes,load_s,fill_s,"
       "build_s,keys_indexed,launches_per_step,store_cache_bytes,store_cached_share,peak_rss_bytes,read_s,"
-      "device_table_type\n";
+      "device_table_type,device_table_page_factor\n";
   for (const DecodeRow& row : r.rows)
     s += fmt::format("{},{},{},{},{},{},{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},"
-                     "{:.6g},{:.6g},{},{},{},{},{},{},{:.6g},{:.6g},{:.6g},{},{},{},{:.4g},{},{:.6g},{}\n",
+                     "{:.6g},{:.6g},{},{},{},{},{},{},{:.6g},{:.6g},{:.6g},{},{},{},{:.4g},{},{:.6g},{},{}\n",
                      csv_field(r.config.model_label), r.backend_name, context_fill_name(r.config.fill), row.context,
                      row.context_tokens, row.mode, csv_field(row.index), row.k, csv_field(row.skipped), row.steps,
                      row.tok_s, row.step_ms_p50, row.step_ms_p99, row.step_ms_mean, row.attn_ms, row.search_ms,
@@ -71,7 +71,8 @@ void write_decode_csv(const DecodeBenchResult& r, const std::string& path) {
                      row.kv_host_bytes, opt_cell(row.gpu_weights), opt_cell(row.gpu_kv_cache),
                      opt_cell(row.gpu_activations), opt_cell(row.gpu_scratch), row.load_s, row.fill_s, row.build_s,
                      row.keys_indexed, row.launches_per_step ? fmt::format("{:.1f}", *row.launches_per_step) : "",
-                     row.store_cache_bytes, row.store_cached_share, row.peak_rss_bytes, row.read_s, row.device_table_type);
+                     row.store_cache_bytes, row.store_cached_share, row.peak_rss_bytes, row.read_s, row.device_table_type,
+                     row.device_table_page_factor);
   write_text_atomic(path, s);
 }
 
@@ -140,6 +141,7 @@ json decode_json(const DecodeBenchResult& r) {
           {"store_cache_bytes", row.store_cache_bytes},
           {"store_cached_share", row.store_cached_share},
           {"device_table_type", row.device_table_type},
+          {"device_table_page_factor", row.device_table_page_factor},
           {"peak_rss_bytes", row.peak_rss_bytes}}},
         {"load_s", row.load_s},
         {"fill_s", row.fill_s},

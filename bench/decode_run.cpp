@@ -93,8 +93,11 @@ DecodeRow DecodeRunner::run(int64_t context, DecodeMode mode, const std::string&
   }
   model->touch_weights();  // mapped pages resident before timing (a no-op for uploaded CUDA weights)
   if (rt) {
-    if (const std::optional<DType> t = device_table_choice(*model, *rt)) rt->set_device_table_type(*t);
-    if (!rt->device_table_choices().empty()) row.device_table_type = dtype_name(rt->policy().device_table_type);
+    if (const std::optional<DeviceTableChoice> t = device_table_choice(*model, *rt)) rt->set_device_tables(*t);
+    if (!rt->device_table_choices().empty()) {
+      row.device_table_type = dtype_name(rt->device_tables().type);
+      row.device_table_page_factor = rt->device_tables().page_factor;
+    }
   }
   row.load_s = load.seconds();
 

@@ -29,8 +29,9 @@ int DeviceSearchTables::row_cap(int64_t k, int group) const {
   return (int)std::max<int64_t>(1, std::min<int64_t>(max_covered_, per_head * group));
 }
 
-DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, DType table_type) {
+DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, const DeviceTableChoice& tables) {
   const int nkv = L.config().kv_heads, d = L.config().head_dim;
+  const DType table_type = tables.type;
   Staged s;
   s.heads.resize((size_t)nkv);
   s.table_type = table_type;
@@ -43,6 +44,7 @@ DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, DT
     SummaryTables t;
     TOPKV_CHECK(index->export_summaries(t), "the {} index has no device search: run with --search-on host",
                 index->name());
+    if (tables.page_factor > 1) t = t.coarsened(tables.page_factor);  // the budget's longer pages
     TOPKV_CHECK(t.dim == d && (t.value_means.empty() || t.value_means.size() == (size_t)t.size() * d) &&
                     (t.key_var.empty() || (t.key_var.size() == (size_t)t.size() * d && !t.value_means.empty())),
                 "internal: {} summary tables of dimension {} for head_dim {}", index->name(), t.dim, d);

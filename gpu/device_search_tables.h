@@ -46,13 +46,16 @@ class DeviceSearchTables {
     double expand = 0.0;                     // two levels: SummaryTables::expand; 0: one level
     bool far_dropped = false;                // SummaryTables::far_dropped
   };
-  static Staged stage(const OffloadedLayer& L, DType table_type);
+  // Page bounds with tables.page_factor > 1 go up coarsened (SummaryTables::
+  // coarsened): the search then takes pages that many times longer.
+  static Staged stage(const OffloadedLayer& L, const DeviceTableChoice& tables);
   // (Re)uploads every head's tables; waits for queued work first (the old
   // tables may still be read). Device memory comes from `be` (the budget).
   // With a cache, the stores' rows the tables cover are read from their GPU
   // copies where it holds (or now takes) them.
-  void upload(cuda::CudaBackend& be, const OffloadedLayer& L, DType table_type, DeviceStoreCache* cache = nullptr) {
-    upload(be, L, stage(L, table_type), cache);
+  void upload(cuda::CudaBackend& be, const OffloadedLayer& L, const DeviceTableChoice& tables,
+              DeviceStoreCache* cache = nullptr) {
+    upload(be, L, stage(L, tables), cache);
   }
   void upload(cuda::CudaBackend& be, const OffloadedLayer& L, const Staged& s, DeviceStoreCache* cache = nullptr);
   // Only the chunk tables again, through `cache` (which may take chunks now);

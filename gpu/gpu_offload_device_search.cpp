@@ -96,7 +96,7 @@ void GpuOffloadRuntime::manage_folds(int slot) {
   };
   const int64_t uncovered = count_tail(slot);  // most over the heads
   if (policy_.sync_folds) {
-    if (tab.stale(L)) upload(policy_.device_table_type);
+    if (tab.stale(L)) upload(device_tables());
     return;
   }
   if (fold.valid()) {
@@ -115,16 +115,16 @@ void GpuOffloadRuntime::manage_folds(int slot) {
     return;
   }
   if (uncovered < policy_.device_fold) {
-    if (tab.stale(L)) upload(policy_.device_table_type);
+    if (tab.stale(L)) upload(device_tables());
     return;
   }
-  const DType type = policy_.device_table_type;
+  const DeviceTableChoice tables = device_tables();
   // The rows stored now, not those stored by the time the thread runs.
   std::vector<int64_t> upto((size_t)cfg_.n_head_kv);
   for (int h = 0; h < cfg_.n_head_kv; ++h) upto[(size_t)h] = L.stored_rows(h);
-  fold = std::async(std::launch::async, [&L, type, upto = std::move(upto)] {
+  fold = std::async(std::launch::async, [&L, tables, upto = std::move(upto)] {
     L.fold_pending(upto);
-    return DeviceSearchTables::stage(L, type);
+    return DeviceSearchTables::stage(L, tables);
   });
 }
 

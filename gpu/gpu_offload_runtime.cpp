@@ -99,7 +99,7 @@ void GpuOffloadRuntime::on_layer_ready(int i) {
   if (!device_search_) return;  // (the constructor checked that the policy's index has a device search)
   if (tables_.size() < layers_.size())
     tables_.resize(layers_.size()), pending_.resize(layers_.size()), folds_.resize(layers_.size());
-  tables_[(size_t)i].upload(be_, L, policy_.device_table_type);
+  tables_[(size_t)i].upload(be_, L, device_tables());
   Pending& pd = pending_[(size_t)i];
   for (auto& e : pd.ev)
     if (!e) TOPKV_CUDA_CHECK(cudaEventCreate(&e));

@@ -87,13 +87,18 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   }
 
   bool on_device() const override { return true; }
-  // With the device search: the policy's type, then i8 (half of f16's bytes)
-  // where the budget chooses (OffloadPolicy::device_table_by_budget).
-  std::vector<DType> device_table_choices() const override {
+  // With the device search: the policy's type; where the budget chooses
+  // (OffloadPolicy::device_table_by_budget) then i8 (half of f16's bytes),
+  // then for page bounds i8 with pages 2 and 4 times longer as the index
+  // allows (half the fine rows each: KvIndex::summary_page_factor_max).
+  std::vector<DeviceTableChoice> device_table_choices() const override {
     if (!device_search_) return {};
-    if (policy_.device_table_by_budget && policy_.device_table_type != DType::I8)
-      return {policy_.device_table_type, DType::I8};
-    return {policy_.device_table_type};
+    std::vector<DeviceTableChoice> c{{policy_.device_table_type, 1}};
+    if (!policy_.device_table_by_budget) return c;
+    if (policy_.device_table_type != DType::I8) c.push_back({DType::I8, 1});
+    const int f_max = KvIndex::create(policy_.index)->summary_page_factor_max();
+    for (int f = 2; f <= f_max; f *= 2) c.push_back({DType::I8, f});
+    return c;
   }
   void decode_attention(int layer, const float*, const float*, const float*, int64_t, float, float*) override {
     fail("internal: the CUDA offload runtime of layer {} takes device pointers (decode_attention_device)", layer);
@@ -105,7 +110,7 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   // The mirrors (sinks + ring), ~64 MiB of row lists, partials and staging,
   // and with the device search its tables at the table type. The store cache
   // is not planned: it takes what the budget leaves once the step is recorded.
-  std::vector<MemoryPlan::Line> device_plan_at(int64_t n, DType tables) const override {
+  std::vector<MemoryPlan::Line> device_plan_at(int64_t n, const DeviceTableChoice& tables) const override {
     const double heads = (double)retrieval_layers_.size() * cfg_.n_head_kv;
     std::vector<MemoryPlan::Line> lines = OffloadRuntime::device_plan_at(n, tables);  // the k-means work space
     lines.push_back({fmt::format("GPU mirrors of sinks + window ({} + {} rows, fp32)", policy_.sinks, ring_capacity()),
@@ -113,8 +118,8 @@ class GpuOffloadRuntime final : public OffloadRuntime {
     lines.push_back({"GPU row lists, partials, staging", 0, double(64 << 20)});
     if (device_search_) {
       const auto index = KvIndex::create(policy_.index);
-      const double per_key = index->summary_bytes_per_key(cfg_.head_dim, dtype_size(tables));
-      lines.push_back({fmt::format("device search tables ({}, {})", policy_.index, dtype_name(tables)), 0,
+      const double per_key = index->summary_bytes_per_key(cfg_.head_dim, dtype_size(tables.type), tables.page_factor);
+      lines.push_back({fmt::format("device search tables ({}, {})", policy_.index, tables.name()), 0,
                        heads * (double)n * per_key});
       lines.push_back({"device search work space (scores per group and query head)", 0,
                        (double)search_workspace_bytes(*index, n)});

@@ -96,7 +96,8 @@ class ClusterIndex : public KvIndex {
   // The fine level as exported: a member id per key; per cluster its centroid,
   // count and offset, and the mean value with a far field (multipole).
   double summary_groups_per_key() const override { return summary_kind() ? 1.0 / (double)ratio_ : 0.0; }
-  double summary_bytes_per_key(int dim, size_t elem) const override {
+  double summary_bytes_per_key(int dim, size_t elem, int page_factor) const override {
+    (void)page_factor;  // clusters do not merge (summary_page_factor_max 1)
     if (!summary_kind()) return 0.0;
     return 4.0 + (dim * (double)elem + 8.0 + (needs_values() ? dim * (double)elem : 0.0)) / (double)ratio_;
   }

@@ -216,16 +216,36 @@ double far_spread_logit(const float* q, const float* var, int dim, double a, dou
   return std::min(a * 0.5 * s * s * acc, std::log(clip));
 }
 
+namespace {
+
+// Runs of f page-bound groups merged into one: the rows' element-wise max /
+// min, the counts' sums (SummaryTables::coarse_level, coarsened).
+SummaryTables merged_pages(const SummaryTables& t, int64_t f) {
+  SummaryTables c;
+  c.kind = t.kind, c.dim = t.dim, c.covered = t.covered, c.page = t.page * f;
+  const int64_t n = t.size(), nc = (n + f - 1) / f;
+  c.rows.resize((size_t)nc * t.row_len());
+  reduce_page_bounds([&](int64_t j) { return t.rows.data() + (size_t)j * t.row_len(); }, n, t.dim, f, c.rows.data(), 1);
+  c.counts.assign((size_t)nc, 0);
+  for (int64_t j = 0; j < n; ++j) c.counts[(size_t)(j / f)] += t.counts[(size_t)j];
+  return c;
+}
+
+}  // namespace
+
 SummaryTables SummaryTables::coarse_level() const {
   TOPKV_CHECK(kind == Kind::PageBounds && coarse_ratio >= 1, "internal: a coarse level needs page bounds and a ratio");
-  SummaryTables c;
-  c.kind = kind, c.dim = dim, c.covered = covered, c.page = page * coarse_ratio;
-  const int64_t n = size(), nc = (n + coarse_ratio - 1) / coarse_ratio;
-  c.rows.resize((size_t)nc * row_len());
-  reduce_page_bounds([&](int64_t j) { return rows.data() + (size_t)j * row_len(); }, n, dim, coarse_ratio,
-                     c.rows.data(), 1);
-  c.counts.assign((size_t)nc, 0);
-  for (int64_t j = 0; j < n; ++j) c.counts[(size_t)(j / coarse_ratio)] += counts[(size_t)j];
+  return merged_pages(*this, coarse_ratio);
+}
+
+SummaryTables SummaryTables::coarsened(int64_t f) const {
+  TOPKV_CHECK(kind == Kind::PageBounds && f >= 1 && value_means.empty() && key_var.empty(),
+              "internal: only page bounds without a far field coarsen (factor {})", f);
+  TOPKV_CHECK(coarse_ratio == 0 || (coarse_ratio % f == 0 && coarse_ratio / f >= 2),
+              "internal: pages {} times longer do not tile coarse pages of {} pages", f, coarse_ratio);
+  if (f == 1) return *this;
+  SummaryTables c = merged_pages(*this, f);
+  c.coarse_ratio = coarse_ratio / f, c.expand = expand;
   return c;
 }
 

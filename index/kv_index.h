@@ -128,6 +128,14 @@ struct SummaryTables {
   // (exact: a coarse bound is at least every fine bound below it), counts
   // the sums.
   SummaryTables coarse_level() const;
+  // Pages f times longer (PageBounds only: page * f): each run of f pages
+  // bounded by the element-wise max / min of theirs, as coarse_level()
+  // bounds its coarse pages, counts the sums. Two levels keep their coarse
+  // pages (coarse_ratio / f: f divides it, leaving at least 2). Exactly the
+  // tables the same index exports when built with page * f (min and max
+  // are exact), at 1/f of the fine rows: what the device holds when the
+  // budget cannot hold the index's own pages (DeviceTableChoice::page_factor).
+  SummaryTables coarsened(int64_t f) const;
   // rows in table type t, as the device search holds them
   // (--device-table-type; src/common/table_codes.h): page bounds rounded
   // outward, M up and m down, so that a narrower bound still bounds every
@@ -227,10 +235,16 @@ class KvIndex {
   // device search holds them with table elements of `elem` bytes (group rows,
   // value means; counts, offsets and member ids as int32): what a GPU memory
   // plan counts. 0 for a backend without summary_kind().
-  virtual double summary_bytes_per_key(int dim, size_t elem) const {
-    (void)dim, (void)elem;
+  // page_factor: the tables' pages that many times longer (SummaryTables::
+  // coarsened), at most summary_page_factor_max().
+  virtual double summary_bytes_per_key(int dim, size_t elem, int page_factor) const {
+    (void)dim, (void)elem, (void)page_factor;
     return 0.0;
   }
+  // How many times longer than its own pages the device may hold this
+  // backend's page bounds (SummaryTables::coarsened), a power of two: 1 for
+  // a backend whose groups do not merge (clusters) or without summaries.
+  virtual int summary_page_factor_max() const { return 1; }
   // Summary groups (clusters, pages) per indexed key of those tables: what a
   // device search's work space scales with (a score per group and query
   // head). 0 for a backend without summary_kind().

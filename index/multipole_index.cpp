@@ -89,8 +89,8 @@ class MultipoleIndex final : public ClusterIndex {
     return ClusterIndex::bytes_per_key_estimate(dim) + (spread_ > 0.0 ? dim * 4.0 * rows_per_key : 0.0);
   }
   // With spread, the device tables hold a variance row per group as well.
-  double summary_bytes_per_key(int dim, size_t elem) const override {
-    const double base = ClusterIndex::summary_bytes_per_key(dim, elem);
+  double summary_bytes_per_key(int dim, size_t elem, int page_factor) const override {
+    const double base = ClusterIndex::summary_bytes_per_key(dim, elem, page_factor);
     return base + (base > 0.0 && spread_ > 0.0 ? dim * (double)elem / (double)ratio_ : 0.0);
   }
 

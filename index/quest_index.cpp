@@ -178,9 +178,24 @@ class QuestIndex final : public KvIndex {
     return 2.0 * dim * sizeof(float) / (double)page_ * (coarse_ratio_ > 0 ? 1.0 + 1.0 / (double)coarse_ratio_ : 1.0);
   }
   double summary_groups_per_key() const override { return 1.0 / (double)page_; }
-  double summary_bytes_per_key(int dim, size_t elem) const override {  // [max | min] and a count per page
-    const double coarse = coarse_ratio_ > 0 ? 1.0 + 1.0 / (double)coarse_ratio_ : 1.0;  // and per coarse page
-    return (2.0 * dim * (double)elem + 4.0) / (double)page_ * coarse;
+  // [max | min] and a count per page (page_ * page_factor keys) and per
+  // coarse page (page_ * coarse_ratio_ keys, whatever the factor).
+  double summary_bytes_per_key(int dim, size_t elem, int page_factor) const override {
+    const double per_group = 2.0 * dim * (double)elem + 4.0;
+    return per_group / (double)(page_ * page_factor) + (coarse_ratio_ > 0 ? per_group / (double)(page_ * coarse_ratio_) : 0.0);
+  }
+  // Pages up to 4 times longer on the device, as long as two levels keep at
+  // least 2 pages a coarse page: each taken page then brings page_ * f tokens
+  // of a query head's k, so selection coarsens with f ("Quest: Query-Aware
+  // Sparsity for Efficient Long-Context LLM Inference" §3.4: the bounds are
+  // 1/S of the keys' bytes for pages of S; §4.3.1 names larger pages to save
+  // that memory). Past 4 (page 64 at the default, 4 pages a head at k = 256)
+  // the budget's remaining choice is to refuse.
+  int summary_page_factor_max() const override {
+    int f = 1;
+    for (int g = 2; g <= 4; g *= 2)
+      if (coarse_ratio_ == 0 || (coarse_ratio_ % g == 0 && coarse_ratio_ / g >= 2)) f = g;
+    return f;
   }
   MemoryReport memory_impl() const override {
     MemoryReport m{base_.owned_bytes() + (grown_.capacity() + coarse_.capacity()) * sizeof(float), 0, 0,

@@ -365,7 +365,7 @@ size_t OffloadRuntime::in_place_bytes() const {
   return b;
 }
 
-std::vector<MemoryPlan::Line> OffloadRuntime::device_plan_at(int64_t n, DType tables) const {
+std::vector<MemoryPlan::Line> OffloadRuntime::device_plan_at(int64_t n, const DeviceTableChoice& tables) const {
   (void)n, (void)tables;
   std::vector<MemoryPlan::Line> lines;
   if (const double b = kmeans_ ? kmeans_->device_bytes(cfg_.head_dim) : 0.0; b > 0)
@@ -373,7 +373,7 @@ std::vector<MemoryPlan::Line> OffloadRuntime::device_plan_at(int64_t n, DType ta
   return lines;
 }
 
-int64_t OffloadRuntime::device_bytes_estimate(int64_t n, DType tables) const {
+int64_t OffloadRuntime::device_bytes_estimate(int64_t n, const DeviceTableChoice& tables) const {
   double b = 0;
   for (const MemoryPlan::Line& l : device_plan_at(n, tables)) b += l.gpu;
   return (int64_t)b;
@@ -381,17 +381,17 @@ int64_t OffloadRuntime::device_bytes_estimate(int64_t n, DType tables) const {
 
 std::vector<int64_t> OffloadRuntime::device_reserves(int64_t n) const {
   std::vector<int64_t> out;
-  for (DType t : device_table_choices()) out.push_back(device_bytes_estimate(n, t));
+  for (const DeviceTableChoice& t : device_table_choices()) out.push_back(device_bytes_estimate(n, t));
   if (out.empty()) out.push_back(device_bytes_estimate(n));
   return out;
 }
 
-void OffloadRuntime::set_device_table_type(DType t) {
-  const std::vector<DType> choices = device_table_choices();
-  TOPKV_CHECK(std::find(choices.begin(), choices.end(), t) != choices.end(), "internal: device tables of type {} are "
-              "not among this runtime's choices", dtype_name(t));
-  TOPKV_CHECK(layers_.empty(), "internal: the device table type is chosen before the runtime takes a context");
-  policy_.device_table_type = t;
+void OffloadRuntime::set_device_tables(const DeviceTableChoice& c) {
+  const std::vector<DeviceTableChoice> choices = device_table_choices();
+  TOPKV_CHECK(std::find(choices.begin(), choices.end(), c) != choices.end(), "internal: device tables as {} are not "
+              "among this runtime's choices", c.name());
+  TOPKV_CHECK(layers_.empty(), "internal: the device tables are chosen before the runtime takes a context");
+  policy_.device_table_type = c.type, policy_.device_table_page_factor = c.page_factor;
 }
 
 std::string OffloadRuntime::describe() const {

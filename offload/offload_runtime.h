@@ -133,20 +133,23 @@ class OffloadRuntime : public AttentionOverride, public KvPastSource {
   // Device memory this runtime will allocate for a context of n tokens, line
   // by line (the memory plan's GPU column; none for the CPU runtime), and its
   // sum: what a prefill must leave free (ModelOptions::device_reserves), with
-  // the device tables at the policy's type or at `tables`.
-  std::vector<MemoryPlan::Line> device_plan(int64_t n) const { return device_plan_at(n, policy_.device_table_type); }
-  int64_t device_bytes_estimate(int64_t n) const { return device_bytes_estimate(n, policy_.device_table_type); }
-  int64_t device_bytes_estimate(int64_t n, DType tables) const;
+  // the device tables as the policy has them or as `tables`.
+  std::vector<MemoryPlan::Line> device_plan(int64_t n) const { return device_plan_at(n, device_tables()); }
+  int64_t device_bytes_estimate(int64_t n) const { return device_bytes_estimate(n, device_tables()); }
+  int64_t device_bytes_estimate(int64_t n, const DeviceTableChoice& tables) const;
   // The estimate at each of device_table_choices() (the one estimate when
   // there are none): what ModelOptions::device_reserves takes.
   std::vector<int64_t> device_reserves(int64_t n) const;
-  // The element types its device summary tables may take, most preferred
-  // first: none without device tables, the policy's alone when the user named
-  // it, f16 then i8 by the budget (OffloadPolicy::device_table_by_budget).
-  virtual std::vector<DType> device_table_choices() const { return {}; }
+  // What its device summary tables may be, most preferred first: none
+  // without device tables, the policy's type alone when the user named it;
+  // by the budget (OffloadPolicy::device_table_by_budget) f16, then i8, then
+  // for page bounds i8 with pages 2 and 4 times longer, as far as the index
+  // allows (KvIndex::summary_page_factor_max).
+  virtual std::vector<DeviceTableChoice> device_table_choices() const { return {}; }
   // Takes the choice the model's memory check made among those (Model::
   // device_reserve_choice); before the first context, whose tables it sizes.
-  void set_device_table_type(DType t);
+  void set_device_tables(const DeviceTableChoice& c);
+  DeviceTableChoice device_tables() const { return {policy_.device_table_type, policy_.device_table_page_factor}; }
   std::string describe() const;  // one paragraph: layers, heads, k, index
 
  protected:
@@ -157,7 +160,7 @@ class OffloadRuntime : public AttentionOverride, public KvPastSource {
   // device_plan with the tables at `tables`. Here: the k-means engine's work
   // space when it runs on the device (a host runtime building a pack on a GPU
   // host, make_build_runtime, has one).
-  virtual std::vector<MemoryPlan::Line> device_plan_at(int64_t n, DType tables) const;
+  virtual std::vector<MemoryPlan::Line> device_plan_at(int64_t n, const DeviceTableChoice& tables) const;
   virtual void on_layer_ready(int i) { (void)i; }
   void start_context(int64_t n);  // k per layer for a context of n tokens; layers_ sized
   std::vector<int64_t> k_for_context(int64_t n) const;  // what start_context(n) sets k_per_layer() to

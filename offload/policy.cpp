@@ -73,6 +73,10 @@ std::string device_table_spec(const OffloadPolicy& p) {
   return p.device_table_by_budget ? "auto" : dtype_name(p.device_table_type);
 }
 
+std::string DeviceTableChoice::name() const {
+  return page_factor > 1 ? fmt::format("{}, pages x{}", dtype_name(type), page_factor) : dtype_name(type);
+}
+
 const char* search_on_name(SearchOn s) { return name_of(kSearchOn, s); }
 SearchOn parse_search_on(const std::string& s) { return parse_named(kSearchOn, s, "search place"); }
 std::vector<std::string> search_on_names() { return names_of(kSearchOn); }

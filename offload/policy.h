@@ -33,6 +33,16 @@ enum class SearchOn : uint8_t { Auto, Host, Gpu };
 // Where the clustering indexes' blockwise k-means runs (OffloadPolicy::build_on).
 enum class BuildOn : uint8_t { Auto, Host, Gpu, Lloyd };
 
+// What the device search's summary tables are, as the budget chooses them
+// (OffloadRuntime::device_table_choices): the element type, and for page
+// bounds how many of the index's pages one device page merges (1: its own).
+struct DeviceTableChoice {
+  DType type = DType::F16;
+  int page_factor = 1;
+  bool operator==(const DeviceTableChoice&) const = default;
+  std::string name() const;  // "i8", or "i8, pages x2"
+};
+
 struct OffloadPolicy {
   AttnMode attn = AttnMode::Dense;
   // KvIndex spec "name[:build params]". multipole by default: the closest to
@@ -72,6 +82,11 @@ struct OffloadPolicy {
   // up (OffloadRuntime::device_table_choices, ModelOptions::device_reserves);
   // false: the type is the user's, and a plan it does not fit is refused.
   bool device_table_by_budget = true;
+  // Device page bounds hold runs of this many of the index's pages
+  // (SummaryTables::coarsened): 1, unless the budget chose longer pages
+  // because even i8 tables of the index's own did not fit
+  // (DeviceTableChoice). Chosen per run, not saved.
+  int device_table_page_factor = 1;
   // Where the clustering backends' blockwise k-means runs (centroid,
   // multipole: KvIndex::uses_kmeans). Gpu (CUDA runtime): Lloyd rounds on the
   // device (gpu/gpu_kmeans.h); Host: Faiss on the host cores; Lloyd: the GPU

@@ -80,6 +80,7 @@ TEST_CASE("bench decode: every mode at two contexts, consistent numbers, CSV and
     CHECK(attn <= step);
     CHECK(row["memory"]["gpu"].is_null());
     CHECK(row["memory"]["device_table_type"] == "");  // the CPU runtime keeps no tables on a device
+    CHECK(row["memory"]["device_table_page_factor"] == 0);
     CHECK(row["fill_s"].get<double>() >= row["build_s"].get<double>());
     if (mode == "dense") {
       CHECK(attn == 0.0);

@@ -432,7 +432,8 @@ TEST_CASE("every backend with summary tables: summary_bytes_per_key matches the 
         auto idx = KvIndex::create(spec, opt);
         INFO(spec << ", d " << d << ", n " << n);
         if (!idx->summary_kind()) {  // graphs, IVF, flat: nothing to hold on the device
-          CHECK(idx->summary_bytes_per_key(d, 2) == 0.0);
+          CHECK(idx->summary_bytes_per_key(d, 2, 1) == 0.0);
+          CHECK(idx->summary_page_factor_max() == 1);
           CHECK(idx->summary_groups_per_key() == 0.0);
           continue;
         }
@@ -442,17 +443,23 @@ TEST_CASE("every backend with summary tables: summary_bytes_per_key matches the 
         // The groups the device search's work space is planned for (GpuOffloadRuntime::device_plan).
         if (n > 1) CHECK(std::abs((double)t.size() / (double)n - idx->summary_groups_per_key()) <=
                          0.1 * idx->summary_groups_per_key());
-        for (const size_t elem : {size_t(2), size_t(4)}) {
-          const double est = idx->summary_bytes_per_key(d, elem);
-          const double got = ((double)(t.rows.size() + t.value_means.size() + t.key_var.size()) * (double)elem +
-                              4.0 * (double)(t.counts.size() + t.offsets.size() + t.members.size())) /
-                             (double)n;
-          INFO("elem " << elem << ": estimate " << est << " B/key, exported " << got << " B/key");
-          // Groups are whole (a last partial page, clusters of a block of
-          // keys), so the estimate is exact in the limit and close at these n;
-          // one token is a group of its own.
-          if (n == 1) CHECK(got <= (t.key_var.empty() ? 2.0 : 3.0) * (double)d * (double)elem + 16.0);
-          else CHECK(std::abs(est - got) <= 0.1 * got);
+        // With longer device pages (SummaryTables::coarsened), a coarse level counted too.
+        for (int f = 1; f <= idx->summary_page_factor_max(); f *= 2) {
+          const SummaryTables tf = f > 1 ? t.coarsened(f) : t;
+          const SummaryTables c = tf.coarse_ratio > 0 ? tf.coarse_level() : SummaryTables{};
+          const double rows = (double)(tf.rows.size() + tf.value_means.size() + tf.key_var.size() + c.rows.size());
+          const double ints = (double)(tf.counts.size() + tf.offsets.size() + tf.members.size() + c.counts.size());
+          for (const size_t elem : {size_t(1), size_t(2), size_t(4)}) {
+            const double est = idx->summary_bytes_per_key(d, elem, f);
+            const double got = (rows * (double)elem + 4.0 * ints) / (double)n;
+            INFO("page factor " << f << ", elem " << elem << ": estimate " << est << " B/key, exported " << got
+                                << " B/key");
+            // Groups are whole (a last partial page, clusters of a block of
+            // keys), so the estimate is exact in the limit and close at these n;
+            // one token is a group of its own.
+            if (n == 1) CHECK(got <= (t.key_var.empty() ? 2.0 : 3.0) * (double)d * (double)elem + 16.0);
+            else CHECK(std::abs(est - got) <= 0.1 * got);
+          }
         }
       }
     }

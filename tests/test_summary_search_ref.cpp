@@ -265,6 +265,60 @@ TEST_CASE("a quest coarse page bounds every page and key below it (SummaryTables
   }
 }
 
+TEST_CASE("device pages f times longer are the quest index of f times the page (SummaryTables::coarsened)") {
+  // What the budget's longer pages hold (DeviceTableChoice::page_factor):
+  // the exported tables of the same keys indexed with page * f, field for
+  // field and in i8, partial last pages, one token and both levels included.
+  for (const auto& [d, n, page, ratio] : std::vector<std::tuple<int, int64_t, int, int>>{
+           {64, 1, 16, 0}, {128, 999, 16, 16}, {256, 3001, 5, 0}, {64, 640, 16, 8}, {128, 4099, 4, 4}}) {
+    topkv::testing::Clustered data(d, 6, 29 + d);
+    auto keys = std::make_shared<RowStore>(d, DType::F32);
+    const auto kf = data.keys(n);
+    keys->append_f32(kf.data(), n);
+    const auto tables = [&](int pg, int r) {
+      auto index = KvIndex::create(fmt::format("quest:page={},coarse_ratio={}", pg, r));
+      index->build(keys);
+      SummaryTables t;
+      REQUIRE(index->export_summaries(t));
+      return std::pair{std::move(t), index->summary_page_factor_max()};
+    };
+    const auto [t, f_max] = tables(page, ratio);
+    CHECK(f_max == (ratio == 0 ? 4 : ratio >= 8 ? 4 : ratio == 4 ? 2 : 1));
+    for (int f = 2; f <= f_max; f *= 2) {
+      CAPTURE(d, n, page, ratio, f);
+      const SummaryTables c = t.coarsened(f);
+      const SummaryTables want = tables(page * f, ratio / f).first;
+      CHECK(c.page == want.page);
+      CHECK(c.covered == want.covered);
+      CHECK(c.counts == want.counts);
+      CHECK(c.rows == want.rows);
+      CHECK(c.coarse_ratio == want.coarse_ratio);
+      CHECK(c.expand == want.expand);
+      CHECK(c.encoded_rows(DType::I8).decoded() == want.encoded_rows(DType::I8).decoded());
+      if (ratio > 0) CHECK(c.coarse_level().rows == t.coarse_level().rows);  // the coarse pages stay
+    }
+    CHECK(t.coarsened(1).rows == t.rows);
+  }
+  // What does not coarsen is refused: clusters, a factor that does not tile
+  // the coarse pages or leaves one page a coarse page.
+  topkv::testing::Clustered data(64, 6, 3);
+  auto keys = std::make_shared<RowStore>(64, DType::F32);
+  const auto kf = data.keys(300);
+  keys->append_f32(kf.data(), 300);
+  for (const auto& [spec, f] : {std::pair{"centroid", 2}, std::pair{"quest:coarse_ratio=6", 4},
+                                std::pair{"quest:coarse_ratio=4", 4}, std::pair{"quest", 0}}) {
+    CAPTURE(spec, f);
+    auto index = KvIndex::create(spec);
+    index->build(keys);
+    SummaryTables t;
+    REQUIRE(index->export_summaries(t));
+    CHECK_THROWS_WITH(t.coarsened(f), Catch::Contains("internal:"));
+  }
+  CHECK(KvIndex::create("centroid")->summary_page_factor_max() == 1);
+  CHECK(KvIndex::create("quest:coarse_ratio=6")->summary_page_factor_max() == 2);
+  CHECK(KvIndex::create("quest:coarse_ratio=3")->summary_page_factor_max() == 1);
+}
+
 TEST_CASE("page bounds in a narrower table type still bound every key (SummaryTables::encoded_rows)") {
   // The device holds the tables at --device-table-type; rounded to nearest,
   // an f8 bound could fall up to 1/16 below its keys. encoded_rows rounds M up

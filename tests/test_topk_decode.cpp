@@ -128,7 +128,7 @@ TEST_CASE("the runtime refuses what it cannot serve, before any work") {
   OffloadRuntime rt(cfg, pol, false);
   CHECK(rt.device_table_choices().empty());
   CHECK(rt.device_reserves(4096) == std::vector<int64_t>{0});
-  CHECK_THROWS_WITH(rt.set_device_table_type(DType::I8), Catch::Contains("not among this runtime's choices"));
+  CHECK_THROWS_WITH(rt.set_device_tables({DType::I8, 1}), Catch::Contains("not among this runtime's choices"));
 }
 
 TEST_CASE("rewinding the model replays a continuation exactly, within the ring's slack") {

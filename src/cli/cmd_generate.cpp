@@ -152,10 +152,10 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
   const double load_s = load_timer.seconds();
   if (const std::string s = describe_prefill_kv(model); !s.empty()) note(s);
   if (const int chosen = model.device_reserve_choice(); chosen > 0) {
-    const char* preferred = dtype_name(planned->device_table_choices()[0]);
+    const std::string preferred = planned->device_table_choices()[0].name();
     note(fmt::format("topkv: device search tables as {} ({} on the GPU with the rest of the runtime): {}'s ({}) do "
                      "not fit beside the model (--device-table-type auto; raise --gpu-mem-budget for {})",
-                     dtype_name(*session.device_table_choice()), format_bytes((double)mo.device_reserves[(size_t)chosen]),
+                     session.device_table_choice()->name(), format_bytes((double)mo.device_reserves[(size_t)chosen]),
                      preferred, format_bytes((double)mo.device_reserves[0]), preferred));
   }
   const nlohmann::json prefill_kv = prefill_kv_json(a.where, model);
@@ -289,7 +289,10 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
       j["offload"] = {{"policy", nlohmann::json::parse(policy.to_json())},
                       {"device_table_type", offload->device_table_choices().empty()
                                                 ? nlohmann::json()
-                                                : nlohmann::json(dtype_name(offload->policy().device_table_type))},
+                                                : nlohmann::json(dtype_name(offload->device_tables().type))},
+                      {"device_table_page_factor", offload->device_table_choices().empty()
+                                                       ? nlohmann::json()
+                                                       : nlohmann::json(offload->device_tables().page_factor)},
                       {"retrieval_layers", offload->retrieval_layers()},
                       {"k_per_layer", offload->k_per_layer()},
                       {"keys_indexed", st.keys_indexed},

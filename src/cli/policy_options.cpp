@@ -80,7 +80,8 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
       ->group(g)->check(CLI::IsMember(build_on_names()));
   cmd->add_option("--device-table-type", a->device_table_type, "CUDA, --search-on gpu: element type of the "
                   "device summary tables: auto (default: f16 while the GPU holds them beside the rest of the run, else i8, "
-                  "chosen before the prefill and reported), f16, bf16, f32, f8 (E4M3) or i8 (int8 with a scale per "
+                  "then for Quest's page bounds i8 with pages 2 or 4 times longer (coarser selection), chosen before "
+                  "the prefill and reported), f16, bf16, f32, f8 (E4M3) or i8 (int8 with a scale per "
                   "dimension). The 8-bit types take half of f16's table memory, so more of the store fits the store "
                   "cache; Quest's page bounds are rounded outward and stay bounds. With multipole on Qwen2.5, whose "
                   "keys have a few very large dimensions, f8 raised next-token KL to dense 20-30x; i8 keeps each "

@@ -19,9 +19,9 @@ void attach_runtime(Model& model, OffloadRuntime* rt, bool release_kv) {
   attach_override(model, rt, rt ? rt->retrieval_layers() : std::vector<int>{}, release_kv);
 }
 
-std::optional<DType> device_table_choice(const Model& model, const OffloadRuntime& rt) {
+std::optional<DeviceTableChoice> device_table_choice(const Model& model, const OffloadRuntime& rt) {
   const std::vector<int64_t>& reserves = model.options().device_reserves;
-  const std::vector<DType> c = rt.device_table_choices();
+  const std::vector<DeviceTableChoice> c = rt.device_table_choices();
   if (reserves.empty()) return std::nullopt;
   TOPKV_CHECK(reserves.size() == std::max<size_t>(c.size(), 1), "internal: the model was sized with {} device "
               "reserves for a runtime with {} table types", reserves.size(), c.size());
@@ -77,20 +77,19 @@ OffloadRuntime* Session::prepare_runtime(const OffloadPolicy& policy) {
   return runtime_.get();
 }
 
-// A runtime that may store its device tables as the model chose takes that
-// type before its first context (the tables go up as its layers are ready).
+// A runtime that may hold its device tables as the model chose takes that
+// choice before its first context (the tables go up as its layers are ready).
 void Session::take_table_choice() {
-  if (!runtime_ || !table_type_) return;
-  const std::vector<DType> c = runtime_->device_table_choices();
-  if (c.size() > 1 && std::find(c.begin(), c.end(), *table_type_) != c.end())
-    runtime_->set_device_table_type(*table_type_);
+  if (!runtime_ || !tables_) return;
+  const std::vector<DeviceTableChoice> c = runtime_->device_table_choices();
+  if (c.size() > 1 && std::find(c.begin(), c.end(), *tables_) != c.end()) runtime_->set_device_tables(*tables_);
 }
 
 Model& Session::load(const ModelOptions& mo) {
   model_.reset();
-  table_type_.reset();
+  tables_.reset();
   model_ = std::make_unique<Model>(file_, *backend_, mo);
-  if (runtime_) table_type_ = topkv::device_table_choice(*model_, *runtime_);
+  if (runtime_) tables_ = topkv::device_table_choice(*model_, *runtime_);
   if (!runtime_used_) take_table_choice();  // else the next start()'s fresh runtime takes it
   model_->touch_weights();  // page the mapped weights in now, not inside the timed prefill
   return *model_;

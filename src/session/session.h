@@ -38,12 +38,12 @@ namespace topkv {
 void attach_runtime(Model& model, OffloadRuntime* rt, bool release_kv);
 // The same for any override `ov` serving `layers` (e.g. offload/host_dense_attention.h).
 void attach_override(Model& model, AttentionOverride* ov, const std::vector<int>& layers, bool release_kv);
-// The device table type `model`'s memory check chose for `rt` (the model was
+// The device tables `model`'s memory check chose for `rt` (the model was
 // sized with ModelOptions::device_reserves = rt.device_reserves(n)): its
 // Model::device_reserve_choice among rt.device_table_choices(), for
-// rt.set_device_table_type before rt takes a context. nullopt when there was
-// no choice to make (one type or none, or the model was given no reserves).
-std::optional<DType> device_table_choice(const Model& model, const OffloadRuntime& rt);
+// rt.set_device_tables before rt takes a context. nullopt when there was
+// no choice to make (one choice or none, or the model was given no reserves).
+std::optional<DeviceTableChoice> device_table_choice(const Model& model, const OffloadRuntime& rt);
 
 // Prefills `ids` in chunks of `chunk` (a progress bar when there are several
 // and `progress`) and returns the last token's logits. With an offloaded
@@ -103,11 +103,11 @@ class Session {
 
   // Builds the model. Error on bad options or memory. With device_reserves
   // (OffloadRuntime::device_reserves of the prepared runtime) the model's
-  // memory check chooses the runtime's device table type (--device-table-type
+  // memory check chooses the runtime's device tables (--device-table-type
   // auto), which this runtime and those start() makes later take.
   Model& load(const ModelOptions& mo);
-  // That choice, when the budget made one among several types.
-  std::optional<DType> device_table_choice() const { return table_type_; }
+  // That choice, when the budget made one among several.
+  std::optional<DeviceTableChoice> device_table_choice() const { return tables_; }
   Model& model() { return *model_; }
   bool loaded() const { return model_ != nullptr; }
 
@@ -139,7 +139,7 @@ class Session {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<OffloadRuntime> runtime_;  // declared before the model: it outlives the model's pointer to it
   bool runtime_used_ = false;
-  std::optional<DType> table_type_;  // the model's choice of device table type (load)
+  std::optional<DeviceTableChoice> tables_;  // the model's choice of device tables (load)
   std::unique_ptr<Model> model_;
 };
 

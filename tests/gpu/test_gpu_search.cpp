@@ -116,7 +116,7 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
     }
     L.prefill(keys.data(), values.data(), c.n);
     DeviceSearchTables tab;
-    tab.upload(be, L, c.table);
+    tab.upload(be, L, DeviceTableChoice{c.table, 1});
     const int G = c.group, nkv = c.kv, d = c.hd, max_n = tab.max_n();
     const int cap = tab.row_cap(c.k, G);
     const int64_t cand_k = c.rerank > 1 ? c.rerank * c.k : 0;

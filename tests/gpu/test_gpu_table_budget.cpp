@@ -34,35 +34,52 @@ OffloadPolicy device_search_policy(const char* index) {
 TEST_CASE("the CUDA runtime's device table choices and the reserve each takes", "[offload]") {
   const ModelConfig cfg = runtime_test_config(2, 8, 2, 128);
   const int64_t n = 1 << 20;
-  for (const char* index : {"quest", "multipole"}) {
+  // Page bounds also fall to i8 with longer pages, as far as the index allows
+  // (one level: 2 and 4; coarse pages of 4 pages: 2); clusters do not merge.
+  const auto choices_of = [](int f_max) {
+    std::vector<DeviceTableChoice> c{{DType::F16, 1}, {DType::I8, 1}};
+    for (int f = 2; f <= f_max; f *= 2) c.push_back({DType::I8, f});
+    return c;
+  };
+  for (const auto& [index, f_max] : {std::pair{"quest", 4}, std::pair{"quest:coarse_ratio=4", 2},
+                                      std::pair{"multipole", 1}}) {
     CAPTURE(index);
     OffloadPolicy pol = device_search_policy(index);
     auto rt = make_gpu_offload_runtime(cuda_be(), cfg, pol, false);
-    REQUIRE(rt->device_table_choices() == std::vector<DType>{DType::F16, DType::I8});
+    const std::vector<DeviceTableChoice> choices = rt->device_table_choices();
+    REQUIRE(choices == choices_of(f_max));
     const std::vector<int64_t> r = rt->device_reserves(n);
-    REQUIRE(r.size() == 2);
-    // The two differ by the tables alone: 4 heads of n keys at f16's bytes against i8's.
+    REQUIRE(r.size() == choices.size());
+    // Neighbours differ by the tables alone: 4 heads of n keys at one choice's bytes against the next's.
     const auto idx = KvIndex::create(index);
-    const double per_key = idx->summary_bytes_per_key(cfg.head_dim, 2) - idx->summary_bytes_per_key(cfg.head_dim, 1);
-    CHECK(std::abs((double)(r[0] - r[1]) - 4.0 * (double)n * per_key) < 2.0);
-    CHECK(r[1] > 0);
+    for (size_t i = 1; i < choices.size(); ++i) {
+      const auto& [a, b] = std::pair{choices[i - 1], choices[i]};
+      const double per_key = idx->summary_bytes_per_key(cfg.head_dim, dtype_size(a.type), a.page_factor) -
+                             idx->summary_bytes_per_key(cfg.head_dim, dtype_size(b.type), b.page_factor);
+      CHECK(per_key > 0);
+      CHECK(std::abs((double)(r[i - 1] - r[i]) - 4.0 * (double)n * per_key) < 2.0);
+    }
+    CHECK(r.back() > 0);
     CHECK(rt->device_bytes_estimate(n) == r[0]);
-    rt->set_device_table_type(DType::I8);
-    CHECK(rt->policy().device_table_type == DType::I8);
-    CHECK(rt->device_bytes_estimate(n) == r[1]);
+    rt->set_device_tables(choices.back());
+    CHECK(rt->device_tables() == choices.back());
+    CHECK(rt->device_bytes_estimate(n) == r.back());
     const auto plan = rt->device_plan(n);
-    CHECK(std::any_of(plan.begin(), plan.end(), [](const MemoryPlan::Line& l) {
-      return l.what.find("device search tables") != std::string::npos && l.what.find("i8") != std::string::npos;
+    CHECK(std::any_of(plan.begin(), plan.end(), [&](const MemoryPlan::Line& l) {
+      return l.what.find("device search tables") != std::string::npos &&
+             l.what.find(choices.back().name()) != std::string::npos;
     }));
-    // A type the user named is the only one; so is i8 by the budget (nothing smaller to fall to).
+    // A type the user named is the only choice, its own pages; i8 by the
+    // budget leaves only the longer pages to fall to.
     pol.device_table_by_budget = false, pol.device_table_type = DType::F8E4M3;
     auto named = make_gpu_offload_runtime(cuda_be(), cfg, pol, false);
-    CHECK(named->device_table_choices() == std::vector<DType>{DType::F8E4M3});
+    CHECK(named->device_table_choices() == std::vector<DeviceTableChoice>{{DType::F8E4M3, 1}});
     CHECK(named->device_reserves(n).size() == 1);
-    CHECK_THROWS_WITH(named->set_device_table_type(DType::I8), Catch::Contains("not among this runtime's choices"));
+    CHECK_THROWS_WITH(named->set_device_tables({DType::I8, 1}), Catch::Contains("not among this runtime's choices"));
     pol.device_table_by_budget = true, pol.device_table_type = DType::I8;
-    CHECK(make_gpu_offload_runtime(cuda_be(), cfg, pol, false)->device_table_choices() ==
-          std::vector<DType>{DType::I8});
+    std::vector<DeviceTableChoice> i8 = choices_of(f_max);
+    i8.erase(i8.begin());
+    CHECK(make_gpu_offload_runtime(cuda_be(), cfg, pol, false)->device_table_choices() == i8);
     // The host search keeps no tables on the device.
     pol = device_search_policy(index);
     pol.search_on = SearchOn::Host;
@@ -72,10 +89,12 @@ TEST_CASE("the CUDA runtime's device table choices and the reserve each takes", 
   }
 }
 
-TEST_CASE("the session hands the budget's table type to its runtimes before the tables go up", "[offload]") {
-  // The model's choice is forced here with a first reserve no GPU holds; the
-  // run then decodes with i8 tables, as a run that names i8 does, token for
-  // token, and a fresh runtime for the next context takes i8 again.
+TEST_CASE("the session hands the budget's device tables to its runtimes before the tables go up", "[offload]") {
+  // The model's choice is forced here with leading reserves no GPU holds; the
+  // run then decodes with those tables as a run that names them does, token
+  // for token, and a fresh runtime for the next context takes them again.
+  // Pages twice as long are a quest index of twice the page, named i8
+  // (SummaryTables::coarsened: the same bounds).
   TempDir td;
   const std::string path = (td.dir / "m.gguf").string();
   SynthConfig sc = synth_defaults("llama");
@@ -87,18 +106,21 @@ TEST_CASE("the session hands the budget's table type to its runtimes before the 
   for (auto& t : prompt) t = (int32_t)(rng() % 1000) + 16;
   SessionOptions so;
   so.backend.name = "cuda", so.progress = false, so.overlap_build = true;
-  const auto run = [&](const OffloadPolicy& pol, bool force_smaller, std::vector<DType>* types) {
+  // `unheld`: how many of the leading reserves no GPU holds.
+  const auto run = [&](const OffloadPolicy& pol, int unheld, std::vector<DeviceTableChoice>* tables) {
     Session s(file, so);
     OffloadRuntime* rt = s.prepare_runtime(pol);
     ModelOptions mo;
     mo.n_ctx = 1024, mo.max_chunk = 128, mo.kv_dtype = DType::F16;
     mo.device_reserves = rt->device_reserves(mo.n_ctx);
-    if (force_smaller) mo.device_reserves[0] = int64_t(1) << 50;
+    for (int i = 0; i < unheld; ++i) mo.device_reserves[(size_t)i] = int64_t(1) << 50;
     s.load(mo);
     std::vector<int32_t> ids;
     for (int context = 0; context < 2; ++context) {  // the second start makes a fresh runtime
-      std::vector<float> logits = s.start(pol, nullptr, prompt, mo.max_chunk, /*release_kv=*/true);
-      types->push_back(s.runtime()->policy().device_table_type);
+      // The caches stay (release_kv false, as the server runs): the second
+      // context prefills into them before its fresh runtime takes the KV.
+      std::vector<float> logits = s.start(pol, nullptr, prompt, mo.max_chunk, /*release_kv=*/false);
+      tables->push_back(s.runtime()->device_tables());
       DecodeParams dp;
       dp.sampling.temperature = 0, dp.n_predict = 12, dp.n_ctx = mo.n_ctx, dp.ignore_eog = true;
       const DecodeResult d = s.decode(std::move(logits), dp, Timer());
@@ -106,16 +128,23 @@ TEST_CASE("the session hands the budget's table type to its runtimes before the 
     }
     return ids;
   };
-  OffloadPolicy pol = device_search_policy("quest:page=4");
-  std::vector<DType> by_budget, named;
-  const std::vector<int32_t> got = run(pol, /*force_smaller=*/true, &by_budget);
-  CHECK(by_budget == std::vector<DType>{DType::I8, DType::I8});
-  pol.device_table_by_budget = false, pol.device_table_type = DType::I8;
-  const std::vector<int32_t> want = run(pol, false, &named);
-  CHECK(named == std::vector<DType>{DType::I8, DType::I8});
-  CHECK(got == want);
+  const auto named_i8 = [](const char* index) {
+    OffloadPolicy p = device_search_policy(index);
+    p.device_table_by_budget = false, p.device_table_type = DType::I8;
+    return p;
+  };
+  const DeviceTableChoice i8{DType::I8, 1}, i8_x2{DType::I8, 2}, f16{DType::F16, 1};
+  std::vector<DeviceTableChoice> by_budget, named;
+  const std::vector<int32_t> got = run(device_search_policy("quest:page=4"), 1, &by_budget);
+  CHECK(by_budget == std::vector<DeviceTableChoice>{i8, i8});
+  CHECK(got == run(named_i8("quest:page=4"), 0, &named));
+  CHECK(named == std::vector<DeviceTableChoice>{i8, i8});
+  by_budget.clear(), named.clear();
+  const std::vector<int32_t> longer = run(device_search_policy("quest:page=4"), 2, &by_budget);
+  CHECK(by_budget == std::vector<DeviceTableChoice>{i8_x2, i8_x2});
+  CHECK(longer == run(named_i8("quest:page=8"), 0, &named));
   // Without pressure the preferred f16 stays.
-  std::vector<DType> roomy;
-  run(device_search_policy("quest:page=4"), false, &roomy);
-  CHECK(roomy == std::vector<DType>{DType::F16, DType::F16});
+  std::vector<DeviceTableChoice> roomy;
+  run(device_search_policy("quest:page=4"), 0, &roomy);
+  CHECK(roomy == std::vector<DeviceTableChoice>{f16, f16});
 }
