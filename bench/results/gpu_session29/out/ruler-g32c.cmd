@@ -1,0 +1,1 @@
+topkv eval ruler -m q15.gguf --lengths 32K --tasks fwe --backend cuda --chat --answer-tokens 48 --agreement-tokens 64 --chunk 4096 --kv-type f16 --threads 3 --samples 1 --error-steps 0 --methods-index faiss-hnsw --methods-k 1%,2%,5%
