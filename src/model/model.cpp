@@ -119,11 +119,12 @@ Model::Model(std::shared_ptr<const GgufFile> file, Backend& backend, const Model
                   "the GPU cannot hold what the top-k runtime needs at a context of {} tokens: {} (its search tables, "
                   "sinks + window mirrors and work space: the memory plan's GPU lines{}) against {} left beside the "
                   "weights and buffers. Raise --gpu-mem-budget, lower -c, choose an index with smaller tables (a "
-                  "larger quest:page or multipole:ratio), store them in fewer bytes (--device-table-type i8: half "
-                  "of f16's), or --search-on host (no tables on the GPU)",
+                  "larger quest:page or multipole:ratio){}, or --search-on host (no tables on the GPU)",
                   opt_.n_ctx, format_bytes((double)reserve()),
                   reserves.size() > 1 ? ", with the smallest tables the run may choose" : "",
-                  format_bytes((double)left));
+                  format_bytes((double)left),
+                  // With several reserves the budget already tried the smaller table types.
+                  reserves.size() > 1 ? "" : ", store them in fewer bytes (--device-table-type i8: half of f16's)");
     }
   }
 }
