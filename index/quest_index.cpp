@@ -182,7 +182,8 @@ class QuestIndex final : public KvIndex {
   // coarse page (page_ * coarse_ratio_ keys, whatever the factor).
   double summary_bytes_per_key(int dim, size_t elem, int page_factor) const override {
     const double per_group = 2.0 * dim * (double)elem + 4.0;
-    return per_group / (double)(page_ * page_factor) + (coarse_ratio_ > 0 ? per_group / (double)(page_ * coarse_ratio_) : 0.0);
+    const double coarse = coarse_ratio_ > 0 ? per_group / (double)(page_ * coarse_ratio_) : 0.0;
+    return per_group / (double)(page_ * page_factor) + coarse;
   }
   // Pages up to 4 times longer on the device, as long as two levels keep at
   // least 2 pages a coarse page: each taken page then brings page_ * f tokens
