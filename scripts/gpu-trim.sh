@@ -21,9 +21,11 @@ case "${1:-}" in
     ;;
   back)
     [ -d "$HOLD" ] || { echo "gpu-trim: nothing is held in $HOLD" >&2; exit 1; }
-    for e in $(ls -A "$HOLD"); do
+    shopt -s dotglob nullglob
+    for held in "$HOLD"/*; do
+      e=$(basename "$held")
       if [ -e "$e" ]; then echo "gpu-trim: $e is in the checkout again; its held copy stays in $HOLD" >&2; continue; fi
-      mv "$HOLD/$e" .
+      mv "$held" .
     done
     rmdir "$HOLD" 2>/dev/null || true
     ;;
