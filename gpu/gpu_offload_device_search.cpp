@@ -197,7 +197,7 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[0], st));
   cuda::SummarySearchArgs s;
   s.heads = tab.heads(), s.n_kv = nkv, s.group = G, s.head_dim = d, s.max_n = tab.max_n();
-  s.page_bounds = tab.page_bounds(), s.table_type = policy_.device_table_type, s.store_type = policy_.store_dtype;
+  s.page_bounds = tab.page_bounds(), s.table_type = device_tables().type, s.store_type = policy_.store_dtype;
   s.q = q, s.k = cand_k ? cand_k : budget, s.scale = scale, s.workspace = search_ws_.mem.get();
   s.coarse_k = tab.coarse_budget(budget);
   s.spread = tab.spread(), s.spread_clip = tab.spread_clip();

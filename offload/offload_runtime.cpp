@@ -391,7 +391,7 @@ void OffloadRuntime::set_device_tables(const DeviceTableChoice& c) {
   TOPKV_CHECK(std::find(choices.begin(), choices.end(), c) != choices.end(), "internal: device tables as {} are not "
               "among this runtime's choices", c.name());
   TOPKV_CHECK(layers_.empty(), "internal: the device tables are chosen before the runtime takes a context");
-  policy_.device_table_type = c.type, policy_.device_table_page_factor = c.page_factor;
+  device_tables_ = c;
 }
 
 std::string OffloadRuntime::describe() const {

@@ -149,7 +149,10 @@ class OffloadRuntime : public AttentionOverride, public KvPastSource {
   // Takes the choice the model's memory check made among those (Model::
   // device_reserve_choice); before the first context, whose tables it sizes.
   void set_device_tables(const DeviceTableChoice& c);
-  DeviceTableChoice device_tables() const { return {policy_.device_table_type, policy_.device_table_page_factor}; }
+  // The tables as they go up: the policy's type at its own pages until a
+  // choice is taken. The policy itself stays as given, so the choices do not
+  // change with the one taken.
+  const DeviceTableChoice& device_tables() const { return device_tables_; }
   std::string describe() const;  // one paragraph: layers, heads, k, index
 
  protected:
@@ -179,6 +182,7 @@ class OffloadRuntime : public AttentionOverride, public KvPastSource {
 
   ModelConfig cfg_;
   OffloadPolicy policy_;
+  DeviceTableChoice device_tables_{policy_.device_table_type, 1};  // set_device_tables
   bool progress_;
   std::vector<int> retrieval_layers_;        // model layer ids
   std::vector<int> slot_;                    // model layer -> index into layers_ (-1: not retrieval)

@@ -82,11 +82,6 @@ struct OffloadPolicy {
   // up (OffloadRuntime::device_table_choices, ModelOptions::device_reserves);
   // false: the type is the user's, and a plan it does not fit is refused.
   bool device_table_by_budget = true;
-  // Device page bounds hold runs of this many of the index's pages
-  // (SummaryTables::coarsened): 1, unless the budget chose longer pages
-  // because even i8 tables of the index's own did not fit
-  // (DeviceTableChoice). Chosen per run, not saved.
-  int device_table_page_factor = 1;
   // Where the clustering backends' blockwise k-means runs (centroid,
   // multipole: KvIndex::uses_kmeans). Gpu (CUDA runtime): Lloyd rounds on the
   // device (gpu/gpu_kmeans.h); Host: Faiss on the host cores; Lloyd: the GPU

@@ -286,13 +286,14 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
     }
     if (offload) {
       const OffloadStats& st = offload->stats();
+      // The tables on the device (null without a device search).
+      const DeviceTableChoice* device_tables =
+          offload->device_table_choices().empty() ? nullptr : &offload->device_tables();
       j["offload"] = {{"policy", nlohmann::json::parse(policy.to_json())},
-                      {"device_table_type", offload->device_table_choices().empty()
-                                                ? nlohmann::json()
-                                                : nlohmann::json(dtype_name(offload->device_tables().type))},
-                      {"device_table_page_factor", offload->device_table_choices().empty()
-                                                       ? nlohmann::json()
-                                                       : nlohmann::json(offload->device_tables().page_factor)},
+                      {"device_table_type", device_tables ? nlohmann::json(dtype_name(device_tables->type))
+                                                          : nlohmann::json()},
+                      {"device_table_page_factor", device_tables ? nlohmann::json(device_tables->page_factor)
+                                                                 : nlohmann::json()},
                       {"retrieval_layers", offload->retrieval_layers()},
                       {"k_per_layer", offload->k_per_layer()},
                       {"keys_indexed", st.keys_indexed},

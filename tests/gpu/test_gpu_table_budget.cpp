@@ -63,6 +63,7 @@ TEST_CASE("the CUDA runtime's device table choices and the reserve each takes", 
     CHECK(rt->device_bytes_estimate(n) == r[0]);
     rt->set_device_tables(choices.back());
     CHECK(rt->device_tables() == choices.back());
+    CHECK(rt->device_table_choices() == choices);  // taking one leaves the policy, and so the choices, as they were
     CHECK(rt->device_bytes_estimate(n) == r.back());
     const auto plan = rt->device_plan(n);
     CHECK(std::any_of(plan.begin(), plan.end(), [&](const MemoryPlan::Line& l) {
