@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <cooperative_groups.h>
+
 #include "gpu/cuda_check.h"
 #include "gpu/cuda_kernels.h"
 
@@ -172,19 +174,69 @@ struct KeyScale {
   float lo, inv;
 };
 
-// The range of x(0..n-1) and its keys' scale, by a block of THREADS (the
-// cut's own pass over its items: the scores need no range of their own).
-template <int THREADS, class Score>
+// A cut is run by one block (CL = 1) or by a thread block cluster of CL
+// blocks (sm_90: "the cut with more than one block per query head"), each
+// taking every CL-th run of THREADS * kCutLoads items and sharing its partial
+// results with the others through distributed shared memory. Every block of
+// the cluster then reaches the same decisions from the same integer sums, so
+// the cut equals the one-block cut exactly.
+template <int CL> struct CutTeam {
+  // (Clusters are sm_90's: compiled for an older device, a team of more
+  // than one block traps, and summary_search never launches one there.)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __device__ static int rank() { return CL == 1 ? 0 : (__trap(), 0); }
+  __device__ static void sync() { CL == 1 ? __syncthreads() : __trap(); }
+  template <class T> __device__ static T* of(T* local, int) { return CL == 1 ? local : (__trap(), local); }
+#else
+  __device__ static int rank() {
+    if constexpr (CL == 1) return 0;
+    else return (int)cooperative_groups::this_cluster().block_rank();
+  }
+  __device__ static void sync() {  // every thread of every block of the team
+    if constexpr (CL == 1) __syncthreads();
+    else cooperative_groups::this_cluster().sync();
+  }
+  template <class T> __device__ static T* of(T* local, int r) {  // block r's copy of a shared variable
+    if constexpr (CL == 1) return local;
+    else return cooperative_groups::this_cluster().map_shared_rank(local, (unsigned)r);
+  }
+#endif
+};
+
+// This block's items of the team: runs of THREADS * kCutLoads, every CL-th.
+template <int THREADS, int CL, class F> __device__ __forceinline__ void for_team_items(int n, F&& f) {
+  constexpr int run = THREADS * kCutLoads;
+  for (int j0 = CutTeam<CL>::rank() * run + (int)threadIdx.x; j0 < n; j0 += CL * run) f(j0);
+}
+
+// The range of x(0..n-1) and its keys' scale, by a team of CL blocks of
+// THREADS (the cut's own pass over its items: the scores need no range of
+// their own).
+template <int THREADS, int CL = 1, class Score>
 __device__ KeyScale block_key_scale(int n, Score x) {
-  __shared__ float s_lo[THREADS / 32], s_hi[THREADS / 32];
+  __shared__ float s_lo[THREADS / 32], s_hi[THREADS / 32], s_block[2];
   float lo = INFINITY, hi = -INFINITY;
-  for (int j = threadIdx.x; j < n; j += THREADS) lo = fminf(lo, x(j)), hi = fmaxf(hi, x(j));
+  for_team_items<THREADS, CL>(n, [&](int j0) {
+#pragma unroll
+    for (int u = 0; u < kCutLoads; ++u)
+      if (j0 + u * THREADS < n) lo = fminf(lo, x(j0 + u * THREADS)), hi = fmaxf(hi, x(j0 + u * THREADS));
+  });
   for (int o = 16; o > 0; o >>= 1)
     lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o)), hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
   if (threadIdx.x % 32 == 0) s_lo[threadIdx.x / 32] = lo, s_hi[threadIdx.x / 32] = hi;
   __syncthreads();
   lo = INFINITY, hi = -INFINITY;
   for (int i = 0; i < THREADS / 32; ++i) lo = fminf(lo, s_lo[i]), hi = fmaxf(hi, s_hi[i]);
+  if constexpr (CL > 1) {
+    if (threadIdx.x == 0) s_block[0] = lo, s_block[1] = hi;
+    CutTeam<CL>::sync();
+    lo = INFINITY, hi = -INFINITY;
+    for (int r = 0; r < CL; ++r) {
+      const float* b = CutTeam<CL>::of(s_block, r);
+      lo = fminf(lo, b[0]), hi = fmaxf(hi, b[1]);
+    }
+    CutTeam<CL>::sync();  // no block leaves (or reuses its shared memory) while another reads it
+  }
   return {lo, hi > lo ? (float)kKeyMax / (hi - lo) : 0.f};  // as summary_cut_reference
 }
 __device__ __forceinline__ KeyScale key_scale(const uint32_t* minmax, int rows, int row, bool scored) {
@@ -195,7 +247,8 @@ __device__ __forceinline__ KeyScale key_scale(const uint32_t* minmax, int rows, 
 // A token budget as radix_cut's need.
 __device__ __forceinline__ uint32_t need_of(int64_t k) { return k < 0xffffffffll ? (uint32_t)k : 0xffffffffu; }
 
-// The cut key of one budget, run by a whole block of kSelectThreads: items
+// The cut key of one budget, run by a whole block of THREADS, or by every
+// block of a team of CL (CutTeam): items
 // j < n with score x(j) and weight weight(j) (0: not a candidate), keys
 // score_key(x, lo, inv); returns the largest key K whose items at or above
 // it weigh >= need, or 0 when all of them together weigh less (take all).
@@ -205,8 +258,9 @@ __device__ __forceinline__ uint32_t need_of(int64_t k) { return k < 0xffffffffll
 // 255 - 8i down to 248 - 8i, and the one lane where need is crossed walks its
 // eight (thread 0 walking all 256 was one dependent shared load after
 // another).
-template <int THREADS = kSelectThreads, class Score, class Weight>
+template <int THREADS = kSelectThreads, int CL = 1, class Score, class Weight>
 __device__ uint32_t radix_cut(int n, Score x, Weight weight, uint32_t need, float lo, float inv) {
+  using Team = CutTeam<CL>;
   __shared__ uint32_t hist[256];
   __shared__ uint32_t s_prefix, s_mask, s_need;
   __shared__ bool s_all;
@@ -216,7 +270,7 @@ __device__ uint32_t radix_cut(int n, Score x, Weight weight, uint32_t need, floa
     for (int b = threadIdx.x; b < 256; b += THREADS) hist[b] = 0;
     __syncthreads();
     const uint32_t prefix = s_prefix, mask = s_mask;
-    for (int j0 = threadIdx.x; j0 < n; j0 += THREADS * kCutLoads) {
+    for_team_items<THREADS, CL>(n, [&](int j0) {
       float xs[kCutLoads];
       uint32_t cs[kCutLoads];
 #pragma unroll
@@ -230,15 +284,19 @@ __device__ uint32_t radix_cut(int n, Score x, Weight weight, uint32_t need, floa
         const uint32_t key = score_key(xs[u], lo, inv);
         if (cs[u] && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], cs[u]);
       }
-    }
-    __syncthreads();
+    });
+    Team::sync();  // every block's histogram is complete
     if (threadIdx.x < 32) {
       const int lane = threadIdx.x, top = 255 - 8 * lane;
       const uint32_t need_now = s_need;
       uint32_t c[8];
       uint64_t mine = 0;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) c[i] = hist[top - i], mine += c[i];
+      for (int i = 0; i < 8; ++i) {
+        c[i] = 0;
+        for (int r = 0; r < CL; ++r) c[i] += Team::of(hist, r)[top - i];  // the same sums in every block
+        mine += c[i];
+      }
       uint64_t incl = mine;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -260,7 +318,7 @@ __device__ uint32_t radix_cut(int n, Score x, Weight weight, uint32_t need, floa
         s_mask = mask | (255u << shift);
       }
     }
-    __syncthreads();
+    Team::sync();  // the decision is seen, and no block clears its histogram while another reads it
     if (s_all) break;
   }
   return s_all ? 0u : s_prefix;

@@ -87,6 +87,12 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
       {"quest:page=5,coarse_ratio=3,expand=1", DType::BF16, 64, 1, 7, 2003, 37, false},
       {"quest:page=16,coarse_ratio=8", DType::F32, 256, 1, 12, 9000, 1000, false},
       {"quest:page=16,coarse_ratio=2,expand=1000", DType::F32, 64, 2, 2, 500, 100, false},  // everything listed
+      // one level over 8,192 groups and more: the cut by a cluster of blocks (sm_90, kClusterCutMinGroups)
+      {"quest:page=2", DType::F16, 64, 2, 4, 17001, 1500, false},
+      {"quest:page=2", DType::I8, 128, 1, 7, 20001, 3000, false},
+      {"quest:page=1", DType::F32, 64, 1, 2, 70001, 20000, false},
+      // far rows: a split of more groups than the far kernel stages at once (kFarStage)
+      {"multipole", DType::F16, 64, 1, 4, 12001, 100, false},
       // f8 tables (E4M3: page bounds rounded outward, centroids and value means to nearest)
       {"quest:page=16,coarse_ratio=16,expand=4", DType::F8E4M3, 128, 3, 4, 30001, 256, true},
       {"quest:page=4", DType::F8E4M3, 64, 2, 4, 1000, 100, false},
