@@ -309,9 +309,17 @@ void synthetic_key_values(const SyntheticConfig& cfg, int head, int64_t t0, int6
   const int threads = n_threads > 0 ? n_threads : std::max(1u, std::thread::hardware_concurrency());
   const HeadModel M = make_head_model(cfg, head);
   const size_t d = (size_t)cfg.head_dim;
+  // The copy out of each super-block on every thread too (emit runs between
+  // generate_rows' parallel passes): one thread copying 64 MB a super-block
+  // was a serial share of a long fill.
   generate_rows(cfg, M, head, t0, t0 + n, threads, [&](int64_t t, int64_t rows, const float* k, const float* v) {
-    std::copy_n(k, (size_t)rows * d, keys + (size_t)(t - t0) * d);
-    std::copy_n(v, (size_t)rows * d, values + (size_t)(t - t0) * d);
+    constexpr int64_t kCopyRows = 1024;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < rows; r += kCopyRows) {
+      const size_t at = (size_t)r * d, len = (size_t)std::min(kCopyRows, rows - r) * d;
+      std::copy_n(k + at, len, keys + (size_t)(t - t0) * d + at);
+      std::copy_n(v + at, len, values + (size_t)(t - t0) * d + at);
+    }
   });
 }
 

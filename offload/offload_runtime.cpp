@@ -131,8 +131,17 @@ void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
   const int64_t keys_total = (int64_t)layers_.size() * cfg_.n_head_kv * std::max<int64_t>(0, n - policy_.sinks - policy_.window);
   Progress bar("index build", keys_total, "keys", progress_ && keys_total >= 100000);
   std::atomic<int64_t> read_us{0};
-  fill_layers(layers_in_flight(n), [&](int i, OffloadedLayer& layer) {
-    std::vector<float> k, v;
+  // One pair of staging buffers a layer in flight, kept from layer to layer:
+  // a fresh pair a layer (2 x 2 GiB at the 8B geometry's 512K) was faulted in
+  // and zeroed by one thread each time (the readers' resize), while the
+  // synthetic generator ran on every core (session 30: its reading took 212 s
+  // of a 310 s fill on the 16-core GPU host, bench/results/gpu_session30/).
+  const int in_flight = layers_in_flight(n);
+  std::vector<std::pair<std::vector<float>, std::vector<float>>> staging((size_t)in_flight);
+  fill_layers(in_flight, [&](int i, OffloadedLayer& layer) {
+    const size_t worker = (size_t)omp_get_thread_num();  // fill_layers' team: num_threads(in_flight), or 0
+    TOPKV_CHECK(worker < staging.size(), "internal: fill worker {} of {}", worker, staging.size());
+    auto& [k, v] = staging[worker];
     Timer rt;
     read(retrieval_layers_[(size_t)i], k, v);  // [kv][n][d]
     read_us += (int64_t)(rt.seconds() * 1e6);
