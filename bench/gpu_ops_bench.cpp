@@ -17,7 +17,7 @@
 //   prefill      prefill attention at 32k / 128k contexts, the fp32 kernel
 //                against the tensor-core one (--only prefill: this group alone);
 //   search       the device search's steps at the 1M Gemma / 512K Llama
-//                shapes (--only search: this group alone);
+//                shapes (--only search: this group alone, after the copy row);
 //   kmeans       the GPU k-means engine (--build-on gpu) on one block of a
 //                multipole build, alone and shared by 16 threads (--only
 //                kmeans: this group alone, bench/gpu_kmeans_bench.cpp);
@@ -216,10 +216,6 @@ void run_gpu_ops(const GpuOpsArgs& a) {
     bench_prefill_attention(be, tm, rep, a.reps, a.quick);
     return;
   }
-  if (a.only == "search") {
-    bench_device_search(be, tm, rep, a.reps);
-    return;
-  }
   if (a.only == "kmeans") {
     bench_kmeans(be, rep, a.reps);
     return;
@@ -234,6 +230,10 @@ void run_gpu_ops(const GpuOpsArgs& a) {
   }
   if (a.only == "rows") {
     bench_row_attention(be, tm, rep, a.reps);
+    return;
+  }
+  if (a.only == "search") {  // after the copy row: each search row's GB/s as a share of it
+    bench_device_search(be, tm, rep, a.reps);
     return;
   }
   if (a.only == "quant") {
