@@ -338,4 +338,9 @@ template <class F> void with_head_dim(int hd, F&& f) {
 // and the kept rows into a's lists.
 void summary_rerank(const SummarySearchArgs& a, const Work& w, cudaStream_t stream);
 
+// The far rows (kernels_summary_far.cu), run by summary_search last: every
+// group not selected (and with far_dropped every candidate not kept) into
+// the far partial slots a.part0 .. a.part0 + a.far_splits - 1.
+void summary_far(const SummarySearchArgs& a, const Work& w, cudaStream_t stream);
+
 }  // namespace topkv::cuda::summary_work
