@@ -1,8 +1,10 @@
 // `topkv bench gpu-ops --only search` (and a group of the full run): the
 // device search (cuda::summary_search) at the shapes of the million-token
 // runs, each step timed cumulatively (score; + cut; + gather; + far), so the
-// rows say what each step costs. Tables are random (every group 16 keys, no
-// ties); the gathered pointers are written but not read here, except by the
+// rows say what each step costs; one-level shapes then time the cut, the
+// gather and the far rows alone (their GB/s against the copy row). Tables
+// are random (every group 16 keys, no ties); the gathered pointers are
+// written but not read here, except by the
 // rerank rows (step 3b, R = 4: the candidates' keys are read, from a random
 // device copy of the store, as the store cache serves them), and spread rows
 // (the far rows' spread term: a variance table as large as the value means).
@@ -187,6 +189,25 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
     const double bytes = table_bytes + (i == 3 ? (spread ? 2.0 : 1.0) * s.n_kv * s.n * s.hd * es : 0.0) +
                          (i >= 2 ? (double)s.n_kv * a.cand_cap * s.hd * 2 : 0.0);
     rep.add("search", fmt::format("{} {}", name, names[i]), us, bytes, 0);
+  }
+  // One level: the cut, the gather and the far rows each alone, over the work
+  // space the full search above left (its scores, cuts and selection), so
+  // each kernel's GB/s and share of the copy stand on their own row. Bytes:
+  // what the step must read once, the scores [n_kv][group][n] f32, and for
+  // the far rows also the value means (and variances).
+  if (s.coarse == 0) {
+    const double score_bytes = (double)s.n_kv * s.group * s.n * 4;
+    const std::pair<unsigned, const char*> alone[] = {
+        {A::kSearchCut, "cut alone"}, {A::kSearchGather, R > 1 ? "gather + rerank alone" : "gather alone"},
+        {A::kSearchFar, "far alone"}};
+    for (const auto& [phase, what] : alone) {
+      if (phase == A::kSearchFar && !s.far) continue;
+      a.phases = phase;
+      const double us = tm.median_us(reps, [&] { cuda::summary_search(a, be.stream()); });
+      const double means = (spread ? 2.0 : 1.0) * s.n_kv * s.n * s.hd * es;
+      const double bytes = score_bytes + (phase == A::kSearchFar ? means : 0.0);
+      rep.add("search", fmt::format("{} {}", name, what), us, bytes, 0);
+    }
   }
   std::vector<int32_t> got((size_t)s.n_kv);
   TOPKV_CUDA_CHECK(cudaMemcpy(got.data(), a.counts, got.size() * 4, cudaMemcpyDeviceToHost));
