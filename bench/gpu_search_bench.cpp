@@ -197,6 +197,7 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
   // the far rows also the value means (and variances).
   if (s.coarse == 0) {
     const double score_bytes = (double)s.n_kv * s.group * s.n * 4;
+    const double means = (spread ? 2.0 : 1.0) * s.n_kv * s.n * s.hd * es;  // value means (and variances)
     const std::pair<unsigned, const char*> alone[] = {
         {A::kSearchCut, "cut alone"}, {A::kSearchGather, R > 1 ? "gather + rerank alone" : "gather alone"},
         {A::kSearchFar, "far alone"}};
@@ -204,7 +205,6 @@ void bench_shape(CudaBackend& be, EventTimer& tm, Report& rep, int reps, const S
       if (phase == A::kSearchFar && !s.far) continue;
       a.phases = phase;
       const double us = tm.median_us(reps, [&] { cuda::summary_search(a, be.stream()); });
-      const double means = (spread ? 2.0 : 1.0) * s.n_kv * s.n * s.hd * es;
       const double bytes = score_bytes + (phase == A::kSearchFar ? means : 0.0);
       rep.add("search", fmt::format("{} {}", name, what), us, bytes, 0);
     }

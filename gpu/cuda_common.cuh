@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -139,6 +140,31 @@ inline unsigned grid_for(int64_t n, int threads, int64_t max_blocks = 16384) {
   if (b < 1) b = 1;
   if (b > max_blocks) b = max_blocks;
   return (unsigned)b;
+}
+
+// A device's SM count and compute capability (major), asked of the driver
+// once per device: launch choices made on every decode step (the search's
+// cut, the MMVQ grid) read them here.
+struct DeviceShape {
+  int sms, major;
+};
+inline DeviceShape device_shape(int dev) {
+  static std::atomic<int> sms[64], major[64];  // static storage: zero-initialised; 0 = not asked yet
+  if (dev >= 0 && dev < 64) {
+    const int n = sms[dev].load(std::memory_order_acquire);  // set last: major is there once it is
+    if (n > 0) return {n, major[dev].load(std::memory_order_relaxed)};
+  }
+  DeviceShape d{0, 0};
+  TOPKV_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
+  TOPKV_CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (dev >= 0 && dev < 64)
+    major[dev].store(d.major, std::memory_order_relaxed), sms[dev].store(d.sms, std::memory_order_release);
+  return d;
+}
+inline DeviceShape current_device_shape() {
+  int dev = 0;
+  TOPKV_CUDA_CHECK(cudaGetDevice(&dev));
+  return device_shape(dev);
 }
 
 }  // namespace topkv::cuda

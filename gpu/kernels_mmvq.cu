@@ -213,22 +213,22 @@ __global__ void __launch_bounds__(kWarps * 32, Config<NT>::kMinBlocks) mmvq_kern
 }
 
 // Blocks of the instantiation one SM holds on the current device (asked once
-// per device) and the device's SM count.
+// per device) and the device's SM count (device_shape).
 struct Residency {
   int per_sm, sms;
 };
 template <int NT, int R, int B, int S> Residency residency() {
-  static std::atomic<int> per_sm[64], sms[64];  // static storage: zero-initialised
+  static std::atomic<int> per_sm[64];  // static storage: zero-initialised
   int dev = 0;
   TOPKV_CUDA_CHECK(cudaGetDevice(&dev));
+  const int sms = device_shape(dev).sms;
   if (dev < 64 && per_sm[dev].load(std::memory_order_relaxed) > 0)
-    return {per_sm[dev].load(std::memory_order_relaxed), sms[dev].load(std::memory_order_relaxed)};
-  int n = 0, s = 0;
+    return {per_sm[dev].load(std::memory_order_relaxed), sms};
+  int n = 0;
   TOPKV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mmvq_kernel<NT, R, B, S>, kWarps * 32, 0));
-  TOPKV_CUDA_CHECK(cudaDeviceGetAttribute(&s, cudaDevAttrMultiProcessorCount, dev));
-  TOPKV_CHECK(n > 0 && s > 0, "the MMVQ kernel (T = {}) fits no SM of device {}", NT, dev);
-  if (dev < 64) sms[dev].store(s, std::memory_order_relaxed), per_sm[dev].store(n, std::memory_order_relaxed);
-  return {n, s};
+  TOPKV_CHECK(n > 0 && sms > 0, "the MMVQ kernel (T = {}) fits no SM of device {}", NT, dev);
+  if (dev < 64) per_sm[dev].store(n, std::memory_order_relaxed);
+  return {n, sms};
 }
 
 template <int NT, int R, int B, int S> void launch(const GemvArgs& a, int max_blocks, cudaStream_t stream) {

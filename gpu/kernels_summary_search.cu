@@ -136,11 +136,8 @@ __global__ void __launch_bounds__(kClusterCutThreads) cluster_threshold_kernel(c
 // SMs hold at once.
 bool use_cluster_cut(int rows, int max_n) {
   if (max_n < kClusterCutMinGroups) return false;
-  int dev = 0, major = 0, sms = 0;
-  TOPKV_CUDA_CHECK(cudaGetDevice(&dev));
-  TOPKV_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  TOPKV_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return major >= 9 && (int64_t)rows * kCutCluster <= sms;
+  const DeviceShape d = current_device_shape();
+  return d.major >= 9 && (int64_t)rows * kCutCluster <= d.sms;
 }
 
 // 3. Gather, in three grid-wide steps so that no single block walks the
@@ -395,7 +392,6 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
     if (a.rerank_k > 0) TOPKV_CUDA_CHECK(cudaMemsetAsync(w.cand_count, 0, (size_t)a.n_kv * sizeof(int32_t), stream));
   }
   if (a.far_splits > 0 && (a.phases & A::kSearchFar)) summary_far(a, w, stream);
-
 }
 
 }  // namespace topkv::cuda

@@ -241,7 +241,7 @@ SummaryTables SummaryTables::coarse_level() const {
 SummaryTables SummaryTables::coarsened(int64_t f) const {
   TOPKV_CHECK(kind == Kind::PageBounds && f >= 1 && value_means.empty() && key_var.empty(),
               "internal: only page bounds without a far field coarsen (factor {})", f);
-  TOPKV_CHECK(coarse_ratio == 0 || (coarse_ratio % f == 0 && coarse_ratio / f >= 2),
+  TOPKV_CHECK(longer_pages_tile(coarse_ratio, f),
               "internal: pages {} times longer do not tile coarse pages of {} pages", f, coarse_ratio);
   if (f == 1) return *this;
   SummaryTables c = merged_pages(*this, f);

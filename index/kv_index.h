@@ -136,6 +136,13 @@ struct SummaryTables {
   // are exact), at 1/f of the fine rows: what the device holds when the
   // budget cannot hold the index's own pages (DeviceTableChoice::page_factor).
   SummaryTables coarsened(int64_t f) const;
+  // Whether pages f times longer keep a two-level index's coarse pages
+  // whole: f divides coarse_ratio and leaves at least 2 pages a coarse page
+  // (always, for one level: coarse_ratio 0). coarsened() and
+  // KvIndex::summary_page_factor_max both ask it.
+  static bool longer_pages_tile(int64_t coarse_ratio, int64_t f) {
+    return coarse_ratio == 0 || (coarse_ratio % f == 0 && coarse_ratio / f >= 2);
+  }
   // rows in table type t, as the device search holds them
   // (--device-table-type; src/common/table_codes.h): page bounds rounded
   // outward, M up and m down, so that a narrower bound still bounds every

@@ -195,7 +195,7 @@ class QuestIndex final : public KvIndex {
   int summary_page_factor_max() const override {
     int f = 1;
     for (int g = 2; g <= 4; g *= 2)
-      if (coarse_ratio_ == 0 || (coarse_ratio_ % g == 0 && coarse_ratio_ / g >= 2)) f = g;
+      if (SummaryTables::longer_pages_tile(coarse_ratio_, g)) f = g;
     return f;
   }
   MemoryReport memory_impl() const override {

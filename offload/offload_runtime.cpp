@@ -138,10 +138,8 @@ void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
   // of a 310 s fill on the 16-core GPU host, bench/results/gpu_session30/).
   const int in_flight = layers_in_flight(n);
   std::vector<std::pair<std::vector<float>, std::vector<float>>> staging((size_t)in_flight);
-  fill_layers(in_flight, [&](int i, OffloadedLayer& layer) {
-    const size_t worker = (size_t)omp_get_thread_num();  // fill_layers' team: num_threads(in_flight), or 0
-    TOPKV_CHECK(worker < staging.size(), "internal: fill worker {} of {}", worker, staging.size());
-    auto& [k, v] = staging[worker];
+  fill_layers(in_flight, [&](int i, int worker, OffloadedLayer& layer) {
+    auto& [k, v] = staging[(size_t)worker];
     Timer rt;
     read(retrieval_layers_[(size_t)i], k, v);  // [kv][n][d]
     read_us += (int64_t)(rt.seconds() * 1e6);
@@ -219,7 +217,7 @@ void OffloadRuntime::layers_ready(const Timer& since) {
     for (int h = 0; h < cfg_.n_head_kv; ++h) stats_.keys_indexed += l->stored_rows(h);
 }
 
-void OffloadRuntime::fill_layers(int in_flight, const std::function<void(int, OffloadedLayer&)>& fill) {
+void OffloadRuntime::fill_layers(int in_flight, const std::function<void(int, int, OffloadedLayer&)>& fill) {
   Timer t;
   const int nl = (int)layers_.size();
   // Layers in parallel when the model has more KV heads than there are cores
@@ -233,7 +231,7 @@ void OffloadRuntime::fill_layers(int in_flight, const std::function<void(int, Of
   for (int i = 0; i < nl; ++i) {
     try {
       auto layer = std::make_unique<OffloadedLayer>(layer_config(i));
-      fill(i, *layer);
+      fill(i, omp_get_thread_num(), *layer);  // this loop's team: in_flight threads, or the caller alone
       layers_[(size_t)i] = std::move(layer);
     } catch (const std::exception& e) {
       errors[(size_t)i] = e.what();
@@ -309,7 +307,8 @@ void OffloadRuntime::take_pack(const PackReader& r) {
   start_context(n);
   for (size_t i = 0; i < at.size(); ++i) streaming_[i].assign(streaming[at[i]].begin(), streaming[at[i]].end());
   // Restoring stages nothing: the stores are mapped, only tails and indexes are copied.
-  fill_layers(std::max(1, std::min((int)layers_.size(), omp_get_max_threads())), [&](int i, OffloadedLayer& layer) {
+  const int in_flight = std::max(1, std::min((int)layers_.size(), omp_get_max_threads()));
+  fill_layers(in_flight, [&](int i, int, OffloadedLayer& layer) {
     layer.restore(r, fmt::format("offload.L{}.", retrieval_layers_[(size_t)i]), n, slot);
   });
 }

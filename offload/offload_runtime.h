@@ -167,10 +167,12 @@ class OffloadRuntime : public AttentionOverride, public KvPastSource {
   virtual void on_layer_ready(int i) { (void)i; }
   void start_context(int64_t n);  // k per layer for a context of n tokens; layers_ sized
   std::vector<int64_t> k_for_context(int64_t n) const;  // what start_context(n) sets k_per_layer() to
-  // Builds every layer (layer_config, then fill(i, layer)), layers in
-  // parallel (at most in_flight at once) where the model has many KV heads,
-  // then runs on_layer_ready for each in order; sets stats_.build_s and keys_indexed.
-  void fill_layers(int in_flight, const std::function<void(int, OffloadedLayer&)>& fill);
+  // Builds every layer (layer_config, then fill(i, worker, layer)), layers
+  // in parallel (at most in_flight at once) where the model has many KV
+  // heads, then runs on_layer_ready for each in order; sets stats_.build_s
+  // and keys_indexed. worker < in_flight: no two layers in flight share it
+  // (what a fill may keep from layer to layer, e.g. staging buffers).
+  void fill_layers(int in_flight, const std::function<void(int, int, OffloadedLayer&)>& fill);
   // measure_error: adds retrieval layer i's step (host q and served out,
   // [n_head][head_dim]) against exact attention over everything it holds.
   void record_error(int i, const float* q, float scale, const float* out);
