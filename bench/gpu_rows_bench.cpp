@@ -11,7 +11,9 @@
 // and two pinned cases off alignment: q8_0 rows 2 bytes off (read a lane at a
 // time, not in one unit load per lane: what the unit load buys) and f8 rows 64
 // bytes off, so that each 128-byte row spans two 128-byte lines as a 136-byte
-// q8_0 row does (whether the lines a row touches or its bytes set the PCIe cost).
+// q8_0 row does (whether the lines a row touches or its bytes set the PCIe cost);
+// and pinned rows in pages of 16 back to back (Quest's page=16, as the decode
+// lists them), where the kernel reads q8_0 rows by whole lines (Q8Run).
 // Bytes are the rows' K and V as stored: the row type's cost where it is
 // paid, on the bus. One layer a call; a 32-layer step is 32 of them.
 #ifdef TOPKV_HAVE_CUDA
@@ -60,14 +62,22 @@ void bench_row_attention(CudaBackend& be, EventTimer& tm, Report& rep, int reps)
     }
     // variant 2: pinned, off alignment by `skew` bytes (above); f16 has no such case.
     const size_t skew = t == DType::Q8_0 ? 2 : t == DType::F8E4M3 ? 64 : 0;
-    for (const int variant : {0, 1, 2}) {
+    constexpr size_t kPage = 16;
+    for (const int variant : {0, 1, 2, 3}) {
       if (variant == 2 && skew == 0) continue;
       const bool on_device = variant == 1;
       const uint8_t* base =
           on_device ? device_pool.as<uint8_t>() : static_cast<const uint8_t*>(pinned) + (variant == 2 ? skew : 0);
       std::mt19937_64 rng(9);
       std::vector<const void*> ptrs(2 * (size_t)nkv * rows);
-      for (auto& p : ptrs) p = base + (rng() % (pool_rows - 1)) * row_bytes;
+      if (variant == 3) {  // pages of kPage rows back to back, K and V pages apart
+        for (size_t i = 0; i < ptrs.size(); i += kPage) {
+          const size_t page = rng() % (pool_rows / kPage - 1);
+          for (size_t j = 0; j < kPage && i + j < ptrs.size(); ++j) ptrs[i + j] = base + (page * kPage + j) * row_bytes;
+        }
+      } else {
+        for (auto& p : ptrs) p = base + (rng() % (pool_rows - 1)) * row_bytes;
+      }
       be.from_host(ptrs.data(), lists, 0, ptrs.size() * sizeof(void*));
       cuda::RowListArgs a;
       a.q = q.f32(), a.row_type = t, a.n_kv = nkv, a.group = group, a.head_dim = hd, a.scale = 0.088f;
@@ -79,6 +89,7 @@ void bench_row_attention(CudaBackend& be, EventTimer& tm, Report& rep, int reps)
       rep.add("rows", fmt::format("llama8b layer, {} rows x {} KV heads, {} {}", rows, nkv, dtype_name(t),
                                   variant == 1 ? "device"
                                   : variant == 2 ? fmt::format("pinned, {} B off", skew)
+                                  : variant == 3 ? fmt::format("pinned, pages of {}", kPage)
                                                  : std::string("pinned")),
               us, bytes, 4.0 * nkv * group * rows * hd);
     }
