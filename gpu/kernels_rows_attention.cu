@@ -9,13 +9,16 @@
 // read once for all of its query heads (GQA group), which for rows read over
 // PCIe is what matters.
 //
-// Grid: x = KV head, y = split of the head's row list, z = chunk of up to
-// kMaxGroup query heads. A block's 4 warps take rows r = first + warp,
-// + 4, ...; lane i owns dims [i*DPL, (i+1)*DPL) of each row (DPL = head_dim
-// / 32, contiguous so a lane's share is one or two 16-byte loads, or for q8_0
-// rows one block's scale and 2-byte code loads: partial_block.cuh). Each warp
-// keeps kUnroll rows' loads in flight before it does their math: row reads
-// over PCIe take microseconds, and only loads in flight hide that.
+// Grid: x = KV head, y = split of the head's row list (a multiple of
+// kWarps * kUnroll rows), z = chunk of up to kMaxGroup query heads. A block's
+// 4 warps take kUnroll consecutive list entries each a round (warp w: rows
+// first + 16 j + 4 w ..+3), so a warp's rows of one Quest page lie back to
+// back and q8_0 rows are read by whole lines (Q8Run, partial_block.cuh);
+// lane i owns dims [i*DPL, (i+1)*DPL) of each row (DPL = head_dim / 32,
+// contiguous so a lane's share is one or two 16-byte loads, or for q8_0 rows
+// one block's scale and 2-byte code loads). Each warp keeps kUnroll rows'
+// loads in flight before it does their math: row reads over PCIe take
+// microseconds, and only loads in flight hide that.
 // Per row and query head: s = warp_sum(q . k) (q pre-scaled), online softmax
 // (m, l, o) in fp32 registers. The block's warps then merge their partials
 // through shared memory and write one partial (m, l, o) per query head into
@@ -38,15 +41,16 @@ template <class E, int HD>
 __global__ void __launch_bounds__(kThreads) row_list_kernel(const RowListArgs a) {
   constexpr int DPL = HD / 32;
   __shared__ BlockPartials<HD, kWarps, kMaxGroup> sm;
-  // Each warp's rows in flight (K and V) staged for the lanes' reads: q8_0 only (load_rows_lanes).
-  __shared__ __align__(16) uint8_t stage[kWarps][stage_bytes_of<E, HD, 2 * kUnroll>()];
+  // Each warp's rows in flight (K and V) staged for the lanes' reads: q8_0 only (load_row_pairs).
+  __shared__ __align__(16) uint8_t stage[kWarps][stage_run_bytes_of<E, HD, kUnroll>()];
 
   const int h = blockIdx.x, split = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g0 = blockIdx.z * kMaxGroup, ng = min(kMaxGroup, a.group - g0);
   const bool ring = a.k_ring != nullptr;
   const int pre = ring && a.k_prefix ? a.prefix_count : 0;  // ring mode: rows before the ring's
   const int count = ring ? pre + a.ring_count[h] : min(a.counts[h], a.max_rows);
-  const int per = (count + a.n_splits - 1) / a.n_splits;
+  constexpr int kRound = kWarps * kUnroll;
+  const int per = ((count + a.n_splits - 1) / a.n_splits + kRound - 1) / kRound * kRound;
   const int first = split * per, last = min(count, first + per);
 
   float q[kMaxGroup][DPL], m[kMaxGroup], l[kMaxGroup], o[kMaxGroup][DPL];
@@ -74,18 +78,18 @@ __global__ void __launch_bounds__(kThreads) row_list_kernel(const RowListArgs a)
     else kp = ring_k + (size_t)((ring_first + rr - pre) % a.ring_cap) * RB,
          vp = ring_v + (size_t)((ring_first + rr - pre) % a.ring_cap) * RB;
   };
-  for (int r = first + warp; r < last; r += kWarps * kUnroll) {
-    const void* rp[2 * kUnroll];  // row r + u * kWarps: K at 2u, V at 2u + 1
+  for (int r = first + warp * kUnroll; r < last; r += kRound) {
+    const void* rp[2 * kUnroll];  // row r + u: K at 2u, V at 2u + 1
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       rp[2 * u] = rp[2 * u + 1] = nullptr;
-      if (r + u * kWarps < last) row_at(r + u * kWarps, rp[2 * u], rp[2 * u + 1]);
+      if (r + u < last) row_at(r + u, rp[2 * u], rp[2 * u + 1]);
     }
     float kv[2 * kUnroll][DPL];
-    load_rows_lanes<E, HD>(rp, lane, stage[warp], kv);
+    load_row_pairs<E, HD, kUnroll>(rp, lane, stage[warp], kv);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      if (r + u * kWarps >= last) break;
+      if (r + u >= last) break;
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g) {
         if (g >= ng) break;

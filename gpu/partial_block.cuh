@@ -183,6 +183,96 @@ template <class E, int HD, int N> constexpr int stage_bytes_of() {
   return std::is_same_v<E, Q8Row> ? N * row_bytes_of<E, HD>() : 16;
 }
 
+// q8_0 rows that lie back to back (the rows of a Quest page or of a store
+// chunk's run, as the row list names them in order), read as the aligned
+// 128-byte lines that hold them, each line by one load instruction of the
+// warp: R rows of HD = 128 touch 5 or 6 lines where one row at a time
+// touches 2 each (8). Over PCIe a read costs by the lines it touches, not its
+// bytes (an f8 row placed across two lines cost 1.48x an aligned one, bench
+// gpu-ops --only rows, session 22). A line holds bytes of a listed row, so
+// reading all of it stays inside mapped memory (a line never crosses a page).
+template <int HD, int R> struct Q8Run {
+  static constexpr int kRowBytes = row_bytes_of<Q8Row, HD>();
+  static constexpr int kLines = (R * kRowBytes + 127) / 128 + 1;  // most lines R rows can touch
+  static constexpr int kPieces = kLines * 8;                       // 16-byte pieces
+  static constexpr int kPerLane = (kPieces + 31) / 32;
+  // Rows p[0], p[stride], ... (R of them; null: no row) all back to back
+  // from p[0]: their count, or 0 for fewer than two, a gap or a row elsewhere.
+  __device__ static int length(const void* const* p, int stride) {
+    int n = 0;
+    bool run = true;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const void* r = p[i * stride];
+      if (!r) continue;
+      run = run && n == i && static_cast<const uint8_t*>(r) == static_cast<const uint8_t*>(p[0]) + i * kRowBytes;
+      ++n;
+    }
+    return run && n >= 2 ? n : 0;
+  }
+  struct Lines {
+    uint4 v[kPerLane];
+    int off;     // row 0's offset from the first line
+    int pieces;  // 16-byte pieces loaded
+  };
+  // This lane's pieces of the lines that hold n rows from p0 (loads only).
+  __device__ static Lines load(const void* p0, int n, int lane) {
+    Lines x;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p0), base = a & ~uintptr_t{127};
+    x.pieces = (int)((a + (uintptr_t)n * kRowBytes - base + 15) / 16);
+    x.off = (int)(a - base);
+    const uint4* src = reinterpret_cast<const uint4*>(base);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (lane + 32 * i < x.pieces) x.v[i] = src[lane + 32 * i];
+    return x;
+  }
+  __device__ static void stage(uint8_t* at, const Lines& x, int lane) {
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (lane + 32 * i < x.pieces) reinterpret_cast<uint4*>(at)[lane + 32 * i] = x.v[i];
+  }
+};
+
+// Lane shares of R rows' K and V (p[2u] K, p[2u + 1] V of row u; null past
+// the last row) as load_rows_lanes gives them, but q8_0 rows back to back in
+// both K and V come through Q8Run: the lines of both runs in flight, then
+// staged. Other rows, and every other type, go to load_rows_lanes. `stage`:
+// this warp's stage_run_bytes_of<E, HD, R>() bytes, 16-byte aligned.
+template <class E, int HD, int R>
+__device__ __forceinline__ void load_row_pairs(const void* const (&p)[2 * R], int lane, uint8_t* stage,
+                                               float (&out)[2 * R][HD / 32]) {
+  if constexpr (std::is_same_v<E, Q8Row>) {
+    using Run = Q8Run<HD, R>;
+    const int n = Run::length(p, 2);
+    if (n && Run::length(p + 1, 2) == n) {  // warp-uniform: the pointers are the warp's
+      const typename Run::Lines k = Run::load(p[0], n, lane), v = Run::load(p[1], n, lane);
+      uint8_t* sv = stage + Run::kLines * 128;
+      Run::stage(stage, k, lane), Run::stage(sv, v, lane);
+      __syncwarp();
+#pragma unroll
+      for (int u = 0; u < R; ++u)
+        if (u < n) {
+          load_row_lane<E, HD / 32>(stage + k.off + u * Run::kRowBytes, lane, out[2 * u]);
+          load_row_lane<E, HD / 32>(sv + v.off + u * Run::kRowBytes, lane, out[2 * u + 1]);
+        }
+      __syncwarp();  // read before the warp's next rows overwrite the stage
+      return;
+    }
+  }
+  load_rows_lanes<E, HD>(p, lane, stage, out);
+}
+
+// Shared bytes a warp needs for load_row_pairs of R rows.
+template <class E, int HD, int R> constexpr int stage_run_bytes_of() {
+  if constexpr (std::is_same_v<E, Q8Row>) {
+    const int runs = 2 * Q8Run<HD, R>::kLines * 128, rows = stage_bytes_of<E, HD, 2 * R>();
+    return runs > rows ? runs : rows;
+  } else {
+    return stage_bytes_of<E, HD, 2 * R>();
+  }
+}
+
 // (m, l, o) <- (m, l, o) + one row of logit s and value share v (this lane's DPL dims).
 template <int DPL>
 __device__ __forceinline__ void online_add(float s, const float (&v)[DPL], float& m, float& l, float (&o)[DPL]) {

@@ -39,8 +39,13 @@ TEST_CASE("row_list_attention + merge_partials match partial_add on the same row
   OpSummary sum("row-list attention (device+pinned rows)", 1e-4);
   std::mt19937 rng(17);
   // shift: the rows' block starts that many bytes past an aligned address (q8_0: rows not aligned
-  // to their 17 units, read lane by lane instead of in one load per lane).
-  struct Case { DType type; int hd, nkv, group, splits; std::vector<int> counts; bool host; int shift = 0; };
+  // to their 17 units, read lane by lane instead of in one load per lane). page > 0: rows listed in
+  // runs of `page` back to back (pages shuffled, the last one short), as a Quest page's rows are,
+  // which the kernel reads by whole lines for q8_0 (Q8Run); v_scatter: V rows apart while K's run.
+  struct Case {
+    DType type; int hd, nkv, group, splits; std::vector<int> counts; bool host; int shift = 0;
+    int page = 0; bool v_scatter = false;
+  };
   const std::vector<Case> cases = {
       {DType::F16, 256, 1, 4, 3, {777}, true},       {DType::F16, 256, 1, 4, 17, {1}, false},
       {DType::F32, 128, 8, 4, 5, {0, 1, 33, 64, 100, 5, 2, 129}, true},
@@ -51,9 +56,14 @@ TEST_CASE("row_list_attention + merge_partials match partial_add on the same row
       {DType::Q8_0, 128, 1, 6, 2, {513}, false},     {DType::Q8_0, 256, 3, 2, 5, {0, 99, 40}, true},
       {DType::Q8_0, 128, 2, 4, 3, {200, 77}, true, 2}, {DType::Q8_0, 256, 1, 8, 2, {150}, false, 8},
       {DType::Q8_0, 64, 1, 2, 1, {33}, true, 2},
+      // runs: pages of 16 (whole warp rounds), 3 and 5 (runs cut by a warp's 4 rows), shifted
+      {DType::Q8_0, 128, 2, 4, 3, {515, 97}, true, 0, 16},       {DType::Q8_0, 128, 3, 4, 2, {67, 1, 130}, true, 8, 3},
+      {DType::Q8_0, 64, 2, 5, 4, {301, 64}, true, 2, 5},         {DType::Q8_0, 256, 2, 8, 3, {160, 33}, false, 0, 16},
+      {DType::Q8_0, 256, 1, 3, 1, {45}, true, 6, 7},             {DType::Q8_0, 128, 2, 4, 2, {129, 40}, true, 0, 16, true},
+      {DType::F8E4M3, 128, 2, 4, 2, {200, 9}, true, 0, 16},      {DType::F16, 64, 1, 4, 1, {77}, false, 0, 4},
   };
   for (const Case& c : cases) {
-    CAPTURE(dtype_name(c.type), c.hd, c.nkv, c.group, c.splits, c.host, c.shift);
+    CAPTURE(dtype_name(c.type), c.hd, c.nkv, c.group, c.splits, c.host, c.shift, c.page, c.v_scatter);
     const int max_rows = *std::max_element(c.counts.begin(), c.counts.end()) + 2, nh = c.nkv * c.group;
     const size_t row_bytes = dtype_bytes(c.type, (size_t)c.hd);
     const int64_t total = std::accumulate(c.counts.begin(), c.counts.end(), 0);
@@ -78,17 +88,30 @@ TEST_CASE("row_list_attention + merge_partials match partial_add on the same row
     }
     std::vector<const void*> kp((size_t)c.nkv * max_rows, nullptr), vp(kp.size(), nullptr);
     std::vector<std::vector<int64_t>> order((size_t)c.nkv);
+    std::vector<int64_t> vrow((size_t)total);  // the V row listed beside K row r
+    std::iota(vrow.begin(), vrow.end(), int64_t{0});
+    if (c.v_scatter) std::shuffle(vrow.begin(), vrow.end(), rng);
     int64_t first = 0;
     for (int h = 0; h < c.nkv; ++h) {
-      order[(size_t)h].resize((size_t)c.counts[(size_t)h]);
-      std::iota(order[(size_t)h].begin(), order[(size_t)h].end(), first);
-      std::shuffle(order[(size_t)h].begin(), order[(size_t)h].end(), rng);
-      for (int j = 0; j < c.counts[(size_t)h]; ++j) {
-        const int64_t r = order[(size_t)h][(size_t)j];
-        kp[(size_t)h * max_rows + j] = base + (size_t)r * row_bytes;
-        vp[(size_t)h * max_rows + j] = base + ((size_t)total + r) * row_bytes;
+      const int n = c.counts[(size_t)h];
+      std::vector<int64_t>& ord = order[(size_t)h];
+      if (c.page > 0) {  // pages in shuffled order, each page's rows in order
+        std::vector<int64_t> pages((size_t)(n + c.page - 1) / c.page);
+        std::iota(pages.begin(), pages.end(), int64_t{0});
+        std::shuffle(pages.begin(), pages.end(), rng);
+        for (int64_t pg : pages)
+          for (int64_t r = pg * c.page; r < std::min<int64_t>(n, (pg + 1) * c.page); ++r) ord.push_back(first + r);
+      } else {
+        ord.resize((size_t)n);
+        std::iota(ord.begin(), ord.end(), first);
+        std::shuffle(ord.begin(), ord.end(), rng);
       }
-      first += c.counts[(size_t)h];
+      for (int j = 0; j < n; ++j) {
+        const int64_t r = ord[(size_t)j];
+        kp[(size_t)h * max_rows + j] = base + (size_t)r * row_bytes;
+        vp[(size_t)h * max_rows + j] = base + ((size_t)total + vrow[(size_t)r]) * row_bytes;
+      }
+      first += n;
     }
     Buffer dk = be.alloc(kp.size() * sizeof(void*)), dv = be.alloc(vp.size() * sizeof(void*));
     be.from_host(kp.data(), dk, 0, kp.size() * sizeof(void*));
@@ -121,7 +144,7 @@ TEST_CASE("row_list_attention + merge_partials match partial_add on the same row
           double acc = 0;
           for (int i = 0; i < c.hd; ++i) acc += (double)qr[i] * kf[(size_t)rows[j] * c.hd + i];
           s[j] = (float)acc * a.scale;
-          std::copy_n(vf.data() + (size_t)rows[j] * c.hd, c.hd, vv.data() + j * c.hd);
+          std::copy_n(vf.data() + (size_t)vrow[(size_t)rows[j]] * c.hd, c.hd, vv.data() + j * c.hd);
         }
         AttnPartial p(c.hd);
         partial_add(p, s.data(), nullptr, vv.data(), (int64_t)rows.size());
