@@ -13,6 +13,7 @@
 // two levels coarse score, coarse cut, expand, score, cut, gather.
 //
 // Work space and the shared pieces: gpu/summary_search_work.cuh.
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
@@ -140,67 +141,63 @@ bool use_cluster_cut(int rows, int max_n) {
   return d.major >= 9 && (int64_t)rows * kCutCluster <= d.sms;
 }
 
-// 3. Gather, in three grid-wide steps so that no single block walks the
-// groups: mark (selected by any query head of the KV head; its weight),
-// scan (per KV head, the exclusive prefix of the weights: each selected
-// group's slots, in group order, deterministic; and the row count that fits
-// `cap`), write (each selected group that fits writes its rows' pointers;
-// one that does not is left to the far field, as is every later one).
-__global__ void mark_kernel(const SummarySearchArgs a, Work w) {
-  const int h = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
+// 3. Gather, in two grid-wide steps so that no block walks a KV head's
+// groups: mark (a tile of kGatherTile groups a block: a group is selected
+// when any query head of its KV head takes it (GQA union); the rows the
+// tile selected), then write (the same tiles: the rows of the head's earlier
+// tiles, summed from mark's, plus the exclusive prefix within the tile give
+// each selected group's first slot, in group order and deterministic; a
+// group whose rows end within `cap` writes their pointers, the first that
+// does not fit sets the head's count, and it and every later group are left
+// to the far field). Before session 31 one block a KV head scanned the
+// prefix between them (47 us at the Llama-8B 512K layer, 83 at Gemma 1M's
+// one KV head of 65K groups: bench/results/gpu_session31/).
+__global__ void __launch_bounds__(kGatherTile) mark_kernel(const SummarySearchArgs a, Work w) {
+  using Reduce = cub::BlockReduce<uint32_t, kGatherTile>;
+  __shared__ typename Reduce::TempStorage tmp;
+  const int h = blockIdx.y, j = blockIdx.x * kGatherTile + threadIdx.x;
   const GroupView head = group_view(a, w, h, false);
-  if (j >= head.n) return;
-  const bool chosen = taken_by_any(a, w.scores, w.lo, w.inv, w.cut, h, j);
-  w.selected[(size_t)h * a.max_n + j] = chosen;
-  w.offset[(size_t)h * a.max_n + j] = chosen ? (uint32_t)head.counts[head.id(j)] : 0u;
-}
-
-constexpr int kScanItems = 16;
-__global__ void __launch_bounds__(kSelectThreads) scan_kernel(const SummarySearchArgs a, Work w) {
-  using Scan = cub::BlockScan<uint32_t, kSelectThreads>;
-  __shared__ typename Scan::TempStorage tmp;
-  __shared__ uint32_t s_fit;
-  const int h = blockIdx.x;
-  const int n = group_view(a, w, h, false).n;
-  uint32_t* off = w.offset + (size_t)h * a.max_n;
-  const uint32_t cap = (uint32_t)a.cap;
-  if (threadIdx.x == 0) s_fit = 0xffffffffu;
-  uint32_t running = 0;
-  for (int tile = 0; tile < n; tile += kSelectThreads * kScanItems) {
-    const int first = tile + (int)threadIdx.x * kScanItems;
-    uint32_t v[kScanItems], x[kScanItems], total;
-#pragma unroll
-    for (int i = 0; i < kScanItems; ++i) v[i] = first + i < n ? off[first + i] : 0u;
-    Scan(tmp).ExclusiveSum(v, x, total);
-#pragma unroll
-    for (int i = 0; i < kScanItems; ++i) {
-      if (first + i >= n) break;
-      const uint32_t at = running + x[i];
-      off[first + i] = at;
-      if (v[i] > 0 && at <= cap && at + v[i] > cap) s_fit = at;  // the first group that does not fit
-    }
-    running += total;
-    __syncthreads();  // tmp is reused by the next tile
-  }
-  if (threadIdx.x == 0) a.counts[h] = (int32_t)(s_fit != 0xffffffffu ? s_fit : min(running, cap));
+  if ((int)blockIdx.x * kGatherTile >= head.n) return;  // the whole block: past this head's tiles
+  const bool chosen = j < head.n && taken_by_any(a, w.scores, w.lo, w.inv, w.cut, h, j);
+  if (j < head.n) w.selected[(size_t)h * a.max_n + j] = chosen;
+  const uint32_t rows = Reduce(tmp).Sum(chosen ? (uint32_t)head.counts[head.id(j)] : 0u);
+  if (threadIdx.x == 0) w.tile_rows[(size_t)h * w.tiles + blockIdx.x] = rows;
 }
 
 // A warp takes 32 groups; each selected one's rows are written by the
 // whole warp (lane t: rows t, t + 32, ...), with the group's index into
 // `groups` when it is set (rerank's candidates: [n_kv][a.cap]).
-__global__ void write_kernel(const SummarySearchArgs a, Work w, size_t row_bytes, uint32_t* groups) {
-  const int h = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x % 32;
+__global__ void __launch_bounds__(kGatherTile) write_kernel(const SummarySearchArgs a, Work w, size_t row_bytes,
+                                                             uint32_t* groups) {
+  using Scan = cub::BlockScan<uint32_t, kGatherTile>;
+  using Reduce = cub::BlockReduce<uint32_t, kGatherTile>;
+  __shared__ union {
+    typename Scan::TempStorage scan;
+    typename Reduce::TempStorage reduce;
+  } tmp;
+  __shared__ uint32_t s_before;
+  const int h = blockIdx.y, tile = blockIdx.x, j = tile * kGatherTile + threadIdx.x, lane = threadIdx.x % 32;
   const SummaryHead head = a.heads[h];
   const GroupView view = group_view(a, w, h, false);
+  const int tiles = (view.n + kGatherTile - 1) / kGatherTile;
+  if (tile >= max(tiles, 1)) return;  // the whole block (a head of no groups: tile 0 sets its count)
+  uint32_t before = 0;                // rows of the head's earlier tiles
+  for (int t = threadIdx.x; t < tile; t += kGatherTile) before += w.tile_rows[(size_t)h * w.tiles + t];
+  before = Reduce(tmp.reduce).Sum(before);
+  if (threadIdx.x == 0) s_before = before;
+  __syncthreads();  // s_before, and tmp free for the scan
+  before = s_before;
   bool mine = j < view.n && w.selected[(size_t)h * a.max_n + j];
-  uint32_t off = 0, n = 0;
-  if (mine) {
-    off = w.offset[(size_t)h * a.max_n + j], n = (uint32_t)head.counts[view.id(j)];
-    if (off + n > (uint32_t)a.cap) {
-      w.selected[(size_t)h * a.max_n + j] = 0;
-      mine = false;
-    }
+  const uint32_t n = mine ? (uint32_t)head.counts[view.id(j)] : 0u, cap = (uint32_t)a.cap;
+  uint32_t within, total;
+  Scan(tmp.scan).ExclusiveSum(n, within, total);
+  const uint32_t off = before + within;
+  if (mine && off + n > cap) {
+    if (off <= cap) a.counts[h] = (int32_t)off;  // the first group that does not fit (one a head)
+    w.selected[(size_t)h * a.max_n + j] = 0;
+    mine = false;
   }
+  if (threadIdx.x == 0 && tile == max(tiles, 1) - 1 && before + total <= cap) a.counts[h] = (int32_t)(before + total);
   unsigned todo = __ballot_sync(0xffffffffu, mine);
   while (todo) {
     const int src = __ffs(todo) - 1;
@@ -369,7 +366,7 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
   if (a.max_n > 0 && (a.phases & A::kSearchScore)) score(false);
   if (a.max_n > 0 && (a.phases & A::kSearchCut)) cut(false);
   if (a.max_n > 0 && (a.phases & A::kSearchGather)) {
-    const dim3 grid((unsigned)((a.max_n + 255) / 256), (unsigned)a.n_kv);
+    const dim3 grid((unsigned)w.tiles, (unsigned)a.n_kv);
     // With rerank the selected groups' rows are candidates (the work space's
     // lists, cand_cap a head), and summary_rerank keeps the best into a's.
     SummarySearchArgs into = a;
@@ -379,11 +376,9 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
       gather_listed_kernel<<<(unsigned)a.n_kv, kSelectThreads, 0, stream>>>(a, w, row_bytes);
       TOPKV_CUDA_CHECK_LAUNCH();
     } else {
-      mark_kernel<<<grid, 256, 0, stream>>>(into, w);
+      mark_kernel<<<grid, kGatherTile, 0, stream>>>(into, w);
       TOPKV_CUDA_CHECK_LAUNCH();
-      scan_kernel<<<(unsigned)a.n_kv, kSelectThreads, 0, stream>>>(into, w);
-      TOPKV_CUDA_CHECK_LAUNCH();
-      write_kernel<<<grid, 256, 0, stream>>>(into, w, row_bytes, a.rerank_k > 0 ? w.cand_group : nullptr);
+      write_kernel<<<grid, kGatherTile, 0, stream>>>(into, w, row_bytes, a.rerank_k > 0 ? w.cand_group : nullptr);
       TOPKV_CUDA_CHECK_LAUNCH();
     }
     if (a.rerank_k > 0) summary_rerank(a, w, stream);

@@ -74,6 +74,7 @@ SummarySelection summary_select_reference(const SummaryTables& t, const std::vec
     if (!any) continue;
     const int64_t cnt = counts[(size_t)j], jj = id(j);
     full |= used + cnt > cap;  // the gather's prefix layout: once a group does not fit, no later one does
+    sel.capped = full;
     if (full) continue;
     sel.selected[(size_t)j] = 1;
     for (int64_t r = 0; r < cnt; ++r) {

@@ -31,6 +31,7 @@ struct SummarySelection {
   std::vector<int64_t> rows;
   std::vector<int64_t> row_group;
   std::vector<ScoreCut> cuts;
+  bool capped = false;  // a group some head took did not fit `cap` (it and every later one left out)
 };
 // With `listed` (two levels) only the listed groups take part: scores is
 // [group][listed.size()], selected is indexed by position in the list (as

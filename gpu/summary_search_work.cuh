@@ -3,7 +3,7 @@
 // 24-bit score keys and the radix select that cuts a budget over them.
 //
 // Work space: scores [n_kv][group][max_n] f32 | lo [rows] f32 | inv [rows] f32 |
-// cut [rows] u32 | offset [n_kv][max_n] u32 |
+// cut [rows] u32 | tile_rows [n_kv][tiles] u32 (tiles = max_n / kGatherTile, up) |
 // selected [n_kv][max_n] u8 | list [n_kv][max_n] i32 | list_n [n_kv] i32
 // (two levels: the groups the coarse cut expanded; the fine steps' index j
 // is then a position in the list, scores and selected among them)
@@ -28,6 +28,7 @@ namespace topkv::cuda::summary_work {
 constexpr uint32_t kKeyMax = (1u << 24) - 1;
 constexpr int kSelectThreads = 1024, kCutLoads = 8;
 constexpr int kMaxGroup = 8;  // query heads a scoring / far block carries (more: grid.z chunks)
+constexpr int kGatherTile = 256;  // groups a one-level gather block marks and writes
 
 inline size_t align256(size_t b) { return (b + 255) & ~size_t(255); }
 
@@ -35,7 +36,8 @@ struct Work {
   float* scores;
   float *lo, *inv;
   uint32_t* cut;
-  uint32_t* offset;  // a selected group's first slot in the row lists
+  uint32_t* tile_rows;  // one level: the rows each tile of kGatherTile groups selected
+  int tiles;            // tile_rows' entries a KV head
   uint8_t* selected;
   int32_t* list;    // two levels: [n_kv][max_n] groups to score, in order
   int32_t* list_n;  // [n_kv] their count
@@ -71,7 +73,8 @@ inline Work carve(void* ws, int n_kv, int group, int max_n, int cand_cap, bool f
   w.lo = reinterpret_cast<float*>(take(rows * sizeof(float)));
   w.inv = reinterpret_cast<float*>(take(rows * sizeof(float)));
   w.cut = reinterpret_cast<uint32_t*>(take(rows * sizeof(uint32_t)));
-  w.offset = reinterpret_cast<uint32_t*>(take((size_t)n_kv * max_n * sizeof(uint32_t)));
+  w.tiles = (max_n + kGatherTile - 1) / kGatherTile;
+  w.tile_rows = reinterpret_cast<uint32_t*>(take((size_t)n_kv * w.tiles * sizeof(uint32_t)));
   w.selected = take((size_t)n_kv * max_n);
   w.list = reinterpret_cast<int32_t*>(take((size_t)n_kv * max_n * sizeof(int32_t)));
   w.list_n = reinterpret_cast<int32_t*>(take((size_t)n_kv * sizeof(int32_t)));

@@ -55,8 +55,10 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
   double max_spread_term = 0;  // the largest far spread term checked (its logit less scale.x + ln N)
   // rerank R > 1: clusters until R*k tokens are candidates, each query head
   // keeps its k best rows (step 3b), rows read from an f16, f8 or q8_0 store.
+  // cap_div > 1: row lists of row_cap / cap_div, so that the union of the query heads' cuts does
+  // not fit and the gather stops at the first group that does not (in a tile after the first).
   struct Case { std::string index; DType table; int hd, kv, group, n; int64_t k; bool streaming; int rerank = 1;
-                DType store = DType::F16; };
+                DType store = DType::F16; int cap_div = 1; };
   const std::vector<Case> cases = {
       {"multipole", DType::F32, 128, 1, 4, 4000, 256, false},  {"multipole", DType::F16, 256, 1, 4, 9000, 512, false},
       {"multipole", DType::F32, 64, 3, 12, 777, 40, true},     {"centroid:ratio=9", DType::F32, 64, 2, 1, 1301, 1, false},
@@ -91,6 +93,10 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
       {"quest:page=2", DType::F16, 64, 2, 4, 17001, 1500, false},
       {"quest:page=2", DType::I8, 128, 1, 7, 20001, 3000, false},
       {"quest:page=1", DType::F32, 64, 1, 2, 70001, 20000, false},
+      // lists too short for the union: the gather's first group that does not fit, past 256 tiles too
+      {"quest:page=2", DType::F16, 64, 2, 4, 17001, 1500, false, 1, DType::F16, 8},
+      {"multipole", DType::F32, 128, 2, 4, 4000, 256, false, 1, DType::F16, 6},
+      {"quest:page=1", DType::F32, 64, 1, 2, 70001, 20000, false, 1, DType::F16, 5},
       // far rows: a split of more groups than the far kernel stages at once (kFarStage)
       {"multipole", DType::F16, 64, 1, 4, 12001, 100, false},
       // f8 tables (E4M3: page bounds rounded outward, centroids and value means to nearest)
@@ -107,7 +113,7 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
       {"centroid:ratio=9", DType::I8, 64, 2, 1, 1301, 3, false, 3},
   };
   for (const Case& c : cases) {
-    CAPTURE(c.index, dtype_name(c.table), c.hd, c.kv, c.group, c.n, c.k, c.rerank, dtype_name(c.store));
+    CAPTURE(c.index, dtype_name(c.table), c.hd, c.kv, c.group, c.n, c.k, c.rerank, dtype_name(c.store), c.cap_div);
     OffloadedLayer::Config cfg;
     cfg.n_heads = c.kv * c.group, cfg.kv_heads = c.kv, cfg.head_dim = c.hd, cfg.sinks = 0, cfg.window = 1;
     cfg.store_dtype = c.store;
@@ -124,7 +130,7 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
     DeviceSearchTables tab;
     tab.upload(be, L, DeviceTableChoice{c.table, 1});
     const int G = c.group, nkv = c.kv, d = c.hd, max_n = tab.max_n();
-    const int cap = tab.row_cap(c.k, G);
+    const int cap = std::max(1, tab.row_cap(c.k, G) / c.cap_div);
     const int64_t cand_k = c.rerank > 1 ? c.rerank * c.k : 0;
     const int cand_cap = cand_k ? tab.row_cap(cand_k, G) : 0;
     const auto q = data.queries(nkv * G);
@@ -219,6 +225,7 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
       // Cut, union and gather: exactly the twin's on the device's scores.
       SummarySelection sel = summary_select_reference(t, got, G, cand_k ? cand_k : c.k, cand_k ? cand_cap : cap);
       const SummarySelection cands = sel;
+      if (c.cap_div > 1) CHECK(cands.capped);  // each query head's cut alone holds more than cap
       // far_dropped: each candidate's q.k for every query head (exact, double).
       std::vector<double> dots;
       if (cand_k) {
