@@ -10,7 +10,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "gpu/cuda_check.h"
 #include "src/common/dtype.h"
@@ -165,6 +168,36 @@ inline DeviceShape current_device_shape() {
   int dev = 0;
   TOPKV_CUDA_CHECK(cudaGetDevice(&dev));
   return device_shape(dev);
+}
+
+// Programmatic dependent launch (sm_90 on; CUDA programming guide,
+// "Programmatic Dependent Launch and Synchronization"): a chain of small
+// dependent kernels (the device search's score, cut, expand, gather: ~10 us
+// each at the Llama-8B 512K layer) lets each kernel's blocks be scheduled as
+// the previous kernel's blocks exit instead of after its completion is
+// signalled. A kernel launched this way must call grid_dependency_wait()
+// before it touches global memory the previous kernel writes or reads; on
+// older devices, or with TOPKV_PDL=0 in the environment (to time the chain
+// without it, or to rule the overlap out when a result looks wrong), it is
+// launched as usual and the wait does nothing.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();
+#endif
+}
+template <class... Params, class... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid, cfg.blockDim = block, cfg.stream = stream;
+  cudaLaunchAttribute pdl{};
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  static const bool enabled = [] {
+    const char* env = std::getenv("TOPKV_PDL");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  if (enabled && current_device_shape().major >= 9) cfg.attrs = &pdl, cfg.numAttrs = 1;
+  TOPKV_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
 }  // namespace topkv::cuda

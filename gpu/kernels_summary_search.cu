@@ -46,6 +46,7 @@ constexpr int kScoreItersLong = 4, kScoreItersShort = 1, kShortBlocks = 64;
 template <class E, int HD, bool PAGES>
 __global__ void __launch_bounds__(kScoreWarps * 32)
     score_kernel(const SummarySearchArgs a, Work w, bool coarse, int iters) {
+  grid_dependency_wait();  // launch_dependent: the work space and q are the earlier kernels'
   constexpr int DPL = HD / 32, LEN = PAGES ? 2 * HD : HD;
   __shared__ __align__(16) float sq[kMaxGroup][HD];
   const int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -96,6 +97,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
 // each of the passes, over a few thousand items).
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) threshold_kernel(const SummarySearchArgs a, Work w, bool coarse) {
+  grid_dependency_wait();
   const int row = blockIdx.x, h = row / a.group;
   const GroupView head = group_view(a, w, h, coarse);
   const float* x = w.scores + (size_t)row * a.max_n;
@@ -153,6 +155,7 @@ bool use_cluster_cut(int rows, int max_n) {
 // prefix between them (47 us at the Llama-8B 512K layer, 83 at Gemma 1M's
 // one KV head of 65K groups: bench/results/gpu_session31/).
 __global__ void __launch_bounds__(kGatherTile) mark_kernel(const SummarySearchArgs a, Work w) {
+  grid_dependency_wait();
   using Reduce = cub::BlockReduce<uint32_t, kGatherTile>;
   __shared__ typename Reduce::TempStorage tmp;
   const int h = blockIdx.y, j = blockIdx.x * kGatherTile + threadIdx.x;
@@ -169,6 +172,7 @@ __global__ void __launch_bounds__(kGatherTile) mark_kernel(const SummarySearchAr
 // `groups` when it is set (rerank's candidates: [n_kv][a.cap]).
 __global__ void __launch_bounds__(kGatherTile) write_kernel(const SummarySearchArgs a, Work w, size_t row_bytes,
                                                              uint32_t* groups) {
+  grid_dependency_wait();
   using Scan = cub::BlockScan<uint32_t, kGatherTile>;
   using Reduce = cub::BlockReduce<uint32_t, kGatherTile>;
   __shared__ union {
@@ -224,6 +228,7 @@ __global__ void __launch_bounds__(kGatherTile) write_kernel(const SummarySearchA
 // ones are a prefix of the chosen). A page's rows are one thread's.
 __global__ void __launch_bounds__(kSelectThreads) gather_listed_kernel(const SummarySearchArgs a, Work w,
                                                                         size_t row_bytes) {
+  grid_dependency_wait();
   using Scan = cub::BlockScan<uint32_t, kSelectThreads>;
   __shared__ typename Scan::TempStorage tmp;
   __shared__ uint32_t s_kept;  // rows of the kept groups: the end of the last
@@ -263,6 +268,7 @@ __global__ void __launch_bounds__(kSelectThreads) gather_listed_kernel(const Sum
 // query head's coarse cut took, expanded in order into the list of their
 // fine groups (at most max_n: the fine groups there are).
 __global__ void __launch_bounds__(kSelectThreads) expand_kernel(const SummarySearchArgs a, Work w) {
+  grid_dependency_wait();
   using Scan = cub::BlockScan<uint32_t, kSelectThreads>;
   __shared__ typename Scan::TempStorage tmp;
   const int h = blockIdx.x;
@@ -335,15 +341,15 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
     with_table_type(a.table_type, [&](auto e) {
       using E = decltype(e);
       with_head_dim(a.head_dim, [&](auto hd) {
-        if (a.page_bounds) score_kernel<E, hd(), true><<<grid, kScoreWarps * 32, 0, stream>>>(a, w, coarse, iters);
-        else score_kernel<E, hd(), false><<<grid, kScoreWarps * 32, 0, stream>>>(a, w, coarse, iters);
+        if (a.page_bounds) launch_dependent(score_kernel<E, hd(), true>, grid, kScoreWarps * 32, stream, a, w, coarse, iters);
+        else launch_dependent(score_kernel<E, hd(), false>, grid, kScoreWarps * 32, stream, a, w, coarse, iters);
       });
     });
     TOPKV_CUDA_CHECK_LAUNCH();
   };
   const auto cut = [&](bool coarse) {
     const int rows = a.n_kv * a.group;
-    if (a.coarse_k > 0) threshold_kernel<256><<<(unsigned)rows, 256, 0, stream>>>(a, w, coarse);
+    if (a.coarse_k > 0) launch_dependent(threshold_kernel<256>, rows, 256, stream, a, w, coarse);
     else if (use_cluster_cut(rows, a.max_n)) {
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = dim3((unsigned)(rows * kCutCluster)), cfg.blockDim = dim3(kClusterCutThreads), cfg.stream = stream;
@@ -352,7 +358,7 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
       cluster.val.clusterDim.x = kCutCluster, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
       cfg.attrs = &cluster, cfg.numAttrs = 1;
       TOPKV_CUDA_CHECK(cudaLaunchKernelEx(&cfg, cluster_threshold_kernel, a, w));
-    } else threshold_kernel<kSelectThreads><<<(unsigned)rows, kSelectThreads, 0, stream>>>(a, w, coarse);
+    } else launch_dependent(threshold_kernel<kSelectThreads>, rows, kSelectThreads, stream, a, w, coarse);
     TOPKV_CUDA_CHECK_LAUNCH();
   };
   // Two levels: the coarse cut lists the groups to score (1b), and the
@@ -360,7 +366,7 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
   if (a.max_n > 0 && a.coarse_k > 0 && (a.phases & A::kSearchScore)) {
     score(true);
     cut(true);
-    expand_kernel<<<(unsigned)a.n_kv, kSelectThreads, 0, stream>>>(a, w);
+    launch_dependent(expand_kernel, a.n_kv, kSelectThreads, stream, a, w);
     TOPKV_CUDA_CHECK_LAUNCH();
   }
   if (a.max_n > 0 && (a.phases & A::kSearchScore)) score(false);
@@ -373,12 +379,13 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
     if (a.rerank_k > 0) into.k_rows = w.cand_k, into.v_rows = w.cand_v, into.counts = w.cand_count, into.cap = a.cand_cap;
     const size_t row_bytes = dtype_bytes(a.store_type, (size_t)a.head_dim);
     if (a.coarse_k > 0) {
-      gather_listed_kernel<<<(unsigned)a.n_kv, kSelectThreads, 0, stream>>>(a, w, row_bytes);
+      launch_dependent(gather_listed_kernel, a.n_kv, kSelectThreads, stream, a, w, row_bytes);
       TOPKV_CUDA_CHECK_LAUNCH();
     } else {
-      mark_kernel<<<grid, kGatherTile, 0, stream>>>(into, w);
+      launch_dependent(mark_kernel, grid, kGatherTile, stream, into, w);
       TOPKV_CUDA_CHECK_LAUNCH();
-      write_kernel<<<grid, kGatherTile, 0, stream>>>(into, w, row_bytes, a.rerank_k > 0 ? w.cand_group : nullptr);
+      launch_dependent(write_kernel, grid, kGatherTile, stream, into, w, row_bytes,
+                       a.rerank_k > 0 ? w.cand_group : nullptr);
       TOPKV_CUDA_CHECK_LAUNCH();
     }
     if (a.rerank_k > 0) summary_rerank(a, w, stream);
