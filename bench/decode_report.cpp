@@ -22,7 +22,10 @@ json opt_json(const std::optional<size_t>& v) { return v ? json(*v) : json(nullp
 void print_decode_table(const DecodeBenchResult& r, std::FILE* out) {
   const DecodeBenchConfig& c = r.config;
   std::string layers;
-  for (int il : r.offloaded_layers) layers += (layers.empty() ? "" : " ") + std::to_string(il);
+  for (int il : r.offloaded_layers) {  // (not "a" + to_string(il): GCC 12 warns of a -Wrestrict overlap there)
+    if (!layers.empty()) layers += ' ';
+    layers += std::to_string(il);
+  }
   fmt::print(out, "\nmodel: {} ({}, {} layers, {} KV heads x {}; layers topk/host-dense take: {})\n", c.model_label,
              r.arch, r.n_layer, r.n_head_kv, r.head_dim, layers);
   fmt::print(out, "backend {}, {} threads; context fill: {}{}; {} timed steps after {} warmup; KV {}{}{}\n",
@@ -48,7 +51,8 @@ void print_decode_table(const DecodeBenchResult& r, std::FILE* out) {
                row.store_cache_bytes ? fmt::format("{:.0f}%", 100 * row.store_cached_share) : "-", row.fill_s,
                row.build_s, format_bytes((double)row.peak_rss_bytes));
   }
-  fmt::print(out, "(ms per step: model = outside the override's attention; h-attn = the override's host work "
+  fmt::print(out, "(ms per step: model = the step less the override's host time, so on the GPU it also holds the "
+                  "device work the step waits for at its end; h-attn = the override's host work "
                   "besides search; xfer = host<->GPU copies; cached = share of the store's rows the device search "
                   "reads from GPU memory, --store-cache; peak RSS = the process's largest resident set so far)\n");
   std::fflush(out);
