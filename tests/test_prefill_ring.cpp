@@ -192,7 +192,7 @@ TEST_CASE("prefill rings over awkward shapes: one-token chunks, head_dim 64/128,
   test::TempDir tmp("topkv_ring_shapes");
   for (const Case& c : cases) {
     CAPTURE(c.heads, c.kv, c.head_dim, c.chunk, c.prompt, c.index);
-    const std::string path = tmp.file("m" + std::to_string(c.head_dim) + "_" + std::to_string(c.heads) + ".gguf");
+    const std::string path = tmp.file(fmt::format("m{}_{}.gguf", c.head_dim, c.heads));
     SynthConfig sc = synth_preset("tiny-qwen2");
     sc.layers = 2, sc.heads = c.heads, sc.kv_heads = c.kv, sc.head_dim = c.head_dim, sc.width = c.heads * c.head_dim;
     synth_write(sc, path);
