@@ -8,9 +8,11 @@
 // pages below the coarse pages taken (1b, 3').
 //
 // Launches a layer: one level score, cut (a cluster a query head past 8,192
-// groups where the SMs hold them: 2b), mark, scan, write (+ rerank, far:
+// groups where the SMs hold them: 2b), mark, write (+ rerank, far:
 // kernels_summary_rerank.cu, kernels_summary_far.cu);
-// two levels coarse score, coarse cut, expand, score, cut, gather.
+// two levels coarse score, coarse cut, expand, score, cut, gather. All but
+// the cluster cut go out with programmatic dependent launch
+// (launch_dependent, gpu/cuda_common.cuh), each waiting first thing.
 //
 // Work space and the shared pieces: gpu/summary_search_work.cuh.
 #include <cub/block/block_reduce.cuh>

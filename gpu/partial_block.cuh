@@ -1,9 +1,10 @@
 // Device pieces shared by the kernels that read store rows or build attention
 // partials from them (kernels_rows_attention.cu, kernels_summary_search.cu,
 // kernels_summary_rerank.cu): a lane's share of a row in fp32 for every store
-// type (q8_0 blocks included), one query head's online-softmax update, and the block
-// epilogue that merges its warps' partials and writes one (m, l, o) per
-// query head. Included by .cu files only.
+// type (q8_0 blocks included, and back-to-back q8_0 rows read by whole lines),
+// one query head's online-softmax update, and the block epilogue that merges
+// its warps' partials and writes one (m, l, o) per query head. Included by
+// .cu files only.
 #pragma once
 #include <type_traits>
 
