@@ -185,19 +185,41 @@ __device__ __forceinline__ void grid_dependency_wait() {
   cudaGridDependencySynchronize();
 #endif
 }
-template <class... Params, class... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid, cfg.blockDim = block, cfg.stream = stream;
-  cudaLaunchAttribute pdl{};
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
-  static const bool enabled = [] {
+inline bool dependent_launch_enabled() {  // TOPKV_PDL, read once a process
+  static const bool on = [] {
     const char* env = std::getenv("TOPKV_PDL");
     return !(env && std::strcmp(env, "0") == 0);
   }();
-  if (enabled && current_device_shape().major >= 9) cfg.attrs = &pdl, cfg.numAttrs = 1;
+  return on;
+}
+
+// How a kernel goes out through cudaLaunchKernelEx: dependent (the launch
+// above, where the device has it) and/or as thread block clusters of
+// `cluster` blocks along x (sm_90: the search's cluster cut).
+struct LaunchHow {
+  bool dependent = false;
+  unsigned cluster = 1;
+};
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, LaunchHow how,
+                   Args&&... args) {
+  cudaLaunchAttribute attrs[2]{};
+  unsigned n = 0;
+  if (how.dependent && dependent_launch_enabled() && current_device_shape().major >= 9) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (how.cluster > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n++].val.clusterDim = {how.cluster, 1, 1};
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid, cfg.blockDim = block, cfg.stream = stream, cfg.attrs = attrs, cfg.numAttrs = n;
   TOPKV_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+template <class... Params, class... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+  launch_kernel(kernel, grid, block, stream, LaunchHow{true, 1}, std::forward<Args>(args)...);
 }
 
 }  // namespace topkv::cuda

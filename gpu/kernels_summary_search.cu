@@ -343,8 +343,8 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
     with_table_type(a.table_type, [&](auto e) {
       using E = decltype(e);
       with_head_dim(a.head_dim, [&](auto hd) {
-        if (a.page_bounds) launch_dependent(score_kernel<E, hd(), true>, grid, kScoreWarps * 32, stream, a, w, coarse, iters);
-        else launch_dependent(score_kernel<E, hd(), false>, grid, kScoreWarps * 32, stream, a, w, coarse, iters);
+        const auto kernel = a.page_bounds ? score_kernel<E, hd(), true> : score_kernel<E, hd(), false>;
+        launch_dependent(kernel, grid, kScoreWarps * 32, stream, a, w, coarse, iters);
       });
     });
     TOPKV_CUDA_CHECK_LAUNCH();
@@ -352,15 +352,10 @@ void summary_search(const SummarySearchArgs& a, cudaStream_t stream) {
   const auto cut = [&](bool coarse) {
     const int rows = a.n_kv * a.group;
     if (a.coarse_k > 0) launch_dependent(threshold_kernel<256>, rows, 256, stream, a, w, coarse);
-    else if (use_cluster_cut(rows, a.max_n)) {
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3((unsigned)(rows * kCutCluster)), cfg.blockDim = dim3(kClusterCutThreads), cfg.stream = stream;
-      cudaLaunchAttribute cluster{};
-      cluster.id = cudaLaunchAttributeClusterDimension;
-      cluster.val.clusterDim.x = kCutCluster, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
-      cfg.attrs = &cluster, cfg.numAttrs = 1;
-      TOPKV_CUDA_CHECK(cudaLaunchKernelEx(&cfg, cluster_threshold_kernel, a, w));
-    } else launch_dependent(threshold_kernel<kSelectThreads>, rows, kSelectThreads, stream, a, w, coarse);
+    else if (use_cluster_cut(rows, a.max_n))
+      launch_kernel(cluster_threshold_kernel, rows * kCutCluster, kClusterCutThreads, stream,
+                    LaunchHow{false, kCutCluster}, a, w);
+    else launch_dependent(threshold_kernel<kSelectThreads>, rows, kSelectThreads, stream, a, w, coarse);
     TOPKV_CUDA_CHECK_LAUNCH();
   };
   // Two levels: the coarse cut lists the groups to score (1b), and the

@@ -31,12 +31,14 @@ void register_bench_gpu(CLI::App& app) {
   cmd->add_option("--decode", a->decode, "Model: decode steps (default 64)");
   cmd->add_flag("--quick", a->quick, "Fewer shapes and smaller buffers (a smoke run)");
   cmd->add_flag("--model-only", a->model_only, "Time only the --model, none of the kernels");
-  cmd->add_option("--only", a->only, "Time one group only: 'prefill' (prefill attention, fp32 kernel vs tensor "
-                  "cores), 'search' (the device search's steps; after the copy row), 'quant' (products on quantised weights: MMVQ, "
-                  "grouped launches, dequantised prefill; after the copy row) or 'attention' (decode attention, the "
-                  "v2 and v3 kernels side by side; after the copy row), 'kmeans' (the --build-on gpu k-means on one block "
-                  "of a multipole build) or 'rows' (the retrieved rows' attention per host store type, f16 / f8 / "
-                  "q8_0, rows over PCIe and on the device; after the copy row)")
+  cmd->add_option("--only", a->only,
+                  "Time one group only: 'prefill' (prefill attention, fp32 kernel vs tensor cores), 'search' (the "
+                  "device search's steps, and one-level shapes' cut, gather and far rows alone; after the copy "
+                  "row), 'quant' (products on quantised weights: MMVQ, grouped launches, dequantised prefill; after "
+                  "the copy row), 'attention' (decode attention, the v2 and v3 kernels side by side; after the copy "
+                  "row), 'kmeans' (the --build-on gpu k-means on one block of a multipole build) or 'rows' (the "
+                  "retrieved rows' attention per host store type, f16 / f8 / q8_0: rows over PCIe scattered, in "
+                  "pages of 16 back to back and off alignment, and on the device; after the copy row)")
       ->check(CLI::IsMember({"prefill", "search", "quant", "attention", "kmeans", "rows"}));
   cmd->callback([a] { bench::run_gpu_ops(*a); });
 }

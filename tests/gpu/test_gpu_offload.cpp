@@ -59,7 +59,8 @@ TEST_CASE("row_list_attention + merge_partials match partial_add on the same row
       // runs: pages of 16 (whole warp rounds), 3 and 5 (runs cut by a warp's 4 rows), shifted
       {DType::Q8_0, 128, 2, 4, 3, {515, 97}, true, 0, 16},       {DType::Q8_0, 128, 3, 4, 2, {67, 1, 130}, true, 8, 3},
       {DType::Q8_0, 64, 2, 5, 4, {301, 64}, true, 2, 5},         {DType::Q8_0, 256, 2, 8, 3, {160, 33}, false, 0, 16},
-      {DType::Q8_0, 256, 1, 3, 1, {45}, true, 6, 7},             {DType::Q8_0, 128, 2, 4, 2, {129, 40}, true, 0, 16, true},
+      {DType::Q8_0, 256, 1, 3, 1, {45}, true, 6, 7},
+      {DType::Q8_0, 128, 2, 4, 2, {129, 40}, true, 0, 16, true},  // V rows apart while K's run
       {DType::F8E4M3, 128, 2, 4, 2, {200, 9}, true, 0, 16},      {DType::F16, 64, 1, 4, 1, {77}, false, 0, 4},
   };
   for (const Case& c : cases) {
