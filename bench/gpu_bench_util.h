@@ -148,6 +148,8 @@ void bench_quant_matmul(CudaBackend& be, EventTimer& tm, Report& rep, int reps, 
 void bench_device_search(CudaBackend& be, EventTimer& tm, Report& rep, int reps);
 // The GPU k-means engine on one block of a multipole build (bench/gpu_kmeans_bench.cpp).
 void bench_kmeans(CudaBackend& be, Report& rep, int reps);
+// Quest's page bounds of one 8B KV head at 512K, the GPU engine and the host twin (bench/gpu_bounds_bench.cpp).
+void bench_page_bounds(CudaBackend& be, Report& rep, int reps);
 // The retrieved rows' attention per host store type, rows over PCIe and on the device (bench/gpu_rows_bench.cpp).
 void bench_row_attention(CudaBackend& be, EventTimer& tm, Report& rep, int reps);
 

@@ -21,6 +21,9 @@
 //   kmeans       the GPU k-means engine (--build-on gpu) on one block of a
 //                multipole build, alone and shared by 16 threads (--only
 //                kmeans: this group alone, bench/gpu_kmeans_bench.cpp);
+//   bounds       Quest's page bounds of one 8B KV head at 512K: the GPU
+//                engine (--build-on gpu) and the host twin on one thread
+//                (--only bounds: this group alone, bench/gpu_bounds_bench.cpp);
 //   rows         the retrieved rows' attention (row-list kernel) at the
 //                Llama-3-8B decode shape per host store type (f16, f8, q8_0),
 //                rows over PCIe and on the device (--only rows: this group
@@ -220,6 +223,10 @@ void run_gpu_ops(const GpuOpsArgs& a) {
     bench_kmeans(be, rep, a.reps);
     return;
   }
+  if (a.only == "bounds") {
+    bench_page_bounds(be, rep, a.reps);
+    return;
+  }
   {  // the ceiling every "% of copy" is taken against
     const size_t bytes = a.quick ? size_t{256} << 20 : size_t{1} << 30;
     Buffer src = be.alloc(bytes), dst = be.alloc(bytes);
@@ -251,6 +258,7 @@ void run_gpu_ops(const GpuOpsArgs& a) {
   bench_prefill_attention(be, tm, rep, a.reps, a.quick);
   bench_device_search(be, tm, rep, a.reps);
   bench_kmeans(be, rep, a.reps);
+  bench_page_bounds(be, rep, a.reps);
   bench_row_attention(be, tm, rep, a.reps);
   bench_small_ops(be, tm, rep, a);
   // --quick: the small synthetic model only, unless --synth says otherwise.

@@ -435,6 +435,14 @@ void kmeans_accumulate(const float* x, const int32_t* labels, int64_t n, int64_t
 // centroids[j] = sums[j] / |sums[j]| where the norm is positive; else unchanged (the Lloyd update).
 void kmeans_normalise(const float* sums, int64_t k, int d, float* centroids, cudaStream_t stream);
 
+// ---- Quest's page bounds (kernels_page_bounds.cu; gpu/gpu_page_bounds.cpp) --
+// out [pages][max (d) | min (d)] of the pages of `page` rows over n_rows
+// rows of store type `store` at `rows` ([n_rows][d] elements, back to back;
+// the last page may be short). Twin: page_bounds_reference
+// (index/page_bounds.h), bit for bit.
+void page_bounds(DType store, const void* rows, int64_t n_rows, int d, int64_t page, float* out,
+                 cudaStream_t stream);
+
 // ---- sampling (kernels_sampling.cu) ------------------------------------------
 // Work space (bytes) the two samplers need for n logits.
 size_t sampling_workspace_bytes(int64_t n);

@@ -17,6 +17,7 @@
 #include "gpu/cuda_kernels.h"
 #include "gpu/device_search_tables.h"
 #include "gpu/gpu_kmeans.h"
+#include "gpu/gpu_page_bounds.h"
 #include "offload/offload_runtime.h"
 
 namespace topkv::gpu_offload {
@@ -74,7 +75,7 @@ class GpuOffloadRuntime final : public OffloadRuntime {
     // (stage_rows copies rows on the host, which cannot read a GPU copy).
     if (device_search_ && !policy.stage_rows && policy.store_cache != 0)
       store_cache_ = std::make_unique<DeviceStoreCache>(be, policy.store_cache > 0 ? policy.store_cache : -1);
-    if (kmeans_on_gpu(policy, /*cuda=*/true)) set_kmeans_engine(make_gpu_kmeans(be));
+    if (build_on_gpu(policy, /*cuda=*/true)) set_build_engines(make_gpu_kmeans(be), make_gpu_page_bounds(be));
   }
   ~GpuOffloadRuntime() override {
     for (auto& f : folds_)

@@ -186,7 +186,8 @@ struct MemoryReport {
   size_t owned() const { return structure_bytes + key_copy_bytes; }
 };
 
-class KMeansEngine;  // index/kmeans.h
+class KMeansEngine;      // index/kmeans.h
+class PageBoundsEngine;  // index/page_bounds.h
 
 struct BuildOptions {
   int n_threads = 0;      // 0 = all cores
@@ -197,6 +198,10 @@ struct BuildOptions {
   // runs each block's instead. Not saved: an index is the same kind of index
   // whichever engine clustered it.
   std::shared_ptr<const KMeansEngine> kmeans;
+  // Quest's page bounds at a build (not a fold of a few rows): null bounds
+  // them on the host cores; an engine (the GPU's, gpu/gpu_page_bounds.h)
+  // bounds them instead. The same bits either way (index/page_bounds.h).
+  std::shared_ptr<const PageBoundsEngine> bounds;
 };
 
 class KvIndex {
@@ -225,6 +230,9 @@ class KvIndex {
   // Whether the build clusters blocks of keys with BuildOptions::kmeans (the
   // GPU engine with --build-on gpu|auto, gpu/gpu_kmeans.h).
   virtual bool uses_kmeans() const { return false; }
+  // Whether the build bounds pages of keys with BuildOptions::bounds (quest;
+  // the GPU engine with --build-on gpu|auto, gpu/gpu_page_bounds.h).
+  virtual bool uses_page_bounds() const { return false; }
   virtual double own_rerank() const { return 1.0; }
   // The rerank factor a search with `p` runs: p.rerank, or the spec's own
   // when p.rerank is 0; 1 on a backend that does not rerank.

@@ -30,12 +30,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
+#include <string>
 #include <utility>
 
 #include "index/backends.h"
+#include "index/page_bounds.h"
 #include "index/summary_select.h"
 #include "src/common/error.h"
+#include "src/common/task_group.h"
 
 namespace topkv {
 
@@ -55,7 +59,11 @@ class QuestIndex final : public KvIndex {
     TOPKV_CHECK(std::isfinite(expand_) && expand_ >= 1.0 && expand_ <= 1e6,
                 "quest: expand={} is out of range (1..1e6: coarse pages cover expand*k tokens a query head)", expand_);
   }
+  ~QuestIndex() override {
+    if (stream_) stream_->tasks.wait();  // its tasks write bounds this index frees
+  }
   bool is_topk() const override { return false; }
+  bool uses_page_bounds() const override { return true; }
 
  protected:
   int64_t n_pages() const { return (indexed_ + page_ - 1) / page_; }
@@ -65,7 +73,8 @@ class QuestIndex final : public KvIndex {
   void build_impl(int64_t n_rows) override {
     base_ = {};
     grown_.clear();
-    extend(0, n_rows);
+    coarse_.clear();
+    extend(0, n_rows, build_engine());
   }
   void add_impl(int64_t from, int64_t to) override { extend(from, to); }
 
@@ -78,42 +87,104 @@ class QuestIndex final : public KvIndex {
     return p < b ? base_.data() + (size_t)p * row_len() : grown_.data() + (size_t)(p - b) * row_len();
   }
 
-  // Folds rows [from, to) into the bounds: the last partial page first grows,
-  // then new pages start (Algorithm 1, "Criticality estimation" stage 1).
-  void extend(int64_t from, int64_t to) {
+  // Folds rows [from, to) into the bounds: the page a fold left partial
+  // grows, then new pages start (Algorithm 1, "Criticality estimation" stage
+  // 1), bounded by `engine` (a build: BuildOptions::bounds) or on the host
+  // cores (a fold of a few rows, or no engine: the twin, index/page_bounds.h).
+  void extend(int64_t from, int64_t to, const PageBoundsEngine* engine = nullptr) {
     const int d = keys_->dim();
-    const size_t w = row_len();
     const int64_t first_page = from / page_, end_page = (to + page_ - 1) / page_;
-    const int64_t old_pages = base_pages() + (int64_t)(grown_.size() / w);
-    // Appends come a few rows at a time: grow by 1/8 rather than doubling, so
-    // a long context's bounds do not hold up to twice the memory they need.
-    const size_t need = (size_t)std::max<int64_t>(0, end_page - base_pages()) * w;
-    if (need > grown_.capacity()) grown_.reserve(grown_.empty() ? need : need + need / 8);
-    if (need > grown_.size()) grown_.resize(need);
-    const int threads = (int)std::max<int64_t>(1, std::min<int64_t>(n_threads(), end_page - first_page));
-#pragma omp parallel num_threads(threads)
-    {
+    const int64_t old_pages = held_pages();
+    hold_pages(end_page);
+    int64_t p = first_page;
+    if (p < old_pages && p < end_page) {  // rows [from, ...) join page p, which holds rows before `from`
+      float* mx = bounds(p);
+      float* mn = mx + d;
       std::vector<float> k((size_t)d);
-#pragma omp for schedule(static)
-      for (int64_t p = first_page; p < end_page; ++p) {
-        float* mx = bounds(p);
-        float* mn = mx + d;
-        int64_t lo = std::max(from, p * page_), hi = std::min(to, (p + 1) * page_);
-        if (p >= old_pages) {  // a new page starts at its first row
-          keys_->row_f32(lo, mx);
-          std::copy(mx, mx + d, mn);
-          ++lo;
-        }
-        for (int64_t i = lo; i < hi; ++i) {
-          keys_->row_f32(i, k.data());
-          for (int j = 0; j < d; ++j) {
-            mx[j] = std::max(mx[j], k[(size_t)j]);
-            mn[j] = std::min(mn[j], k[(size_t)j]);
-          }
+      for (int64_t i = from, e = std::min(to, (p + 1) * page_); i < e; ++i) {
+        keys_->row_f32(i, k.data());
+        for (int j = 0; j < d; ++j) {
+          mx[j] = std::max(mx[j], k[(size_t)j]);
+          mn[j] = std::min(mn[j], k[(size_t)j]);
         }
       }
+      ++p;
+    }
+    if (p < end_page) {
+      if (engine) engine->bound_pages(*keys_, page_, p, end_page, to, bounds(p));
+      else page_bounds_reference(*keys_, page_, p, end_page, to, bounds(p), n_threads());
     }
     update_coarse(first_page);
+  }
+  int64_t held_pages() const { return base_pages() + (int64_t)(grown_.size() / row_len()); }
+  // Room for pages [0, end_page) (those past the loaded ones in grown_).
+  void hold_pages(int64_t end_page) {
+    // Appends come a few rows at a time: grow by 1/8 rather than doubling, so
+    // a long context's bounds do not hold up to twice the memory they need.
+    const size_t need = (size_t)std::max<int64_t>(0, end_page - base_pages()) * row_len();
+    if (need > grown_.capacity()) grown_.reserve(grown_.empty() ? need : need + need / 8);
+    if (need > grown_.size()) grown_.resize(need);
+  }
+  // The engine a build bounds its new pages with: the one handed in, unless
+  // its pages are longer than it takes; none: the host cores.
+  const PageBoundsEngine* build_engine() const {
+    return opt_.bounds && page_ <= opt_.bounds->max_page() ? opt_.bounds.get() : nullptr;
+  }
+
+  // Streaming build (KvIndex::begin_build, the build overlapped with a
+  // chunked prefill): each run of kStreamRows rows' pages is bounded on TBB's
+  // threads as soon as its rows are final, by the build's engine or the host
+  // twin; end_build bounds the rest and reduces the coarse level. The pages
+  // are the ones build_impl makes, bit for bit (the same twin or engine, page
+  // by page). Only with two runs or more and two cores, as ClusterIndex.
+  static constexpr int64_t kStreamRows = 16384;
+  struct Streaming {
+    int64_t total = 0, run_pages = 1, next_run = 0;
+    std::vector<std::string> errors;  // one per run
+    TaskGroup tasks;
+  };
+  int64_t run_pages() const { return std::max<int64_t>(1, kStreamRows / page_); }
+  void begin_build_impl(int64_t n_total) override {
+    if (stream_) stream_->tasks.wait();
+    stream_.reset();
+    base_ = {};
+    grown_.clear();
+    coarse_.clear();
+    const int64_t pages = (n_total + page_ - 1) / page_, runs = (pages + run_pages() - 1) / run_pages();
+    if (runs < 2 || TaskGroup::concurrency() < 2) return;
+    hold_pages(pages);  // the tasks write their pages in place: grown_ is not resized while they run
+    stream_ = std::make_unique<Streaming>();
+    stream_->total = n_total;
+    stream_->run_pages = run_pages();
+    stream_->errors.resize((size_t)runs);
+  }
+  void rows_ready_impl(int64_t n) override {
+    if (!stream_) return;
+    Streaming& st = *stream_;
+    const int64_t pages = (st.total + page_ - 1) / page_;
+    for (;;) {
+      const int64_t a = st.next_run * st.run_pages, b = std::min(pages, a + st.run_pages);
+      const int64_t rows_end = std::min(st.total, b * page_);
+      if (a >= pages || rows_end > n) break;  // the run's last row is not final yet
+      const int64_t r = st.next_run++;
+      st.tasks.run([this, &st, a, b, rows_end, r] {
+        try {
+          const PageBoundsEngine* e = build_engine();
+          if (e) e->bound_pages(*keys_, page_, a, b, rows_end, bounds(a));
+          else page_bounds_reference(*keys_, page_, a, b, rows_end, bounds(a), 1);
+        } catch (const std::exception& ex) {
+          st.errors[(size_t)r] = ex.what();
+        }
+      });
+    }
+  }
+  void end_build_impl(int64_t n_total) override {
+    if (!stream_) return build_impl(n_total);
+    rows_ready_impl(n_total);
+    std::unique_ptr<Streaming> st = std::move(stream_);
+    st->tasks.wait();
+    for (const std::string& e : st->errors) TOPKV_CHECK(e.empty(), "{}", e);
+    update_coarse(0);
   }
 
   // Two levels: the coarse pages from the one holding page `from_page` to
@@ -274,6 +345,7 @@ class QuestIndex final : public KvIndex {
   HostArray<float> base_;
   std::vector<float> grown_;
   std::vector<float> coarse_;  // two levels: [coarse page][max | min] of its pages
+  std::unique_ptr<Streaming> stream_;  // a streaming build in progress
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "index/kmeans.h"
+#include "index/page_bounds.h"
 #include "offload/memory_plan.h"
 #include "offload/pack_file.h"
 #include "src/common/error.h"
@@ -55,9 +56,11 @@ OffloadRuntime::OffloadRuntime(const ModelConfig& cfg, const OffloadPolicy& poli
   topkv::k_per_layer(1, (int)retrieval_layers_.size(), policy_.k_schedule, policy_.k_weights);  // a weights schedule's length
 }
 
-bool kmeans_on_gpu(const OffloadPolicy& policy, bool cuda) {
+bool build_on_gpu(const OffloadPolicy& policy, bool cuda) {
   if (!cuda || policy.build_on == BuildOn::Host || policy.build_on == BuildOn::Lloyd) return false;
-  return policy.build_on == BuildOn::Gpu || KvIndex::create(policy.index)->uses_kmeans();
+  if (policy.build_on == BuildOn::Gpu) return true;
+  const auto index = KvIndex::create(policy.index);
+  return index->uses_kmeans() || index->uses_page_bounds();
 }
 
 bool OffloadRuntime::overrides(int layer) const {
@@ -91,6 +94,7 @@ OffloadedLayer::Config OffloadRuntime::layer_config(int i) const {
   c.search_threads = head_share;
   c.extra_indexes = extra_indexes_;
   c.build.kmeans = kmeans_;
+  c.build.bounds = bounds_;
   return c;
 }
 
@@ -376,8 +380,12 @@ size_t OffloadRuntime::in_place_bytes() const {
 std::vector<MemoryPlan::Line> OffloadRuntime::device_plan_at(int64_t n, const DeviceTableChoice& tables) const {
   (void)n, (void)tables;
   std::vector<MemoryPlan::Line> lines;
-  if (const double b = kmeans_ ? kmeans_->device_bytes(cfg_.head_dim) : 0.0; b > 0)
+  // An engine's work space where this runtime's index takes it.
+  const auto index = KvIndex::create(policy_.index);
+  if (const double b = kmeans_ && index->uses_kmeans() ? kmeans_->device_bytes(cfg_.head_dim) : 0.0; b > 0)
     lines.push_back({"k-means work space (--build-on gpu)", 0, b});
+  if (const double b = bounds_ && index->uses_page_bounds() ? bounds_->device_bytes(cfg_.head_dim) : 0.0; b > 0)
+    lines.push_back({"page bounds work space (--build-on gpu)", 0, b});
   return lines;
 }
 

@@ -47,11 +47,12 @@ struct OffloadStats {
   double device_store_share = 0;
 };
 
-// Whether a runtime on the CUDA backend (cuda) or the host runs the k-means of
-// `policy`'s index on the GPU (--build-on; auto asks the index whether it
-// clusters, KvIndex::uses_kmeans). Here, not in policy.cpp: it creates an
+// Whether a runtime on the CUDA backend (cuda) or the host builds `policy`'s
+// index with the GPU's engines (--build-on; auto asks the index whether its
+// build takes one: KvIndex::uses_kmeans, the clustering backends;
+// KvIndex::uses_page_bounds, quest). Here, not in policy.cpp: it creates an
 // index, and the policy's parser stays free of the index factory.
-bool kmeans_on_gpu(const OffloadPolicy& policy, bool cuda);
+bool build_on_gpu(const OffloadPolicy& policy, bool cuda);
 
 class OffloadRuntime : public AttentionOverride, public KvPastSource {
  public:
@@ -115,13 +116,18 @@ class OffloadRuntime : public AttentionOverride, public KvPastSource {
   // everything the layer holds and accumulates the relative L2 error of the
   // served output (slow: a full scan per layer and step; for evaluation).
   void set_measure_error(bool on) { measure_error_ = on; }
-  // The blockwise k-means of the clustering indexes this runtime builds
-  // (BuildOptions::kmeans; null: Faiss's on the host cores). --build-on lloyd
-  // sets the twin here; the CUDA runtime sets its device engine
-  // (gpu/gpu_kmeans.h); a host runtime building a pack for a CUDA runtime
-  // takes that engine too (make_build_runtime), so the pack holds the
-  // indexes the CUDA runtime would have built. Set before the context.
-  void set_kmeans_engine(std::shared_ptr<const KMeansEngine> e) { kmeans_ = std::move(e); }
+  // The engines of the indexes this runtime builds: the clustering indexes'
+  // blockwise k-means (BuildOptions::kmeans; null: Faiss's on the host
+  // cores) and quest's page bounds (BuildOptions::bounds; null: the host
+  // cores). --build-on lloyd sets the k-means twin here; the CUDA runtime
+  // sets its device engines (gpu/gpu_kmeans.h, gpu/gpu_page_bounds.h); a
+  // host runtime building a pack for a CUDA runtime takes them too
+  // (make_build_runtime), so the pack holds the indexes the CUDA runtime
+  // would have built. Set before the context.
+  void set_build_engines(std::shared_ptr<const KMeansEngine> kmeans, std::shared_ptr<const PageBoundsEngine> bounds) {
+    kmeans_ = std::move(kmeans);
+    bounds_ = std::move(bounds);
+  }
   // Per retrieval layer: sqrt(sum |out - exact|^2 / sum |exact|^2) over the steps so far.
   std::vector<double> attention_rel_error() const;
   // Per retrieval layer, over the same steps: the oracle top-k mass at the
@@ -195,7 +201,8 @@ class OffloadRuntime : public AttentionOverride, public KvPastSource {
   OffloadStats stats_;
   int64_t absorbed_ = -1;  // positions a begin_context ... end_context has taken (-1: none running)
   bool measure_error_ = false;
-  std::shared_ptr<const KMeansEngine> kmeans_;  // set_kmeans_engine
+  std::shared_ptr<const KMeansEngine> kmeans_;      // set_build_engines
+  std::shared_ptr<const PageBoundsEngine> bounds_;  // set_build_engines
   std::vector<double> err_sq_, ref_sq_;  // per retrieval layer
   std::vector<double> mass_sum_;         // per retrieval layer: oracle top-k mass summed over the steps
   std::vector<int64_t> mass_steps_;

@@ -83,12 +83,15 @@ struct OffloadPolicy {
   // false: the type is the user's, and a plan it does not fit is refused.
   bool device_table_by_budget = true;
   // Where the clustering backends' blockwise k-means runs (centroid,
-  // multipole: KvIndex::uses_kmeans). Gpu (CUDA runtime): Lloyd rounds on the
-  // device (gpu/gpu_kmeans.h); Host: Faiss on the host cores; Lloyd: the GPU
-  // engine's twin on the host cores (LloydKMeans, index/kmeans.h: the labels
-  // the device gives, on any machine; slower than Faiss); Auto (since session
-  // 19): Gpu on the CUDA runtime when the index clusters, Host elsewhere (the
-  // CPU runtime, `index build`). The rest of the build stays on the host.
+  // multipole: KvIndex::uses_kmeans), and quest's page bounds
+  // (KvIndex::uses_page_bounds). Gpu (CUDA runtime): Lloyd rounds on the
+  // device (gpu/gpu_kmeans.h), the page bounds there (gpu/gpu_page_bounds.h);
+  // Host: Faiss and the bounds on the host cores; Lloyd: the k-means engine's
+  // twin on the host cores (LloydKMeans, index/kmeans.h: the labels the
+  // device gives, on any machine; slower than Faiss), bounds on the host (the
+  // device's, bit for bit); Auto (since session 19; quest's bounds since
+  // session 32): Gpu on the CUDA runtime when the index takes an engine, Host
+  // elsewhere (the CPU runtime). The rest of the build stays on the host.
   BuildOn build_on = BuildOn::Auto;
   int device_fold = 1024;  // Gpu search: rows evicted from the window are attended exactly from the
                            // device until this many are pending, then folded into the index (and its

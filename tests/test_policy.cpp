@@ -218,24 +218,24 @@ TEST_CASE("policy: where the search runs, the device tables' type and fold") {
   CHECK_NOTHROW(OffloadPolicy().apply_json(R"({"search_on":"auto","stage_rows":true})", "c.json"));
 }
 
-TEST_CASE("policy: where the k-means runs, auto by default, chosen by the index's capability") {
+TEST_CASE("policy: where the index build's engines run, auto by default, chosen by the index's capability") {
   OffloadPolicy p;
   CHECK(p.build_on == BuildOn::Auto);
-  for (const char* index : {"multipole", "centroid", "multipole:levels=2"}) {
+  for (const char* index : {"multipole", "centroid", "multipole:levels=2", "quest", "quest:coarse_ratio=16"}) {
     p.index = index;
-    CHECK(kmeans_on_gpu(p, /*cuda=*/true));
-    CHECK_FALSE(kmeans_on_gpu(p, /*cuda=*/false));  // the CPU runtime clusters on the host
+    CHECK(build_on_gpu(p, /*cuda=*/true));
+    CHECK_FALSE(build_on_gpu(p, /*cuda=*/false));  // the CPU runtime builds on the host
   }
-  for (const char* index : {"quest", "flat", "hnswlib"}) {  // nothing to cluster
+  for (const char* index : {"flat", "hnswlib", "faiss-ivf"}) {  // nothing to cluster or bound
     p.index = index;
-    CHECK_FALSE(kmeans_on_gpu(p, true));
+    CHECK_FALSE(build_on_gpu(p, true));
   }
   p.index = "multipole", p.build_on = BuildOn::Host;
-  CHECK_FALSE(kmeans_on_gpu(p, true));
-  p.index = "quest", p.build_on = BuildOn::Gpu;  // asked for: the engine is made (and idle)
-  CHECK(kmeans_on_gpu(p, true));
+  CHECK_FALSE(build_on_gpu(p, true));
+  p.index = "flat", p.build_on = BuildOn::Gpu;  // asked for: the engines are made (and idle)
+  CHECK(build_on_gpu(p, true));
   p.index = "multipole", p.build_on = BuildOn::Lloyd;  // the engine's twin, on the host
-  CHECK_FALSE(kmeans_on_gpu(p, true));
+  CHECK_FALSE(build_on_gpu(p, true));
   for (const char* v : {"auto", "host", "gpu", "lloyd"}) {
     OffloadPolicy q;
     q.apply_json(fmt::format(R"({{"build_on":"{}"}})", v), "c.json");

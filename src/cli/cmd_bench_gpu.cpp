@@ -36,10 +36,11 @@ void register_bench_gpu(CLI::App& app) {
                   "device search's steps, and one-level shapes' cut, gather and far rows alone; after the copy "
                   "row), 'quant' (products on quantised weights: MMVQ, grouped launches, dequantised prefill; after "
                   "the copy row), 'attention' (decode attention, the v2 and v3 kernels side by side; after the copy "
-                  "row), 'kmeans' (the --build-on gpu k-means on one block of a multipole build) or 'rows' (the "
+                  "row), 'kmeans' (the --build-on gpu k-means on one block of a multipole build), 'bounds' (quest's page "
+                  "bounds of one 8B KV head at 512K: the --build-on gpu engine and the host on one thread) or 'rows' (the "
                   "retrieved rows' attention per host store type, f16 / f8 / q8_0: rows over PCIe scattered, in "
                   "pages of 16 back to back and off alignment, and on the device; after the copy row)")
-      ->check(CLI::IsMember({"prefill", "search", "quant", "attention", "kmeans", "rows"}));
+      ->check(CLI::IsMember({"prefill", "search", "quant", "attention", "kmeans", "bounds", "rows"}));
   cmd->callback([a] { bench::run_gpu_ops(*a); });
 }
 

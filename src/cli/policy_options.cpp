@@ -73,10 +73,11 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
                   "gpu where the index and options allow it")
       ->group(g)->check(CLI::IsMember(search_on_names()));
   cmd->add_option("--build-on", a->build_on, "Where centroid and multipole indexes run their blockwise "
-                  "k-means: gpu (CUDA: Lloyd rounds on the device, cuBLAS products; ~3x faster to a built index), host "
-                  "(Faiss on the host cores), lloyd (the GPU's rounds on the host cores: the indexes gpu builds, on "
-                  "any machine; slower), or auto (default: gpu when the run is on the GPU and the index clusters, "
-                  "host otherwise)")
+                  "k-means, and quest bounds its pages: gpu (CUDA: Lloyd rounds on the device, cuBLAS products, ~3x "
+                  "faster to a built index; the page bounds there, the same bits as the host's), host (Faiss and the "
+                  "bounds on the host cores), lloyd (the GPU's rounds on the host cores: the indexes gpu builds, on "
+                  "any machine; slower), or auto (default: gpu when the run is on the GPU and the index clusters or "
+                  "bounds pages, host otherwise)")
       ->group(g)->check(CLI::IsMember(build_on_names()));
   cmd->add_option("--device-table-type", a->device_table_type, "CUDA, --search-on gpu: element type of the "
                   "device summary tables: auto (default: f16 while the GPU holds them beside the rest of the run, else i8, "

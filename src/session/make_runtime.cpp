@@ -3,6 +3,7 @@
 #include "gpu/cuda_backend.h"
 #include "gpu/gpu_kmeans.h"
 #include "gpu/gpu_offload_runtime.h"
+#include "gpu/gpu_page_bounds.h"
 #include "src/common/error.h"
 
 namespace topkv {
@@ -22,7 +23,7 @@ std::unique_ptr<OffloadRuntime> make_build_runtime(Backend& be, const ModelConfi
               "backend builds its indexes on the host (drop --build-on, or use lloyd for the GPU's rounds on the host)",
               be.name());
   auto rt = std::make_unique<OffloadRuntime>(cfg, policy, progress);
-  if (kmeans_on_gpu(policy, cuda)) rt->set_kmeans_engine(make_gpu_kmeans(be));
+  if (build_on_gpu(policy, cuda)) rt->set_build_engines(make_gpu_kmeans(be), make_gpu_page_bounds(be));
   return rt;
 }
 

@@ -17,8 +17,9 @@ std::unique_ptr<OffloadRuntime> make_offload_runtime(Backend& be, const ModelCon
 
 // A host runtime (OffloadRuntime: stores and indexes on the host, nothing on
 // the device) that builds the indexes `make_offload_runtime(be, ...)` would:
-// on a CUDA backend its clustering indexes take the device's k-means engine
-// where the CUDA runtime's would (kmeans_on_gpu; --build-on auto|gpu). What
+// on a CUDA backend its indexes take the device's build engines (k-means,
+// page bounds) where the CUDA runtime's would (build_on_gpu; --build-on
+// auto|gpu). What
 // builds a context pack (`index build`, eval's shared context) uses it, so a
 // pack built on a GPU host holds what `generate` there builds. --build-on gpu
 // on another backend is refused.

@@ -329,7 +329,7 @@ TEST_CASE("summary_search matches its CPU twin: scores, cut, gathered rows, far 
 namespace {
 
 // The CPU runtime folding rows as the device search's runtime does.
-// When the GPU runtime's k-means runs on the device (kmeans_on_gpu) its
+// When the GPU runtime's k-means runs on the device (build_on_gpu) its
 // indexes cluster with LloydKMeans, the GPU engine's twin.
 class FoldingRuntime : public OffloadRuntime {
  public:
@@ -337,7 +337,7 @@ class FoldingRuntime : public OffloadRuntime {
   OffloadedLayer::Config layer_config(int i) const override {
     auto c = OffloadRuntime::layer_config(i);
     c.fold_every = fold_;
-    if (kmeans_on_gpu(policy(), /*cuda=*/true)) c.build.kmeans = std::make_shared<LloydKMeans>();
+    if (build_on_gpu(policy(), /*cuda=*/true)) c.build.kmeans = std::make_shared<LloydKMeans>();
     return c;
   }
 
