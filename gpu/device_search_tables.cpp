@@ -2,9 +2,12 @@
 #ifdef TOPKV_HAVE_CUDA
 #include "gpu/device_search_tables.h"
 
+#include <omp.h>
+
 #include <algorithm>
 
 #include "src/common/error.h"
+#include "src/common/parallel_errors.h"
 
 namespace topkv {
 
@@ -38,9 +41,20 @@ DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, co
   auto typed = [&](const std::vector<float>& v, const char* what) {
     return encode_table(table_type, v, d, {TableRounding::Nearest}, what);
   };
-  for (int h = 0; h < nkv; ++h) {
+  // What every head's tables say alike (one index spec), from the first present head.
+  struct Shared {
+    bool page_bounds = false, far_dropped = false;
+    double spread = 0.0, spread_clip = 1.0, expand = 0.0;
+  };
+  std::vector<Shared> shared((size_t)nkv);
+  // Heads in parallel: each exports, encodes and reduces its own tables (at the
+  // 8B geometry's 131K, one thread for the layer's 8 heads took most of the
+  // seconds between the prefill's last chunk and the first token).
+  ParallelErrors errors;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(std::max(1, std::min(nkv, omp_get_max_threads())))
+  for (int h = 0; h < nkv; ++h) errors.run([&, h] {
     const KvIndex* index = L.index(h);
-    if (!index || !index->attached()) continue;
+    if (!index || !index->attached()) return;
     SummaryTables t;
     TOPKV_CHECK(index->export_summaries(t), "the {} index has no device search: run with --search-on host",
                 index->name());
@@ -50,24 +64,33 @@ DeviceSearchTables::Staged DeviceSearchTables::stage(const OffloadedLayer& L, co
                 "internal: {} summary tables of dimension {} for head_dim {}", index->name(), t.dim, d);
     TOPKV_CHECK(t.size() <= INT32_MAX && t.covered <= INT32_MAX, "the device search holds at most 2^31 groups "
                 "and rows per head ({} groups over {} rows)", t.size(), t.covered);
-    s.page_bounds = t.kind == SummaryTables::Kind::PageBounds;  // one index spec: every head the same kind
+    Shared& sd = shared[(size_t)h];
+    sd.page_bounds = t.kind == SummaryTables::Kind::PageBounds;
     Staged::Head& sh = s.heads[(size_t)h];
     sh.present = true;
     sh.n = (int32_t)t.size(), sh.page = (int32_t)t.page, sh.max_count = t.max_count(), sh.covered = t.covered;
     sh.rows = t.encoded_rows(table_type);  // page bounds rounded outward
     sh.value_means = typed(t.value_means, "a value mean");
     sh.key_var = typed(t.key_var, "a key variance");
-    if (!t.key_var.empty()) s.spread = t.spread, s.spread_clip = t.spread_clip;  // one spec: every head the same
-    s.far_dropped = t.far_dropped && !t.value_means.empty();
-    if (t.coarse_ratio > 0) {  // two levels: the coarse bounds, reduced here (one spec: every head the same)
+    if (!t.key_var.empty()) sd.spread = t.spread, sd.spread_clip = t.spread_clip;
+    sd.far_dropped = t.far_dropped && !t.value_means.empty();
+    if (t.coarse_ratio > 0) {  // two levels: the coarse bounds, reduced here
       const SummaryTables c = t.coarse_level();
-      s.expand = t.expand;
+      sd.expand = t.expand;
       sh.coarse_n = (int32_t)c.size(), sh.coarse_ratio = (int32_t)t.coarse_ratio;
       sh.coarse_rows = c.encoded_rows(table_type);
       sh.coarse_counts = c.counts;
     }
     sh.counts = std::move(t.counts), sh.offsets = std::move(t.offsets), sh.members = std::move(t.members);
-  }
+  });
+  errors.rethrow();
+  for (int h = 0; h < nkv; ++h)
+    if (s.heads[(size_t)h].present) {
+      const Shared& sd = shared[(size_t)h];
+      s.page_bounds = sd.page_bounds, s.far_dropped = sd.far_dropped;
+      s.spread = sd.spread, s.spread_clip = sd.spread_clip, s.expand = sd.expand;
+      break;
+    }
   return s;
 }
 

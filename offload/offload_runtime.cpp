@@ -214,7 +214,9 @@ void OffloadRuntime::end_context() {
 }
 
 void OffloadRuntime::layers_ready(const Timer& since) {
+  Timer ready;
   for (int i = 0; i < (int)layers_.size(); ++i) on_layer_ready(i);
+  stats_.ready_s = ready.seconds();
   stats_.build_s = since.seconds();
   stats_.keys_indexed = 0;
   for (auto& l : layers_)

@@ -32,6 +32,10 @@ struct OffloadStats {
   double search_s = 0;         // index search time (sum over layers of the slowest head)
   double attend_s = 0;         // whole offloaded attention time
   double build_s = 0;          // index build time after prefill
+  // Of build_s, the layers' on_layer_ready (the GPU runtime: the sinks and
+  // window mirrors and the device search tables going up); the rest is the
+  // indexes finishing (OffloadedLayer::end_prefill).
+  double ready_s = 0;
   // take_context: the time its layers spent reading the context (the model's
   // KV, or a synthetic generator's), summed over layers; build_s less what of
   // it ran at once with other layers is the stores' and indexes' share.

@@ -183,8 +183,10 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
                        "the pack", offload->stats().build_s, offload->describe(), mib(offload->host_bytes()),
                        mib(offload->in_place_bytes())));
     if (offload && !pack)
-      note(fmt::format("topkv: {}; {} keys indexed in {:.2f} s, host store + index {}", offload->describe(),
-                       offload->stats().keys_indexed, offload->stats().build_s, mib(offload->host_bytes())));
+      note(fmt::format("topkv: {}; {} keys indexed in {:.2f} s after the prefill ({:.2f} s of it readying the "
+                       "layers: sinks, window and search tables to the GPU), host store + index {}",
+                       offload->describe(), offload->stats().keys_indexed, offload->stats().build_s,
+                       offload->stats().ready_s, mib(offload->host_bytes())));
     r.prefill_s = since.seconds();
     if (cuda && qi == 0) note(fmt::format("topkv: GPU memory after prefill: {}", cuda_memory_use(backend).describe()));
     if (prompts.size() > 1) {
@@ -298,6 +300,7 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
                       {"k_per_layer", offload->k_per_layer()},
                       {"keys_indexed", st.keys_indexed},
                       {pack ? "pack_restore_s" : "index_build_s", st.build_s},
+                      {"layers_ready_s", st.ready_s},
                       {"host_bytes", offload->host_bytes()},
                       {"steps", st.steps},
                       {"retrieved_per_step", st.steps ? (double)st.retrieved / st.steps : 0.0},
