@@ -183,10 +183,12 @@ void run_generate(const GenerateArgs& a, const PolicyArgs& pol, const CLI::App& 
                        "the pack", offload->stats().build_s, offload->describe(), mib(offload->host_bytes()),
                        mib(offload->in_place_bytes())));
     if (offload && !pack)
-      note(fmt::format("topkv: {}; {} keys indexed in {:.2f} s after the prefill ({:.2f} s of it readying the "
-                       "layers: sinks, window and search tables to the GPU), host store + index {}",
+      note(fmt::format("topkv: {}; {} keys indexed in {:.2f} s after the prefill{}, host store + index {}",
                        offload->describe(), offload->stats().keys_indexed, offload->stats().build_s,
-                       offload->stats().ready_s, mib(offload->host_bytes())));
+                       offload->on_device() ? fmt::format(" ({:.2f} s of it readying the layers: sinks, window and "
+                                                          "search tables to the GPU)", offload->stats().ready_s)
+                                            : std::string(),
+                       mib(offload->host_bytes())));
     r.prefill_s = since.seconds();
     if (cuda && qi == 0) note(fmt::format("topkv: GPU memory after prefill: {}", cuda_memory_use(backend).describe()));
     if (prompts.size() > 1) {
