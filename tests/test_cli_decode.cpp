@@ -41,6 +41,11 @@ TEST_CASE("generate: dense and top-k runs stream tokens and write their statisti
     if (attn != "dense") {
       CHECK(j["offload"]["retrieval_layers"].size() == 2);  // tiny-gemma3: global layers 2 and 5 of 6
       CHECK(r.err.find("memory plan") != std::string::npos);
+      // The time after the prefill, and what of it readied the layers (only the GPU runtime readies any).
+      const double build_s = j["offload"]["index_build_s"].get<double>(), ready_s = j["offload"]["layers_ready_s"];
+      CHECK(build_s >= ready_s);
+      CHECK(ready_s >= 0.0);
+      CHECK((r.err.find("readying the layers") != std::string::npos) == (cuda_device_count() > 0));
     }
   }
 }
