@@ -45,8 +45,9 @@ class PageBoundsEngine {
 void page_bounds_reference(const RowStore& keys, int64_t page, int64_t first_page, int64_t end_page, int64_t n_rows,
                            float* out, int threads);
 
-// The twin as an engine, one thread a call: what quest's streaming build
-// runs on the host cores when no engine is handed in, and what tests hand in.
+// The twin as an engine, one thread a call (what quest's streaming build
+// runs per task when no engine is handed in): for tests and tools that hand
+// an engine in and want the host's bits.
 class HostPageBounds final : public PageBoundsEngine {
  public:
   const char* name() const override { return "host"; }
