@@ -22,6 +22,21 @@ namespace topkv::bench {
 
 using cuda::CudaBackend;
 
+// Host wall time of one call of f, in microseconds: for calls that wait for
+// their own results (the index build engines), as the build sees them.
+template <class F> double wall_us(F&& f) {
+  const Timer t;
+  f();
+  return t.us();
+}
+// Its median over `reps` calls after `warmups` (buffers grown, pages touched).
+template <class F> double wall_median_us(int reps, F&& f, int warmups = 1) {
+  for (int i = 0; i < warmups; ++i) f();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) t.push_back(wall_us(f));
+  return percentile(t, 50);
+}
+
 class EventTimer {
  public:
   explicit EventTimer(cudaStream_t s) : s_(s) {

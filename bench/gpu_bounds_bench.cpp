@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <random>
 #include <vector>
 
@@ -34,24 +33,13 @@ void bench_page_bounds(CudaBackend& be, Report& rep, int reps) {
       for (int64_t at = 0; at < n; at += 65536) keys.append_f32(x.data(), 65536);
     }
     std::vector<float> out((size_t)pages * 2 * d);
-    auto wall_us = [](auto&& f) {
-      const auto t0 = std::chrono::steady_clock::now();
-      f();
-      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    };
-    auto median = [&](int r, auto&& f) {
-      f();  // warm: buffers, pages of `out`
-      std::vector<double> us;
-      for (int i = 0; i < r; ++i) us.push_back(wall_us(f));
-      std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-      return us[us.size() / 2];
-    };
     const double bytes = (double)n * keys.row_bytes();
     const std::string shape = fmt::format("{} keys x {} {} pages of {}", n, d, dtype_name(t), page);
     rep.add("bounds", shape + ", GPU engine (pinned rows over the bus)",
-            median(std::max(reps / 5, 5), [&] { engine->bound_pages(keys, page, 0, pages, n, out.data()); }), bytes, 0);
+            wall_median_us(std::max(reps / 5, 5), [&] { engine->bound_pages(keys, page, 0, pages, n, out.data()); }),
+            bytes, 0);
     rep.add("bounds", shape + ", host twin, one thread",
-            median(3, [&] { page_bounds_reference(keys, page, 0, pages, n, out.data(), 1); }), bytes, 0);
+            wall_median_us(3, [&] { page_bounds_reference(keys, page, 0, pages, n, out.data(), 1); }), bytes, 0);
   }
 }
 

@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -34,20 +33,11 @@ void bench_kmeans(CudaBackend& be, Report& rep, int reps) {
       for (int j = 0; j < d; ++j) x[(size_t)i * d + j] /= (float)std::sqrt(s);
     }
     const double flops = (iters + 1) * 2.0 * n * k * d, bytes = (double)n * d * 4;
-    auto wall_us = [](auto&& f) {
-      const auto t0 = std::chrono::steady_clock::now();
-      f();
-      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    };
     std::vector<float> cent((size_t)k * d);
     std::vector<int32_t> lab((size_t)n);
     auto one = [&] { engine->cluster(x.data(), n, x.data(), n, d, k, iters, 1, cent.data(), lab.data()); };
-    for (int w = 0; w < 3; ++w) one();
-    std::vector<double> us;
-    for (int r = 0; r < std::max(reps / 5, 5); ++r) us.push_back(wall_us(one));
-    std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
     const std::string shape = fmt::format("block {}x{} k={} {} rounds", n, d, k, iters);
-    rep.add("kmeans", shape + ", one call", us[us.size() / 2], bytes, flops);
+    rep.add("kmeans", shape + ", one call", wall_median_us(std::max(reps / 5, 5), one, 3), bytes, flops);
     // 16 threads, 4 calls each: the time per call when the build's threads share the engine.
     const double all = wall_us([&] {
       std::vector<std::thread> pool;

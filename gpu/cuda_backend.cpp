@@ -357,6 +357,13 @@ bool is_cuda_backend(const Backend& be) { return dynamic_cast<const cuda::CudaBa
 
 uint64_t cuda_kernel_launches() { return cuda::launch_counter().load(std::memory_order_relaxed); }
 
+cuda::CudaBackend& cuda::as_cuda_backend(Backend& be, const char* who) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  TOPKV_CHECK(c, "{} needs the CUDA backend: backend '{}' is not a CUDA backend (use --backend cuda)", who,
+              be.name());
+  return *c;
+}
+
 CudaMemoryUse cuda_memory_use(const Backend& be) {
   const auto* c = dynamic_cast<const cuda::CudaBackend*>(&be);
   TOPKV_CHECK(c, "cuda_memory_use: backend '{}' is not a CUDA backend", be.name());

@@ -188,4 +188,7 @@ class CudaBackend final : public Backend {
   cudaEvent_t stream_ev_[5] = {};
 };
 
+// `be` as the CUDA backend; Error naming `who` (what needs it) otherwise.
+CudaBackend& as_cuda_backend(Backend& be, const char* who);
+
 }  // namespace topkv::cuda

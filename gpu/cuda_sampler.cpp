@@ -9,12 +9,6 @@ namespace topkv {
 
 namespace {
 
-cuda::CudaBackend& as_cuda(Backend& be, const char* who) {
-  auto* c = dynamic_cast<cuda::CudaBackend*>(&be);
-  TOPKV_CHECK(c, "{}: backend '{}' is not a CUDA backend", who, be.name());
-  return *c;
-}
-
 // Work space for the kernels plus the int32 result at its end; the result is
 // copied back (the only transfer) once the kernels are queued.
 struct DeviceDraw {
@@ -38,13 +32,13 @@ struct DeviceDraw {
 
 int32_t cuda_argmax(Backend& be, const float* logits, int64_t n) {
   TOPKV_CHECK(n > 0, "cannot sample from an empty vocabulary");
-  DeviceDraw d(as_cuda(be, "cuda_argmax"), n);
+  DeviceDraw d(cuda::as_cuda_backend(be, "cuda_argmax"), n);
   cuda::argmax(logits, n, d.result, d.ws, d.be.stream());
   return d.fetch();
 }
 
 CudaSampler::CudaSampler(Backend& be, const SamplerParams& p) : be_(be), host_(p), rng_(p.seed) {
-  as_cuda(be, "CudaSampler");
+  cuda::as_cuda_backend(be, "CudaSampler");
 }
 
 int32_t CudaSampler::sample(const float* logits, int64_t n) {
@@ -53,13 +47,13 @@ int32_t CudaSampler::sample(const float* logits, int64_t n) {
   if (p.temperature <= 0.f) return cuda_argmax(be_, logits, n);
   if (p.top_k == 0 && p.top_p >= 1.f) {
     const double u = (double)(rng_() >> 11) * 0x1.0p-53;  // Sampler::sample's draw
-    DeviceDraw d(as_cuda(be_, "CudaSampler"), n);
+    DeviceDraw d(cuda::as_cuda_backend(be_, "CudaSampler"), n);
     cuda::sample_temperature(logits, n, p.temperature, u, d.result, d.ws, d.be.stream());
     const int32_t id = d.fetch();
     return id >= 0 ? id : cuda_argmax(be_, logits, n);  // u within rounding of 1, as the CPU
   }
   host_logits_.resize((size_t)n);
-  auto& c = as_cuda(be_, "CudaSampler");
+  auto& c = cuda::as_cuda_backend(be_, "CudaSampler");
   TOPKV_CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), logits, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost,
                                    c.stream()));
   c.synchronize();

@@ -10,11 +10,9 @@ std::shared_ptr<const KMeansEngine> make_gpu_kmeans(Backend&) {
 }  // namespace topkv
 #else
 #include <algorithm>
-#include <mutex>
 #include <vector>
 
-#include "gpu/cuda_backend_impl.h"
-#include "gpu/cuda_check.h"
+#include "gpu/build_engine_stream.h"
 #include "gpu/cuda_kernels.h"
 
 namespace topkv {
@@ -25,16 +23,14 @@ int64_t score_tile_rows(int64_t k) { return std::max<int64_t>(32, (int64_t(16) <
 
 class GpuKMeans final : public KMeansEngine {
  public:
-  explicit GpuKMeans(cuda::CudaBackend& be) : be_(&be) {
-    TOPKV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  explicit GpuKMeans(cuda::CudaBackend& be) : work_(be, "k-means work space (--build-on gpu)") {
     TOPKV_CUBLAS_CHECK(cublasCreate(&blas_));
-    TOPKV_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    TOPKV_CUBLAS_CHECK(cublasSetStream(blas_, work_.get()));
     TOPKV_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH));  // fp32 products, as the twin's
   }
   ~GpuKMeans() override {
-    cudaStreamSynchronize(stream_);
+    work_.sync();
     cublasDestroy(blas_);
-    cudaStreamDestroy(stream_);
   }
   const char* name() const override { return "gpu"; }
   // ~64 MiB of scores (score_tile_rows) and the rows of a block of up to 64K
@@ -44,40 +40,41 @@ class GpuKMeans final : public KMeansEngine {
   void cluster(const float* train, int64_t n_train, const float* all, int64_t n_all, int d, int64_t k, int iters,
                uint64_t seed, float* centroids, int32_t* labels) const override {
     const std::vector<int64_t> init = select_rows(n_train, k, seed);
-    std::lock_guard<std::mutex> lock(mu_);
+    const auto lock = work_.lock();
+    const cudaStream_t stream = work_.get();
     const bool same = all == train && n_all == n_train;
     const int64_t tile = score_tile_rows(k), n_max = std::max(n_train, n_all);
-    float* x = grow(x_, (size_t)n_train * d * 4)->f32();
-    float* xa = same ? x : grow(xa_, (size_t)n_all * d * 4)->f32();
-    float* scores = grow(scores_, (size_t)std::min(tile, n_max) * k * 4)->f32();
-    auto* lab = static_cast<int32_t*>(grow(labels_, (size_t)n_max * 4)->mem.get());
-    float* sums = grow(sums_, (size_t)k * d * 4)->f32();
-    auto* counts = static_cast<int32_t*>(grow(counts_, (size_t)k * 4)->mem.get());
-    float* cent = grow(cent_, (size_t)k * d * 4)->f32();
+    float* x = work_.grow(x_, (size_t)n_train * d * 4).f32();
+    float* xa = same ? x : work_.grow(xa_, (size_t)n_all * d * 4).f32();
+    float* scores = work_.grow(scores_, (size_t)std::min(tile, n_max) * k * 4).f32();
+    auto* lab = work_.grow(labels_, (size_t)n_max * 4).as<int32_t>();
+    float* sums = work_.grow(sums_, (size_t)k * d * 4).f32();
+    auto* counts = work_.grow(counts_, (size_t)k * 4).as<int32_t>();
+    float* cent = work_.grow(cent_, (size_t)k * d * 4).f32();
     host_.resize((size_t)k * d);
     for (int64_t j = 0; j < k; ++j) std::copy_n(train + (size_t)init[(size_t)j] * d, d, host_.data() + (size_t)j * d);
-    TOPKV_CUDA_CHECK(cudaMemcpyAsync(x, train, (size_t)n_train * d * 4, cudaMemcpyHostToDevice, stream_));
-    TOPKV_CUDA_CHECK(cudaMemcpyAsync(cent, host_.data(), host_.size() * 4, cudaMemcpyHostToDevice, stream_));
+    TOPKV_CUDA_CHECK(cudaMemcpyAsync(x, train, (size_t)n_train * d * 4, cudaMemcpyHostToDevice, stream));
+    TOPKV_CUDA_CHECK(cudaMemcpyAsync(cent, host_.data(), host_.size() * 4, cudaMemcpyHostToDevice, stream));
     count_.resize((size_t)k);
     for (int it = 0; it < iters; ++it) {
       assign(x, n_train, cent, k, d, tile, scores, lab);
-      cuda::kmeans_accumulate(x, lab, n_train, k, d, sums, counts, stream_);
-      cuda::kmeans_normalise(sums, k, d, cent, stream_);
+      cuda::kmeans_accumulate(x, lab, n_train, k, d, sums, counts, stream);
+      cuda::kmeans_normalise(sums, k, d, cent, stream);
       // Empty clusters split a large one on the host (the twin's rule, kmeans_split_empty):
       // the counts come back each round, the centroids only when one is empty.
-      TOPKV_CUDA_CHECK(cudaMemcpyAsync(count_.data(), counts, (size_t)k * 4, cudaMemcpyDeviceToHost, stream_));
-      TOPKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      TOPKV_CUDA_CHECK(cudaMemcpyAsync(count_.data(), counts, (size_t)k * 4, cudaMemcpyDeviceToHost, stream));
+      work_.sync();
       if (std::find(count_.begin(), count_.end(), 0) == count_.end()) continue;
-      TOPKV_CUDA_CHECK(cudaMemcpyAsync(host_.data(), cent, host_.size() * 4, cudaMemcpyDeviceToHost, stream_));
-      TOPKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      TOPKV_CUDA_CHECK(cudaMemcpyAsync(host_.data(), cent, host_.size() * 4, cudaMemcpyDeviceToHost, stream));
+      work_.sync();
       kmeans_split_empty(host_.data(), count_.data(), k, d, n_train, seed + 1 + (uint64_t)it);
-      TOPKV_CUDA_CHECK(cudaMemcpyAsync(cent, host_.data(), host_.size() * 4, cudaMemcpyHostToDevice, stream_));
+      TOPKV_CUDA_CHECK(cudaMemcpyAsync(cent, host_.data(), host_.size() * 4, cudaMemcpyHostToDevice, stream));
     }
-    if (!same) TOPKV_CUDA_CHECK(cudaMemcpyAsync(xa, all, (size_t)n_all * d * 4, cudaMemcpyHostToDevice, stream_));
+    if (!same) TOPKV_CUDA_CHECK(cudaMemcpyAsync(xa, all, (size_t)n_all * d * 4, cudaMemcpyHostToDevice, stream));
     assign(xa, n_all, cent, k, d, tile, scores, lab);
-    TOPKV_CUDA_CHECK(cudaMemcpyAsync(labels, lab, (size_t)n_all * 4, cudaMemcpyDeviceToHost, stream_));
-    TOPKV_CUDA_CHECK(cudaMemcpyAsync(centroids, cent, (size_t)k * d * 4, cudaMemcpyDeviceToHost, stream_));
-    TOPKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    TOPKV_CUDA_CHECK(cudaMemcpyAsync(labels, lab, (size_t)n_all * 4, cudaMemcpyDeviceToHost, stream));
+    TOPKV_CUDA_CHECK(cudaMemcpyAsync(centroids, cent, (size_t)k * d * 4, cudaMemcpyDeviceToHost, stream));
+    work_.sync();
   }
 
  private:
@@ -90,22 +87,11 @@ class GpuKMeans final : public KMeansEngine {
       const int64_t r = std::min(tile, n - r0);
       TOPKV_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, (int)k, (int)r, d, &one, cent, d,
                                      x + (size_t)r0 * d, d, &zero, scores, (int)k));
-      cuda::kmeans_argmax_rows(scores, r, (int)k, lab + r0, stream_);
+      cuda::kmeans_argmax_rows(scores, r, (int)k, lab + r0, work_.get());
     }
   }
-  Buffer* grow(Buffer& b, size_t bytes) const {
-    if (b.bytes < bytes) {
-      cudaStreamSynchronize(stream_);  // the old buffer may still be read
-      b = Buffer{};
-      b = be_->alloc(bytes, cuda::MemKind::Scratch, "k-means work space (--build-on gpu)");
-    }
-    return &b;
-  }
-
-  cuda::CudaBackend* be_;
-  cudaStream_t stream_ = nullptr;
+  cuda::BuildEngineStream work_;
   cublasHandle_t blas_ = nullptr;
-  mutable std::mutex mu_;
   mutable Buffer x_, xa_, scores_, labels_, sums_, counts_, cent_;
   mutable std::vector<float> host_;
   mutable std::vector<int32_t> count_;
@@ -114,9 +100,7 @@ class GpuKMeans final : public KMeansEngine {
 }  // namespace
 
 std::shared_ptr<const KMeansEngine> make_gpu_kmeans(Backend& be) {
-  auto* cb = dynamic_cast<cuda::CudaBackend*>(&be);
-  TOPKV_CHECK(cb, "the device k-means (--build-on gpu|auto) needs the CUDA backend, not '{}'", be.name());
-  return std::make_shared<GpuKMeans>(*cb);
+  return std::make_shared<GpuKMeans>(cuda::as_cuda_backend(be, "the device k-means (--build-on gpu|auto)"));
 }
 
 }  // namespace topkv

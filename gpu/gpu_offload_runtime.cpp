@@ -313,9 +313,8 @@ void GpuOffloadRuntime::decode_host_search(int slot, const float* q, const float
 
 std::unique_ptr<OffloadRuntime> make_gpu_offload_runtime(Backend& be, const ModelConfig& cfg,
                                                          const OffloadPolicy& policy, bool progress) {
-  auto* cb = dynamic_cast<cuda::CudaBackend*>(&be);
-  TOPKV_CHECK(cb, "the CUDA offload runtime needs the CUDA backend, not '{}'", be.name());
-  return std::make_unique<gpu_offload::GpuOffloadRuntime>(*cb, cfg, policy, progress);
+  return std::make_unique<gpu_offload::GpuOffloadRuntime>(cuda::as_cuda_backend(be, "the CUDA offload runtime"),
+                                                         cfg, policy, progress);
 }
 
 }  // namespace topkv

@@ -92,22 +92,13 @@ class QuestIndex final : public KvIndex {
   // 1), bounded by `engine` (a build: BuildOptions::bounds) or on the host
   // cores (a fold of a few rows, or no engine: the twin, index/page_bounds.h).
   void extend(int64_t from, int64_t to, const PageBoundsEngine* engine = nullptr) {
-    const int d = keys_->dim();
     const int64_t first_page = from / page_, end_page = (to + page_ - 1) / page_;
     const int64_t old_pages = held_pages();
     hold_pages(end_page);
     int64_t p = first_page;
     if (p < old_pages && p < end_page) {  // rows [from, ...) join page p, which holds rows before `from`
-      float* mx = bounds(p);
-      float* mn = mx + d;
-      std::vector<float> k((size_t)d);
-      for (int64_t i = from, e = std::min(to, (p + 1) * page_); i < e; ++i) {
-        keys_->row_f32(i, k.data());
-        for (int j = 0; j < d; ++j) {
-          mx[j] = std::max(mx[j], k[(size_t)j]);
-          mn[j] = std::min(mn[j], k[(size_t)j]);
-        }
-      }
+      std::vector<float> k((size_t)keys_->dim());
+      page_bounds_fold(*keys_, from, std::min(to, (p + 1) * page_), bounds(p), k.data());
       ++p;
     }
     if (p < end_page) {
@@ -139,7 +130,7 @@ class QuestIndex final : public KvIndex {
   // by page). Only with two runs or more and two cores, as ClusterIndex.
   static constexpr int64_t kStreamRows = 16384;
   struct Streaming {
-    int64_t total = 0, run_pages = 1, next_run = 0;
+    int64_t total = 0, next_run = 0;
     std::vector<std::string> errors;  // one per run
     TaskGroup tasks;
   };
@@ -155,23 +146,21 @@ class QuestIndex final : public KvIndex {
     hold_pages(pages);  // the tasks write their pages in place: grown_ is not resized while they run
     stream_ = std::make_unique<Streaming>();
     stream_->total = n_total;
-    stream_->run_pages = run_pages();
     stream_->errors.resize((size_t)runs);
   }
   void rows_ready_impl(int64_t n) override {
     if (!stream_) return;
     Streaming& st = *stream_;
-    const int64_t pages = (st.total + page_ - 1) / page_;
+    const int64_t pages = (st.total + page_ - 1) / page_, run = run_pages();
+    const PageBoundsEngine* engine = build_engine() ? build_engine() : &host_bounds_;
     for (;;) {
-      const int64_t a = st.next_run * st.run_pages, b = std::min(pages, a + st.run_pages);
+      const int64_t a = st.next_run * run, b = std::min(pages, a + run);
       const int64_t rows_end = std::min(st.total, b * page_);
       if (a >= pages || rows_end > n) break;  // the run's last row is not final yet
       const int64_t r = st.next_run++;
-      st.tasks.run([this, &st, a, b, rows_end, r] {
+      st.tasks.run([this, &st, engine, a, b, rows_end, r] {
         try {
-          const PageBoundsEngine* e = build_engine();
-          if (e) e->bound_pages(*keys_, page_, a, b, rows_end, bounds(a));
-          else page_bounds_reference(*keys_, page_, a, b, rows_end, bounds(a), 1);
+          engine->bound_pages(*keys_, page_, a, b, rows_end, bounds(a));
         } catch (const std::exception& ex) {
           st.errors[(size_t)r] = ex.what();
         }
@@ -191,8 +180,7 @@ class QuestIndex final : public KvIndex {
   // the last, reduced again from their pages (a fold touches the last few).
   void update_coarse(int64_t from_page) {
     if (coarse_ratio_ == 0) return;
-    // The pages held (n_pages() follows indexed_, which a fold sets after it).
-    const int64_t pages = base_pages() + (int64_t)(grown_.size() / row_len());
+    const int64_t pages = held_pages();  // (n_pages() follows indexed_, which a fold sets after it)
     const int64_t nc = (pages + coarse_ratio_ - 1) / coarse_ratio_;
     coarse_.resize((size_t)nc * row_len());  // a new last coarse page is written below
     reduce_page_bounds([&](int64_t i) { return std::as_const(*this).bounds(i); }, pages, keys_->dim(), coarse_ratio_,
@@ -346,6 +334,7 @@ class QuestIndex final : public KvIndex {
   std::vector<float> grown_;
   std::vector<float> coarse_;  // two levels: [coarse page][max | min] of its pages
   std::unique_ptr<Streaming> stream_;  // a streaming build in progress
+  HostPageBounds host_bounds_;         // the streaming build's engine when none is handed in
 };
 
 }  // namespace

@@ -43,13 +43,15 @@ class CountingBounds final : public PageBoundsEngine {
   explicit CountingBounds(int64_t max_page = INT64_MAX) : max_page_(max_page) {}
   const char* name() const override { return "counting"; }
   int64_t max_page() const override { return max_page_; }
-  void bound_pages(const RowStore& keys, int64_t page, int64_t first_page, int64_t end_page, int64_t n_rows,
-                   float* out) const override {
+  mutable std::atomic<int64_t> pages{0}, calls{0};
+
+ protected:
+  void bound_impl(const RowStore& keys, int64_t page, int64_t first_page, int64_t end_page, int64_t n_rows,
+                  float* out) const override {
     pages += end_page - first_page;
     ++calls;
     HostPageBounds().bound_pages(keys, page, first_page, end_page, n_rows, out);
   }
-  mutable std::atomic<int64_t> pages{0}, calls{0};
 
  private:
   int64_t max_page_;
@@ -167,9 +169,17 @@ TEST_CASE("page bounds: the twin refuses a range it cannot bound") {
   auto keys = std::make_shared<RowStore>(64, DType::F32);
   const auto x = keys_for_bounds(10, 64, 1);
   keys->append_f32(x.data(), 10);
-  std::vector<float> out(4 * 128);
+  std::vector<float> out(5 * 2 * 64);  // 5 pages of [M | m] at dim 64
   CHECK_THROWS_WITH(page_bounds_reference(*keys, 4, 0, 4, 10, out.data(), 1),  // page 3 would start at row 12
                     Catch::Contains("internal: bounds of pages 0..4"));
   CHECK_THROWS_WITH(page_bounds_reference(*keys, 4, 0, 3, 11, out.data(), 1), Catch::Contains("of the store's 10 rows"));
   CHECK_NOTHROW(page_bounds_reference(*keys, 4, 0, 3, 10, out.data(), 1));
+  // An engine checks its arguments before its own work: its page limit, and the same range rules.
+  CountingBounds engine(/*max_page=*/2);
+  CHECK_THROWS_WITH(engine.bound_pages(*keys, 4, 0, 3, 10, out.data()), Catch::Contains("(at most 2)"));
+  CHECK_THROWS_WITH(engine.bound_pages(*keys, 2, 0, 6, 10, out.data()), Catch::Contains("internal: bounds of pages 0..6"));
+  CHECK_NOTHROW(engine.bound_pages(*keys, 2, 0, 0, 0, out.data()));  // no pages: nothing to do
+  CHECK(engine.calls == 0);
+  CHECK_NOTHROW(engine.bound_pages(*keys, 2, 0, 5, 10, out.data()));
+  CHECK(engine.calls == 1);
 }
