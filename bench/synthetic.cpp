@@ -22,7 +22,7 @@ namespace {
 enum Stream : uint64_t { kConst = 1, kTopic = 2, kNoise = 3, kSample = 4, kQuery = 5 };
 
 constexpr int64_t kSubBlock = 1024;         // rows per random stream
-constexpr int64_t kSuperBlock = 64 * 1024;  // rows generated before appending to the stores
+constexpr int64_t kSuperBlock = kSyntheticSuperBlock;  // rows generated before appending to the stores
 
 float norm2(const std::vector<float>& v) { return std::sqrt(std::inner_product(v.begin(), v.end(), v.begin(), 0.f)); }
 
@@ -145,11 +145,14 @@ void compose_rows(const SyntheticConfig& c, const HeadModel& M, int head, int64_
 
 // Rows [t_begin, t_end) of one head, a super-block at a time:
 // emit(t0, rows, keys, values) with fp32 [rows][d] each. The topic enters
-// t_begin from its stationary distribution (topic_init), so a run from 0 is
-// the full generation and a run from later is distributed like its rows.
+// t_begin from `topic` (x_{t_begin - 1}) where it is given and not empty,
+// else from its stationary distribution (topic_init), so a run from 0 is the
+// full generation and a run from later is distributed like its rows. `topic`,
+// where given, leaves as x_{t_end - 1}: runs that continue each other from
+// super-block bounds are the full generation's rows, bit for bit.
 void generate_rows(const SyntheticConfig& c, const HeadModel& M, int head, int64_t t_begin, int64_t t_end,
-                   int threads,
-                   const std::function<void(int64_t, int64_t, const float*, const float*)>& emit) {
+                   int threads, const std::function<void(int64_t, int64_t, const float*, const float*)>& emit,
+                   std::vector<float>* topic = nullptr) {
   const int d = M.d;
   const float innov = (float)std::sqrt(1.0 - M.rho * M.rho), rho = (float)M.rho;
   // Buffers for one super-block, or for fewer rows when fewer are asked for
@@ -165,7 +168,8 @@ void generate_rows(const SyntheticConfig& c, const HeadModel& M, int head, int64
   std::vector<float>&x = x_mine, &kb = kb_mine, &vb = vb_mine;
   for (std::vector<float>* b : {&x, &kb, &vb})
     if (b->size() < rows_max * d) b->resize(rows_max * d);
-  std::vector<float> carry = M.topic_init;  // x_{t0 - 1}
+  std::vector<float> carry = topic && !topic->empty() ? *topic : M.topic_init;  // x_{t0 - 1}
+  TOPKV_CHECK(carry.size() == (size_t)d, "internal: a topic state of {} values for head_dim {}", carry.size(), d);
   std::vector<std::vector<float>> carry_in((size_t)(kSuperBlock / kSubBlock), std::vector<float>(d));
   for (int64_t t0 = t_begin; t0 < t_end; t0 += kSuperBlock) {
     const int64_t rows = std::min(kSuperBlock, t_end - t0);
@@ -199,6 +203,7 @@ void generate_rows(const SyntheticConfig& c, const HeadModel& M, int head, int64
     }
     emit(t0, rows, kb.data(), vb.data());
   }
+  if (topic) *topic = carry;
 }
 
 void generate_keys_values(const SyntheticConfig& c, const HeadModel& M, int head, AttentionHead& out,
@@ -300,7 +305,7 @@ std::string SyntheticConfig::describe() const {
 }
 
 void synthetic_key_values(const SyntheticConfig& cfg, int head, int64_t t0, int64_t n, float* keys, float* values,
-                          int n_threads) {
+                          int n_threads, std::vector<float>* topic) {
   cfg.validate();
   TOPKV_CHECK(head >= 0 && head < cfg.kv_heads, "synthetic: head {} is not among the {} KV heads", head,
               cfg.kv_heads);
@@ -320,7 +325,7 @@ void synthetic_key_values(const SyntheticConfig& cfg, int head, int64_t t0, int6
       std::copy_n(k + at, len, keys + (size_t)(t - t0) * d + at);
       std::copy_n(v + at, len, values + (size_t)(t - t0) * d + at);
     }
-  });
+  }, topic);
 }
 
 SyntheticData generate_synthetic(const SyntheticConfig& cfg, int n_threads, bool progress) {

@@ -109,10 +109,15 @@ SyntheticData generate_synthetic(const SyntheticConfig& cfg, int n_threads = 0, 
 // token-major [n][head_dim] each, in keys / values. cfg.n_keys is the context
 // length (sinks are its first n_sinks positions). The topic enters t0 from its
 // stationary distribution, so rows from t0 > 0 are distributed like the same
-// rows of a full generation (and t0 = 0 gives exactly generate_synthetic's).
-// Used to fill a model's context without a prefill (bench/synthetic_fill.h).
+// rows of a full generation (and t0 = 0 gives exactly generate_synthetic's);
+// or from `topic` where it is given and not empty: the state a read ending at
+// t0 left there. Reads that continue each other that way, each starting at a
+// multiple of 65,536 (the generator's super-block), give the full
+// generation's rows bit for bit. Used to fill a model's context without a
+// prefill (bench/synthetic_fill.h).
 void synthetic_key_values(const SyntheticConfig& cfg, int head, int64_t t0, int64_t n, float* keys, float* values,
-                          int n_threads = 0);
+                          int n_threads = 0, std::vector<float>* topic = nullptr);
+inline constexpr int64_t kSyntheticSuperBlock = 65536;
 
 // NeoX RoPE of one vector in place: pair (p, p + d/2) rotated by pos * base^(-2p/d).
 // base <= 0 leaves x unchanged. inverse = true rotates by -pos.

@@ -1,5 +1,9 @@
 #include "bench/synthetic_fill.h"
 
+#include <map>
+#include <memory>
+#include <mutex>
+
 #include "bench/rng.h"
 #include "src/common/error.h"
 #include "src/common/progress.h"
@@ -30,17 +34,46 @@ SyntheticConfig SyntheticFill::layer_config(int layer) const {
   return c;
 }
 
-void SyntheticFill::read(int layer, int64_t t0, int64_t m, std::vector<float>& k, std::vector<float>& v) const {
+void SyntheticFill::read(int layer, int64_t t0, int64_t m, std::vector<float>& k, std::vector<float>& v,
+                         std::vector<std::vector<float>>* topics) const {
   const SyntheticConfig c = layer_config(layer);
   const size_t per_head = (size_t)m * c.head_dim;
   k.resize(per_head * c.kv_heads);
   v.resize(k.size());
+  if (topics) topics->resize((size_t)c.kv_heads);
   for (int h = 0; h < c.kv_heads; ++h)  // [kv][m][hd]: one head's rows are token-major [m][hd]
-    synthetic_key_values(c, h, t0, m, k.data() + h * per_head, v.data() + h * per_head);
+    synthetic_key_values(c, h, t0, m, k.data() + h * per_head, v.data() + h * per_head, 0,
+                         topics ? &(*topics)[(size_t)h] : nullptr);
 }
 
+// Each layer's topic state is carried from one read to the next, so a layer
+// read in pieces (take_context: 64K positions at a time, from 0, in order) is
+// the same context, bit for bit, as one read of [0, n): the context the
+// model's own caches get (fill_model), which the modes of a benchmark share.
 KvReader SyntheticFill::reader() const {
-  return [this](int layer, std::vector<float>& k, std::vector<float>& v) { read(layer, 0, n_, k, v); };
+  struct Topics {
+    std::mutex mu;
+    std::map<int, std::pair<int64_t, std::vector<std::vector<float>>>> next;  // layer -> (next t0, per head)
+  };
+  auto topics = std::make_shared<Topics>();
+  return [this, topics](int layer, int64_t t0, int64_t m, std::vector<float>& k, std::vector<float>& v) {
+    TOPKV_CHECK(t0 >= 0 && m >= 0 && t0 + m <= n_, "internal: positions {}..{} of a synthetic context of {}", t0,
+                t0 + m, n_);
+    std::vector<std::vector<float>> state;
+    {
+      std::lock_guard<std::mutex> lock(topics->mu);
+      const auto it = topics->next.find(layer);
+      const int64_t at = it == topics->next.end() ? 0 : it->second.first;
+      TOPKV_CHECK(t0 == 0 || (t0 == at && t0 % kSyntheticSuperBlock == 0), "internal: a synthetic layer is read "
+                  "from 0 in pieces that continue each other at multiples of {} (layer {} at {}, its last read "
+                  "ended at {})", kSyntheticSuperBlock, layer, t0, at);
+      if (t0 > 0) state = std::move(it->second.second);
+      if (it != topics->next.end()) topics->next.erase(it);
+    }
+    read(layer, t0, m, k, v, &state);
+    std::lock_guard<std::mutex> lock(topics->mu);
+    topics->next[layer] = {t0 + m, std::move(state)};
+  };
 }
 
 void SyntheticFill::fill_model(Model& model) const {

@@ -34,9 +34,13 @@ class SyntheticFill {
   // The generator's parameters for `layer`: its own seed, its RoPE base, the
   // model's KV heads, head_dim and GQA group; everything else the defaults.
   SyntheticConfig layer_config(int layer) const;
-  // fp32 [n_head_kv][m][head_dim] keys and values of positions [t0, t0 + m).
-  void read(int layer, int64_t t0, int64_t m, std::vector<float>& k, std::vector<float>& v) const;
-  // Positions [0, n) of a layer, for an override's take_context.
+  // fp32 [n_head_kv][m][head_dim] keys and values of positions [t0, t0 + m);
+  // topics: per KV head the topic state entering t0 (empty: the generator's
+  // stationary start) and, after, the one leaving (synthetic_key_values).
+  void read(int layer, int64_t t0, int64_t m, std::vector<float>& k, std::vector<float>& v,
+            std::vector<std::vector<float>>* topics = nullptr) const;
+  // A layer's positions [0, n) in pieces that continue each other, for an
+  // override's take_context: the pieces are one read of [0, n), bit for bit.
   KvReader reader() const;
   // Writes every layer the model keeps a cache for (layers it gave to an
   // override via ModelOptions::override_layers have none) and sets its

@@ -197,7 +197,7 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[0], st));
   cuda::SummarySearchArgs s;
   s.heads = tab.heads(), s.n_kv = nkv, s.group = G, s.head_dim = d, s.max_n = tab.max_n();
-  s.page_bounds = tab.page_bounds(), s.table_type = device_tables().type, s.store_type = policy_.store_dtype;
+  s.page_bounds = tab.page_bounds(), s.table_type = device_tables().type, s.store_type = L.config().store_dtype;
   s.q = q, s.k = cand_k ? cand_k : budget, s.scale = scale, s.workspace = search_ws_.mem.get();
   s.coarse_k = tab.coarse_budget(budget);
   s.spread = tab.spread(), s.spread_clip = tab.spread_clip();
@@ -208,7 +208,7 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
   s.part_m = pm, s.part_l = pl, s.part_o = po;
   cuda::summary_search(s, st);
   TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[1], st));
-  if (policy_.stage_rows) stage_searched_rows(cap, dcounts);
+  if (policy_.stage_rows) stage_searched_rows(L, cap, dcounts);
 
   attend_parts(mir, L, q, scale, parts, n_exact, ids_splits, cap, dcounts, out);
   TOPKV_CUDA_CHECK(cudaEventRecord(pd.ev[2], st));
@@ -234,7 +234,7 @@ void GpuOffloadRuntime::decode_device_search(int slot, const float* q, const flo
 // the host (one wait per layer), stage_listed_rows copies those rows and
 // points the lists at their device copy. Rows the ring holds are not in the
 // lists: they are on the device already.
-void GpuOffloadRuntime::stage_searched_rows(int cap, const int32_t* dcounts) {
+void GpuOffloadRuntime::stage_searched_rows(const OffloadedLayer& L, int cap, const int32_t* dcounts) {
   const cudaStream_t st = be_.stream();
   const int nkv = cfg_.n_head_kv;
   const size_t n_ptr = (size_t)nkv * cap;
@@ -247,7 +247,7 @@ void GpuOffloadRuntime::stage_searched_rows(int cap, const int32_t* dcounts) {
   be_.synchronize();  // also ends every earlier copy out of host_lists_ / host_rows_
   stats_.wait_s += t_wait.seconds();
   Timer t_copy;
-  stage_listed_rows(hl, reinterpret_cast<const int32_t*>(hl + 2 * n_ptr), cap);
+  stage_listed_rows(L, hl, reinterpret_cast<const int32_t*>(hl + 2 * n_ptr), cap);
   TOPKV_CUDA_CHECK(cudaMemcpyAsync(dl, hl, 2 * n_ptr * sizeof(void*), cudaMemcpyHostToDevice, st));
   stats_.transfer_s += t_copy.seconds();
 }

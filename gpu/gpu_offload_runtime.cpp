@@ -117,7 +117,11 @@ void GpuOffloadRuntime::ensure_capacity(int max_ids) {
   if (parts_.bytes == 0) parts_ = be_.alloc((size_t)cfg_.n_head * kMaxParts * (2 + d) * sizeof(float));
   ids_cap_ = std::max({ids_cap_, 64, max_ids + max_ids / 2});  // room to grow without a wait
   lists_ = be_.alloc(2 * (size_t)nkv * ids_cap_ * sizeof(void*) + (size_t)nkv * sizeof(int32_t));
-  if (policy_.stage_rows) staged_ = be_.alloc((size_t)nkv * ids_cap_ * 2 * dtype_bytes(policy_.store_dtype, (size_t)d));
+  if (policy_.stage_rows) {
+    size_t row = dtype_bytes(policy_.store_dtype, (size_t)d);  // the widest store type of any layer
+    for (const auto& [il, type] : policy_.store_dtype_at) row = std::max(row, dtype_bytes(type, (size_t)d));
+    staged_ = be_.alloc((size_t)nkv * ids_cap_ * 2 * row);
+  }
 }
 
 void GpuOffloadRuntime::write_mirror(Mirror& mir, const OffloadedLayer::Placement& at, const float* k,
@@ -158,16 +162,17 @@ void GpuOffloadRuntime::attend_parts(const Mirror& mir, const OffloadedLayer& L,
   attend_exact(mir, L, tail_, a);
   const auto* dl = lists_.as<const void*>();
   const size_t n_ptr = (size_t)nkv * stride;
-  a.row_type = policy_.store_dtype, a.k_rows = dl, a.v_rows = dl + n_ptr;
+  a.row_type = L.config().store_dtype, a.k_rows = dl, a.v_rows = dl + n_ptr;
   a.counts = counts, a.max_rows = stride;
   a.n_splits = ids_splits, a.part0 = n_exact;
   cuda::row_list_attention(a, be_.stream());
   cuda::merge_partials(a.part_m, a.part_l, a.part_o, nh, parts, d, out, be_.stream());
 }
 
-void GpuOffloadRuntime::stage_listed_rows(const void** hl, const int32_t* hcount, int stride) {
+void GpuOffloadRuntime::stage_listed_rows(const OffloadedLayer& L, const void** hl, const int32_t* hcount,
+                                          int stride) {
   const int nkv = cfg_.n_head_kv;
-  const size_t n_ptr = (size_t)nkv * stride, row_bytes = dtype_bytes(policy_.store_dtype, (size_t)cfg_.head_dim);
+  const size_t n_ptr = (size_t)nkv * stride, row_bytes = dtype_bytes(L.config().store_dtype, (size_t)cfg_.head_dim);
   uint8_t* hrows = host_rows_.get(n_ptr * 2 * row_bytes);
   uint8_t* drows = staged_.as<uint8_t>();
   int64_t total = 0;
@@ -273,7 +278,7 @@ void GpuOffloadRuntime::decode_host_search(int slot, const float* q, const float
     for (int j = 0; j < m; ++j)
       kp[j] = L.key_store(h)->row(r.ids[(size_t)j]), vp[j] = L.value_store(h)->row(r.ids[(size_t)j]);
   }
-  if (policy_.stage_rows) stage_listed_rows(hl, hcount, ic);
+  if (policy_.stage_rows) stage_listed_rows(L, hl, hcount, ic);
   tail_.assign((size_t)nkv, 0);  // the host's search covers the unfolded rows
   const int n_exact = exact_parts(L, tail_);
   const int ids_splits = splits_for(max_ids, kIdsRowsPerSplit, kMaxIdsSplits);

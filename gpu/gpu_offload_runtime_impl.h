@@ -193,9 +193,9 @@ class GpuOffloadRuntime final : public OffloadRuntime {
   // staging buffer, points the lists at the staged rows' device copy
   // (staged_) and queues that copy; the caller uploads the lists. The last
   // copies out of host_rows_ must have ended (the step's wait).
-  void stage_listed_rows(const void** hl, const int32_t* hcount, int stride);
+  void stage_listed_rows(const OffloadedLayer& L, const void** hl, const int32_t* hcount, int stride);
   // Device search with stage_rows: the searched lists to the host, staged.
-  void stage_searched_rows(int cap, const int32_t* dcounts);
+  void stage_searched_rows(const OffloadedLayer& L, int cap, const int32_t* dcounts);
   void decode_host_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
   void decode_device_search(int slot, const float* q, const float* k, const float* v, float scale, float* out);
   void finish_pending(int slot);

@@ -173,6 +173,11 @@ OffloadPolicy ContextPack::policy_for_run(const OffloadPolicy& p, bool model_hol
     fixed(b.dense_layers == p.dense_layers, "--dense-layers", std::to_string(b.dense_layers),
           std::to_string(p.dense_layers));
   fixed(b.store_dtype == p.store_dtype, "--store-type", dtype_name(b.store_dtype), dtype_name(p.store_dtype));
+  const auto at = [](const OffloadPolicy& x) {
+    const std::string s = store_type_at_spec(x);
+    return s.empty() ? std::string("(none)") : s;
+  };
+  fixed(at(b) == at(p), "--store-type-at", at(b), at(p));
   const auto heads = [](const OffloadPolicy& x) {
     return x.heads_file.empty() ? std::string("(none)")
                                 : fmt::format("{} (threshold {}, sparsity {})", x.heads_file, x.heads_threshold,

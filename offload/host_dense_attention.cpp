@@ -61,34 +61,40 @@ std::string HostDenseAttention::describe() const {
 }
 
 void HostDenseAttention::take_prefill(const Model& model) {
-  take_context(model.n_past(), [&model](int il, std::vector<float>& k, std::vector<float>& v) { model.read_kv(il, k, v); });
+  take_context(model.n_past(), [&model](int il, int64_t t0, int64_t m, std::vector<float>& k, std::vector<float>& v) {
+    model.read_kv(il, k, v, t0, m);
+  });
 }
 
-// Layers one after another (one fp32 copy of a layer's context at a time; the
-// reader parallelises inside), heads of a layer in parallel.
+// Layers one after another, each in pieces of kContextPiece
+// positions (one fp32 piece at a time; the reader parallelises inside), heads
+// of a piece in parallel.
 void HostDenseAttention::take_context(int64_t n, const KvReader& read) {
   TOPKV_CHECK(n >= 1, "host-dense attention needs a context of at least one token");
   for (auto& layer : heads_)
     TOPKV_CHECK(layer[0].k->size() == 0, "host-dense attention already holds a context; start a new one");
   const int kv = cfg_.n_head_kv;
-  const size_t hd = (size_t)cfg_.head_dim, per_head = (size_t)n * hd;
+  const size_t hd = (size_t)cfg_.head_dim;
   Progress bar("host KV", (int64_t)layers_.size() * kv * n, "keys", progress_ && n * kv >= 100000);
   Timer t;
   std::vector<float> k, v;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    read(layers_[i], k, v);  // [kv][n][hd]: each head's rows are already contiguous
-    TOPKV_CHECK(k.size() == kv * per_head && v.size() == k.size(),
-                "internal: the context of layer {} has {} key values, expected {}", layers_[i], k.size(),
-                kv * per_head);
-    ParallelErrors errors;  // a store past its capacity throws (src/common/parallel_errors.h)
+  for (size_t i = 0; i < layers_.size(); ++i)
+    for (int64_t t0 = 0; t0 < n; t0 += kContextPiece) {
+      const int64_t m = std::min(kContextPiece, n - t0);
+      const size_t per_head = (size_t)m * hd;
+      read(layers_[i], t0, m, k, v);  // [kv][m][hd]: each head's rows are already contiguous
+      TOPKV_CHECK(k.size() == kv * per_head && v.size() == k.size(),
+                  "internal: positions {}..{} of layer {} came as {} key values, expected {}", t0, t0 + m,
+                  layers_[i], k.size(), kv * per_head);
+      ParallelErrors errors;  // a store past its capacity throws (src/common/parallel_errors.h)
 #pragma omp parallel for schedule(static) if (kv > 1)
-    for (int h = 0; h < kv; ++h) errors.run([&] {
-      heads_[i][(size_t)h].k->append_f32(k.data() + h * per_head, n);
-      heads_[i][(size_t)h].v->append_f32(v.data() + h * per_head, n);
-    });
-    errors.rethrow();
-    bar.add((int64_t)kv * n);
-  }
+      for (int h = 0; h < kv; ++h) errors.run([&] {
+        heads_[i][(size_t)h].k->append_f32(k.data() + h * per_head, m);
+        heads_[i][(size_t)h].v->append_f32(v.data() + h * per_head, m);
+      });
+      errors.rethrow();
+      bar.add((int64_t)kv * m);
+    }
   bar.finish();
   stats_.build_s = t.seconds();
 }

@@ -40,6 +40,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   MemoryPlan plan;
   plan.lines.push_back({"weights", in.weight_bytes, 0});
   int full = 0, sliding = 0, retrieval = 0;
+  double store_row_bytes = 0;  // K and V rows of one position, over the retrieval layers and their KV heads
   for (int il = 0; il < c.n_layer; ++il) {
     const auto& lc = c.layers[(size_t)il];
     if (lc.sliding || lc.window > 0) {
@@ -47,7 +48,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
       continue;
     }
     ++full;
-    if (topk && il >= p.dense_layers) ++retrieval;
+    if (topk && il >= p.dense_layers)
+      ++retrieval, store_row_bytes += 2.0 * c.n_head_kv * (double)dtype_bytes(p.store_dtype_of(il), (size_t)c.head_dim);
   }
   if (sliding) {
     const auto& lc = *std::find_if(c.layers.begin(), c.layers.end(), [](auto& l) { return l.window > 0; });
@@ -67,9 +69,10 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   if (retrieval) {
     const double stored = (double)std::max<int64_t>(0, in.context - p.sinks - p.window);
     const double heads = (double)retrieval * c.n_head_kv;
-    plan.lines.push_back({fmt::format("host KV store, {} layers x {} KV heads ({})", retrieval, c.n_head_kv,
-                                      dtype_name(in.store_dtype)),
-                          heads * stored * 2.0 * (double)dtype_bytes(in.store_dtype, (size_t)c.head_dim), 0});
+    const std::string at = store_type_at_spec(p);
+    plan.lines.push_back({fmt::format("host KV store, {} layers x {} KV heads ({}{}{})", retrieval, c.n_head_kv,
+                                      dtype_name(p.store_dtype), at.empty() ? "" : "; layers ", at),
+                          stored * store_row_bytes, 0});
     std::vector<std::string> specs{p.index};
     specs.insert(specs.end(), in.extra_indexes.begin(), in.extra_indexes.end());
     for (const std::string& spec : specs) {

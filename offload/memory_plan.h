@@ -31,7 +31,6 @@ struct MemoryPlanInput {
   int max_chunk = 256;
   double weight_bytes = 0;    // as the model holds them (mapped file pages count: they become resident)
   DType kv_dtype = DType::F32;
-  DType store_dtype = DType::F16;
   bool from_pack = false;     // context restored from a pack: top-k layers never fill the model's cache
   bool retrieval_rings = false;  // top-k layers prefill into rings of max_chunk (ModelOptions::host_kv_past)
   std::vector<std::string> extra_indexes;  // index build: more indexes per head beside policy->index

@@ -45,10 +45,19 @@ OffloadRuntime::OffloadRuntime(const ModelConfig& cfg, const OffloadPolicy& poli
               "--attn topk has no layer to serve: every full-context layer is among the first --dense-layers {} "
               "(the model has {} layers); lower --dense-layers",
               policy_.dense_layers, cfg_.n_layer);
-  TOPKV_CHECK(!dtype_blocked(policy_.store_dtype) || cfg_.head_dim % (int)kQ8Block == 0,
-              "--store-type {} stores blocks of {} elements; this model's head_dim {} is not a multiple: use f16 "
-              "(or f8 for 8 bits, which rounds keys with outlier dimensions badly: see --help)",
-              dtype_name(policy_.store_dtype), kQ8Block, cfg_.head_dim);
+  // A layer kept dense by --dense-layers keeps no store, so naming it is no
+  // error (a pack built without dense layers serves runs with some); a layer
+  // the model does not have, or a sliding-window one, is.
+  const std::vector<int> full = offloaded_layers(cfg_, 0);
+  for (const auto& [il, type] : policy_.store_dtype_at)
+    TOPKV_CHECK(std::find(full.begin(), full.end(), il) != full.end(), "--store-type-at {}: layer {} is not a "
+                "full-context layer of this model (those are {}): name only those", store_type_at_spec(policy_), il,
+                fmt::join(full, ", "));
+  for (int il : retrieval_layers_)
+    TOPKV_CHECK(!dtype_blocked(policy_.store_dtype_of(il)) || cfg_.head_dim % (int)kQ8Block == 0,
+                "--store-type {} stores blocks of {} elements; this model's head_dim {} is not a multiple: use f16 "
+                "(or f8 for 8 bits, which rounds keys with outlier dimensions badly: see --help)",
+                dtype_name(policy_.store_dtype_of(il)), kQ8Block, cfg_.head_dim);
   // Reject a bad index spec, and a search parameter it would ignore, before any prefill work.
   TOPKV_CHECK(KvIndex::create(policy_.index)->reranks() || policy_.search.rerank <= 1.0,
               "--rerank {} applies to one-level centroid and multipole indexes; index '{}' would ignore it",
@@ -81,7 +90,7 @@ OffloadedLayer::Config OffloadRuntime::layer_config(int i) const {
   c.k = k_[(size_t)i];
   c.search = policy_.search;
   c.index = policy_.index;
-  c.store_dtype = policy_.store_dtype;
+  c.store_dtype = policy_.store_dtype_of(retrieval_layers_[(size_t)i]);
   c.streaming = streaming_[(size_t)i];
   // A layer's KV heads build (OffloadedLayer::end_prefill) and a step's heads
   // search in parallel, each head on its share of the run's threads
@@ -99,20 +108,22 @@ OffloadedLayer::Config OffloadRuntime::layer_config(int i) const {
 }
 
 void OffloadRuntime::take_prefill(const Model& model) {
-  take_context(model.n_past(), [&model](int il, std::vector<float>& k, std::vector<float>& v) { model.read_kv(il, k, v); });
+  take_context(model.n_past(), [&model](int il, int64_t t0, int64_t m, std::vector<float>& k, std::vector<float>& v) {
+    model.read_kv(il, k, v, t0, m);
+  });
 }
 
-// Each layer in flight holds its context as fp32 K and V (the reader's
-// output) while its store fills; at 1M tokens of Llama-3-8B geometry that is
-// 8 GiB per layer, so 16 layers at once would not fit a 128 GiB host. The
-// stores (policy.store_dtype) and indexes of every layer are what must stay;
-// what is left of the free memory bounds the layers staged at once (at least one).
+// Each layer in flight holds a piece of its context (kContextPiece
+// positions) as fp32 K and V, the reader's output, while its store fills:
+// 512 MiB at the Llama-3-8B geometry. The stores (each layer's store type)
+// and indexes of every layer are what must stay; what is left of the free
+// memory bounds the layers staged at once (at least one).
 int OffloadRuntime::layers_in_flight(int64_t n) const {
   const int nl = (int)retrieval_layers_.size();
-  const double staging = 2.0 * cfg_.n_head_kv * (double)n * cfg_.head_dim * sizeof(float);
-  const double keys = (double)nl * cfg_.n_head_kv * n;
-  const double stores = keys * 2.0 * (double)dtype_bytes(policy_.store_dtype, (size_t)cfg_.head_dim) +
-                        keys * KvIndex::create(policy_.index)->bytes_per_key_estimate(cfg_.head_dim);
+  const double staging = 2.0 * cfg_.n_head_kv * (double)std::min(n, kContextPiece) * cfg_.head_dim * sizeof(float);
+  double stores = (double)nl * cfg_.n_head_kv * n * KvIndex::create(policy_.index)->bytes_per_key_estimate(cfg_.head_dim);
+  for (int il : retrieval_layers_)
+    stores += 2.0 * cfg_.n_head_kv * (double)n * (double)dtype_bytes(policy_.store_dtype_of(il), (size_t)cfg_.head_dim);
   const double avail = host_memory_available();
   int cap = std::max(1, std::min(nl, omp_get_max_threads()));
   if (avail > 0 && staging > 0) cap = (int)std::clamp((avail - stores) / staging, 1.0, (double)cap);
@@ -135,25 +146,36 @@ void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
   const int64_t keys_total = (int64_t)layers_.size() * cfg_.n_head_kv * std::max<int64_t>(0, n - policy_.sinks - policy_.window);
   Progress bar("index build", keys_total, "keys", progress_ && keys_total >= 100000);
   std::atomic<int64_t> read_us{0};
-  // One pair of staging buffers a layer in flight, kept from layer to layer:
-  // a fresh pair a layer (2 x 2 GiB at the 8B geometry's 512K) was faulted in
-  // and zeroed by one thread each time (the readers' resize), while the
-  // synthetic generator ran on every core (session 30: its reading took 212 s
-  // of a 310 s fill on the 16-core GPU host, bench/results/gpu_session30/).
+  // One pair of staging buffers a layer in flight, kept from layer to layer
+  // and piece to piece: a fresh pair a layer was faulted in and zeroed by one
+  // thread each time (the readers' resize), while the synthetic generator ran
+  // on every core (session 30: its reading took 212 s of a 310 s fill on the
+  // 16-core GPU host, bench/results/gpu_session30/). A layer is read in
+  // pieces: whole, a layer of the 8B's 1M context was 8 GiB of staging, 8% of
+  // the run's peak host memory (bench/results/gpu_session31/).
   const int in_flight = layers_in_flight(n);
+  const int nkv = cfg_.n_head_kv;
+  const size_t d = (size_t)cfg_.head_dim;
   std::vector<std::pair<std::vector<float>, std::vector<float>>> staging((size_t)in_flight);
   fill_layers(in_flight, [&](int i, int worker, OffloadedLayer& layer) {
     auto& [k, v] = staging[(size_t)worker];
-    Timer rt;
-    read(retrieval_layers_[(size_t)i], k, v);  // [kv][n][d]
-    read_us += (int64_t)(rt.seconds() * 1e6);
-    TOPKV_CHECK(k.size() == (size_t)cfg_.n_head_kv * n * cfg_.head_dim && v.size() == k.size(),
-                "internal: the context of layer {} has {} key values, expected {}", retrieval_layers_[(size_t)i],
-                k.size(), (size_t)cfg_.n_head_kv * n * cfg_.head_dim);
-    layer.prefill(k.data(), v.data(), n, (size_t)cfg_.head_dim, (size_t)n * cfg_.head_dim);
+    const int il = retrieval_layers_[(size_t)i];
+    layer.begin_prefill(n, /*overlap=*/false);
     int64_t indexed = 0;
-    for (int h = 0; h < cfg_.n_head_kv; ++h) indexed += layer.stored_rows(h);
-    bar.add(indexed);
+    for (int64_t t0 = 0; t0 < n; t0 += kContextPiece) {
+      const int64_t m = std::min(kContextPiece, n - t0);
+      Timer rt;
+      read(il, t0, m, k, v);  // [kv][m][d]
+      read_us += (int64_t)(rt.seconds() * 1e6);
+      TOPKV_CHECK(k.size() == (size_t)nkv * m * d && v.size() == k.size(),
+                  "internal: positions {}..{} of layer {} came as {} key values, expected {}", t0, t0 + m, il,
+                  k.size(), (size_t)nkv * m * d);
+      layer.prefill_rows(k.data(), v.data(), t0, m, d, (size_t)m * d);
+      int64_t stored = 0;
+      for (int h = 0; h < nkv; ++h) stored += layer.stored_rows(h);
+      bar.add(stored - indexed), indexed = stored;
+    }
+    layer.end_prefill();
   });
   bar.finish();
   stats_.read_s = (double)read_us.load() * 1e-6;
@@ -168,13 +190,13 @@ void OffloadRuntime::begin_context(int64_t n) {
   absorbed_ = 0;
 }
 
-void OffloadRuntime::absorb(int64_t upto, const KvRangeReader& read) {
+void OffloadRuntime::absorb(int64_t upto, const KvReader& read) {
   TOPKV_CHECK(absorbed_ >= 0 && upto >= absorbed_, "internal: absorb up to {} after {}", upto, absorbed_);
   const int64_t m = upto - absorbed_;
   if (m == 0) return;
   std::vector<float> k, v;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    read(retrieval_layers_[i], absorbed_, k, v);  // [kv][m][d]
+    read(retrieval_layers_[i], absorbed_, m, k, v);  // [kv][m][d]
     TOPKV_CHECK(k.size() == (size_t)cfg_.n_head_kv * m * cfg_.head_dim && v.size() == k.size(),
                 "internal: positions {}..{} of layer {} came as {} key values", absorbed_, upto,
                 retrieval_layers_[i], k.size());

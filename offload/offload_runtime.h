@@ -65,20 +65,20 @@ class OffloadRuntime : public AttentionOverride, public KvPastSource {
   bool overrides(int layer) const override;
   void take_prefill(const Model& model) override;
   // The same from any source of a context's keys and values (KvReader,
-  // src/model/attention_override.h). take_prefill is
-  // take_context(model.n_past(), Model::read_kv).
+  // src/model/attention_override.h), each layer read in pieces of
+  // kContextPiece positions. take_prefill is take_context(model.n_past(),
+  // Model::read_kv).
   using KvReader = topkv::KvReader;
   virtual void take_context(int64_t n, const KvReader& read);
   // take_context while a chunked prefill runs (the index build overlapped
   // with the prefill): begin_context(n) before it, absorb(upto, read) after
-  // each chunk — read(layer, from, k, v) gives the layer's positions [from,
-  // upto) as [kv][upto - from][head_dim], e.g. Model::read_kv(layer, k, v,
-  // from) — and end_context() after the last. Each index clusters its blocks
-  // on the host's threads as they complete (KvIndex::begin_build), while the
-  // device prefills; end_context finishes. The result equals take_context's.
-  using KvRangeReader = std::function<void(int layer, int64_t from, std::vector<float>& k, std::vector<float>& v)>;
+  // each chunk — read(layer, from, upto - from, k, v) gives the layer's new
+  // positions, e.g. Model::read_kv(layer, k, v, from, upto - from) — and
+  // end_context() after the last. Each index clusters its blocks on the
+  // host's threads as they complete (KvIndex::begin_build), while the device
+  // prefills; end_context finishes. The result equals take_context's.
   void begin_context(int64_t n);
-  void absorb(int64_t upto, const KvRangeReader& read);
+  void absorb(int64_t upto, const KvReader& read);
   void end_context();
   // While begin_context ... end_context runs, the positions absorbed so far are
   // the past of the model's prefill rings (KvPastSource, src/model/kv_past.h;

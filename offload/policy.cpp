@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -71,6 +72,35 @@ void set_device_table_spec(OffloadPolicy& p, const std::string& spec) {
 
 std::string device_table_spec(const OffloadPolicy& p) {
   return p.device_table_by_budget ? "auto" : dtype_name(p.device_table_type);
+}
+
+DType OffloadPolicy::store_dtype_of(int layer) const {
+  const auto it = store_dtype_at.find(layer);
+  return it == store_dtype_at.end() ? store_dtype : it->second;
+}
+
+void set_store_type_at(OffloadPolicy& p, const std::string& spec) {
+  std::map<int, DType> at;
+  if (!spec.empty())
+    for (const std::string& item : split_list(spec)) {
+      const size_t eq = item.find('=');
+      int layer = -1;
+      const char* end = item.data() + std::min(eq, item.size());
+      const auto [ptr, ec] = std::from_chars(item.data(), end, layer);
+      TOPKV_CHECK(eq != std::string::npos && ec == std::errc() && ptr == end && layer >= 0 && eq + 1 < item.size(),
+                  "store types per layer are written LAYER=TYPE[,LAYER=TYPE...] with layers counted from 0, e.g. "
+                  "0=f16 (got '{}' in '{}')", item, spec);
+      TOPKV_CHECK(!at.count(layer), "--store-type-at names layer {} twice ('{}')", layer, spec);
+      at[layer] = parse_store_dtype(item.substr(eq + 1));
+    }
+  p.store_dtype_at = std::move(at);
+}
+
+std::string store_type_at_spec(const OffloadPolicy& p) {
+  std::string s;
+  for (const auto& [layer, type] : p.store_dtype_at)
+    s += fmt::format("{}{}={}", s.empty() ? "" : ",", layer, dtype_name(type));
+  return s;
 }
 
 std::string DeviceTableChoice::name() const {
@@ -178,9 +208,15 @@ void OffloadPolicy::validate() const {
   TOPKV_CHECK(sinks >= 0 && sinks <= kMaxTokens, "--sinks must be in [0, {}] (got {})", kMaxTokens, sinks);
   TOPKV_CHECK(window >= 1 && window <= kMaxTokens, "--window must be at least 1 token and at most {} (got {})", kMaxTokens,
               window);
-  TOPKV_CHECK(store_dtype == DType::F16 || store_dtype == DType::BF16 || store_dtype == DType::F8E4M3 ||
-                  store_dtype == DType::Q8_0,
-              "the host KV store holds f16, bf16, f8 or q8_0 (got {})", dtype_name(store_dtype));
+  const auto store_type_ok = [](DType t) {
+    return t == DType::F16 || t == DType::BF16 || t == DType::F8E4M3 || t == DType::Q8_0;
+  };
+  TOPKV_CHECK(store_type_ok(store_dtype), "the host KV store holds f16, bf16, f8 or q8_0 (got {})",
+              dtype_name(store_dtype));
+  for (const auto& [layer, type] : store_dtype_at)
+    TOPKV_CHECK(layer >= 0 && layer < kMaxLayers && store_type_ok(type),
+                "--store-type-at: layer {} must be in [0, {}) and its store f16, bf16, f8 or q8_0 (got {})", layer,
+                kMaxLayers, dtype_name(type));
   TOPKV_CHECK(device_fold >= 1 && device_fold <= kMaxTokens, "--device-fold must be at least 1 row and at most {} (got {})",
               kMaxTokens, device_fold);
   TOPKV_CHECK(store_cache >= -1, "store_cache must be -1 (auto), 0 (off) or a size in bytes (got {})", store_cache);
@@ -261,6 +297,7 @@ void OffloadPolicy::apply_json(const std::string& text, const std::string& origi
       else if (key == "sinks") sinks = json_int<int>(v, key);
       else if (key == "window") window = json_int<int>(v, key);
       else if (key == "store_type") store_dtype = parse_store_dtype(json_str(v, key));
+      else if (key == "store_type_at") set_store_type_at(*this, json_str(v, key));
       else if (key == "stage_rows") stage_rows = json_bool(v, key);
       else if (key == "search_on") search_on = parse_search_on(json_str(v, key));
       else if (key == "device_table_type") set_device_table_spec(*this, json_str(v, key));
@@ -323,6 +360,7 @@ std::string OffloadPolicy::to_json() const {
                       {"sinks", sinks},
                       {"window", window},
                       {"store_type", dtype_name(store_dtype)},
+                      {"store_type_at", store_type_at_spec(*this)},
                       {"stage_rows", stage_rows},
                       {"search_on", search_on_name(search_on)},
                       {"device_table_type", device_table_spec(*this)},

@@ -3,6 +3,7 @@
 // Everything here can come from the command line or a JSON config file.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -62,7 +63,16 @@ struct OffloadPolicy {
   int dense_layers = 0;         // the first N layers stay dense (as Quest does)
   int sinks = 4;                // attention sinks kept with the window (StreamingLLM / DuoAttention)
   int window = 256;             // recent tokens kept exactly (GPU-resident in the CUDA runtime)
-  DType store_dtype = DType::F16;  // host store element type: f16, bf16 or f8 (E4M3: half the bytes)
+  DType store_dtype = DType::F16;  // host store element type: f16, bf16, q8_0 or f8 (E4M3: half the bytes)
+  // Layers (model layer index) whose host store takes another type than
+  // store_dtype, written "0=f16,8=f16" wherever it is text (--store-type-at,
+  // JSON "store_type_at", packs). For keys with outlier dimensions that no
+  // 8-bit type keeps: with every layer of Qwen2.5-Coder in q8_0 the top-k
+  // attention error is 1.12-1.21x f16's, most of it layer 0's (3.7-8.9x there);
+  // docs/AS_BUILT.md, "A store type per layer". Each named layer must be one
+  // the top-k runtime serves (OffloadRuntime checks it against the model).
+  std::map<int, DType> store_dtype_at;
+  DType store_dtype_of(int layer) const;  // store_dtype_at's type for the layer, else store_dtype
   // CUDA runtime: false = kernels read retrieved rows in place from the pinned
   // host store over PCIe; true = the host copies them into a pinned staging
   // buffer sent in one copy (needed when the store is not pinned, e.g. a
@@ -138,6 +148,11 @@ std::string k_schedule_spec(const OffloadPolicy& p);
 // both fields from it; device_table_spec writes them back the same way.
 void set_device_table_spec(OffloadPolicy& p, const std::string& spec);
 std::string device_table_spec(const OffloadPolicy& p);
+// The per-layer store types as text: "" (none) or "L=TYPE[,L=TYPE...]"
+// (layers in order, each once). set_store_type_at replaces store_dtype_at
+// with the spec's; store_type_at_spec writes it back the same way.
+void set_store_type_at(OffloadPolicy& p, const std::string& spec);
+std::string store_type_at_spec(const OffloadPolicy& p);
 // k as text: "64", or "2% of the context within [64, 1024]".
 std::string k_spec(const OffloadPolicy& p);
 const char* search_on_name(SearchOn s);

@@ -218,6 +218,7 @@ std::vector<ModelCase> model_cases() {
   l.synth.ffn = 256, l.synth.vocab = 1024;
   l.policy.attn = AttnMode::TopK, l.policy.index = "quest:page=4", l.policy.search.k = 12, l.policy.dense_layers = 1;
   l.policy.sinks = 3, l.policy.window = 6, l.policy.store_dtype = DType::BF16;
+  set_store_type_at(l.policy, "2=q8_0");  // layer 1 in bf16, layer 2 in q8_0: each restored at its own type
   ModelCase d = l;  // --attn dense: every layer's cache in the pack
   d.name = "llama-dense", d.policy = OffloadPolicy{}, d.heads_tsv.clear();
   return {g, l, d};
@@ -346,6 +347,7 @@ TEST_CASE("a context pack refuses another model, a changed build-time policy and
       {[](OffloadPolicy& p) { p.index = "hnswlib"; }, "holds the indexes multipole, flat, not hnswlib"},
       {[](OffloadPolicy& p) { p.dense_layers = 1; }, "--dense-layers"},
       {[](OffloadPolicy& p) { p.store_dtype = DType::BF16; }, "--store-type"},
+      {[](OffloadPolicy& p) { set_store_type_at(p, "0=f16"); }, "--store-type-at (none); this run asks for 0=f16"},
       {[](OffloadPolicy& p) { p.heads_file = "duo.tsv"; }, "--heads (none); this run asks for duo.tsv"},
       {[](OffloadPolicy& p) { p.attn = AttnMode::Dense; }, "drop --attn dense"},
   };

@@ -124,6 +124,11 @@ TEST_CASE("synthetic fill: write_kv / read_kv round trip, sliding rings wrap rig
     CHECK(max_diff(k, k0) <= (dt == DType::F32 ? 0.0 : 1e-2 * (1 + std::fabs(*std::max_element(k0.begin(), k0.end())))));
     CHECK(max_diff(v, v0) <= (dt == DType::F32 ? 0.0 : 1e-2));
     CHECK_THROWS_WITH(m.read_kv(0, k, v), Catch::Contains("sliding window"));  // a ring of 16 slots
+    std::vector<float> ks, vs, kw;  // a range of positions: the same rows as the whole read's
+    m.read_kv(2, ks, vs, 101, 57);
+    test::slice_positions(k, n, cfg.head_dim, 101, 57, kw);
+    CHECK(max_diff(ks, kw) == 0.0);
+    CHECK_THROWS_WITH(m.read_kv(2, ks, vs, 290, 11), Catch::Contains("cannot read positions 290..301"));
   }
   // Each layer has its own data; the synthetic generator at t0 = 0 is generate_synthetic's.
   std::vector<float> ka, va, kb, vb;
@@ -168,4 +173,31 @@ TEST_CASE("synthetic fill: write_kv / read_kv round trip, sliding rings wrap rig
     CHECK(max_diff(lb, lc) < 1e-3);
     tok = argmax(la);
   }
+}
+
+TEST_CASE("the synthetic reader's pieces continue each other: one read of the layer, bit for bit") {
+  test::TempDir dir("topkv_test_synthetic_pieces");
+  auto file = tiny("gemma3", dir);
+  const ModelConfig cfg = read_model_config(*file);
+  const int64_t n = 2 * kContextPiece + 8929;  // two whole pieces and an odd one
+  const SyntheticFill fill(cfg, n, /*seed=*/3, /*progress=*/false);
+  const KvReader read = fill.reader();
+  for (int il : {2, 5}) {
+    CAPTURE(il);
+    std::vector<float> k0, v0, k, v, kw;
+    fill.read(il, 0, n, k0, v0);
+    for (int64_t t0 = 0; t0 < n; t0 += kContextPiece) {
+      const int64_t m = std::min(kContextPiece, n - t0);
+      read(il, t0, m, k, v);
+      test::slice_positions(k0, n, cfg.head_dim, t0, m, kw);
+      CHECK(max_diff(k, kw) == 0.0);
+      test::slice_positions(v0, n, cfg.head_dim, t0, m, kw);
+      CHECK(max_diff(v, kw) == 0.0);
+    }
+  }
+  // A piece that does not continue the layer's last read would be a fresh
+  // draw of the topic, another context: refused.
+  std::vector<float> k, v;
+  read(2, 0, kContextPiece, k, v);
+  CHECK_THROWS_WITH(read(2, 2 * kContextPiece, 10, k, v), Catch::Contains("continue each other"));
 }

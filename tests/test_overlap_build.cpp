@@ -35,6 +35,7 @@ TEST_CASE("the index build overlapped with the prefill equals the build after it
       // (not hnswlib: its multi-threaded inserts make two builds differ anyway)
       {"multipole:block=64,ratio=8", 1, 4, 64, 9},  // shorter than sinks + window: no store
       {"multipole:block=1000", 1, 4, 32, 400},      // one block: built at the end
+      {"quest:page=16", 1, 2, 16, 140001},          // take_context reads 65,536 positions at a time
   };
   std::mt19937 rng(11);
   for (const Case& c : cases) {
@@ -50,21 +51,12 @@ TEST_CASE("the index build overlapped with the prefill equals the build after it
       vs.push_back(randn((size_t)c.kv * c.n * c.d, rng));
     }
     OffloadRuntime after(cfg, pol, false), during(cfg, pol, false);
-    after.take_context(c.n, [&](int il, std::vector<float>& k, std::vector<float>& v) { k = ks[il], v = vs[il]; });
+    after.take_context(c.n, test::whole_context_reader(ks, vs, c.n, c.d));
     during.begin_context(c.n);
     std::uniform_int_distribution<int64_t> chunk(1, 37);
     for (int64_t done = 0; done < c.n;) {
       const int64_t upto = std::min(c.n, done + chunk(rng));
-      during.absorb(upto, [&](int il, int64_t from, std::vector<float>& k, std::vector<float>& v) {
-        const int64_t m = upto - from;
-        k.resize((size_t)c.kv * m * c.d), v.resize(k.size());
-        for (int h = 0; h < c.kv; ++h)
-          for (int64_t t = 0; t < m; ++t)
-            for (int j = 0; j < c.d; ++j) {
-              k[((size_t)h * m + t) * c.d + j] = ks[il][((size_t)h * c.n + from + t) * c.d + j];
-              v[((size_t)h * m + t) * c.d + j] = vs[il][((size_t)h * c.n + from + t) * c.d + j];
-            }
-      });
+      during.absorb(upto, test::whole_context_reader(ks, vs, c.n, c.d));
       done = upto;
     }
     during.end_context();
@@ -126,7 +118,7 @@ TEST_CASE("the k-means place lloyd clusters with the GPU engine's twin on the ho
     ks.push_back(randn((size_t)2 * n * 32, rng, 0.3f));
     vs.push_back(randn(ks.back().size(), rng));
   }
-  const auto read = [&](int il, std::vector<float>& k, std::vector<float>& v) { k = ks[il], v = vs[il]; };
+  const KvReader read = test::whole_context_reader(ks, vs, n, 32);
   for (const char* index : {"multipole:block=200,ratio=8", "centroid:block=128"}) {
     CAPTURE(index);
     OffloadPolicy pol;
@@ -170,7 +162,8 @@ TEST_CASE("a runtime's index builds take their share of the run's threads") {
     std::vector<float> k = randn((size_t)c.kv * n * 16, rng), v = randn(k.size(), rng);
     ScopedOmpThreads threads(c.threads);
     OffloadRuntime rt(cfg, pol, false);
-    rt.take_context(n, [&](int, std::vector<float>& ko, std::vector<float>& vo) { ko = k, vo = v; });
+    const std::vector<std::vector<float>> ks(3, k), vs(3, v);
+    rt.take_context(n, test::whole_context_reader(ks, vs, n, 16));
     for (int il : rt.retrieval_layers())
       for (int h = 0; h < c.kv; ++h) CHECK(rt.layer(il)->index(h)->build_threads() == c.want);
   }

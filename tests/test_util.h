@@ -16,8 +16,30 @@
 #include <vector>
 
 #include "src/common/dtype.h"
+#include "src/model/attention_override.h"
 
 namespace topkv::test {
+
+// Positions [t0, t0 + m) of a context held whole as [kv][n][d], as a
+// KvReader gives them: [kv][m][d].
+inline void slice_positions(const std::vector<float>& all, int64_t n, int d, int64_t t0, int64_t m,
+                            std::vector<float>& out) {
+  const size_t kv = all.size() / ((size_t)n * d), row = (size_t)d;
+  out.resize(kv * (size_t)m * row);
+  for (size_t h = 0; h < kv; ++h)
+    std::copy_n(all.begin() + (ptrdiff_t)((h * n + t0) * row), (size_t)m * row,
+                out.begin() + (ptrdiff_t)(h * m * row));
+}
+
+// A KvReader (src/model/attention_override.h) over whole contexts held per
+// layer as [kv][n][d].
+inline KvReader whole_context_reader(const std::vector<std::vector<float>>& ks,
+                                   const std::vector<std::vector<float>>& vs, int64_t n, int d) {
+  return [&ks, &vs, n, d](int il, int64_t t0, int64_t m, std::vector<float>& k, std::vector<float>& v) {
+    slice_positions(ks[(size_t)il], n, d, t0, m, k);
+    slice_positions(vs[(size_t)il], n, d, t0, m, v);
+  };
+}
 
 // n_rows rows of d fp32 values as a host store of type t gives them back
 // (row by row: a Q8_0 row is its own blocks).

@@ -152,7 +152,7 @@ void check_memory_plan(const GgufFile& file, const ModelConfig& cfg, const Offlo
   MemoryPlanInput mi;
   if (runtime) mi.device_lines = runtime->device_plan(mo.n_ctx);
   mi.cfg = &cfg, mi.policy = &policy, mi.context = mo.n_ctx, mi.max_chunk = mo.max_chunk;
-  mi.kv_dtype = mo.kv_dtype, mi.store_dtype = policy.store_dtype, mi.from_pack = from_pack;
+  mi.kv_dtype = mo.kv_dtype, mi.from_pack = from_pack;
   mi.retrieval_rings = mo.host_kv_past;
   mi.extra_indexes = extra_indexes;
   mi.weight_bytes = (double)file.file_size();  // quant: the mapped file becomes resident

@@ -176,8 +176,9 @@ void run_info(const std::string& path, bool verify) {
                              rope.value("base", 0.0)));
   line("context", fmt::format("{} tokens", pack.n_tokens()));
   if (pack.topk()) {
-    line("fixed", fmt::format("attn topk, sinks {}, window {}, dense layers {}, store {}{}", p.sinks, p.window,
-                              p.dense_layers, dtype_name(p.store_dtype),
+    const std::string at = store_type_at_spec(p);
+    line("fixed", fmt::format("attn topk, sinks {}, window {}, dense layers {}, store {}{}{}", p.sinks, p.window,
+                              p.dense_layers, dtype_name(p.store_dtype), at.empty() ? "" : " (layers " + at + ")",
                               p.heads_file.empty() ? "" : ", heads " + p.heads_file));
     line("indexes", fmt::format("{} (generate --index picks one; the first by default)",
                                 fmt::join(pack.indexes(), ", ")));

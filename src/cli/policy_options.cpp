@@ -62,6 +62,12 @@ void add_policy_options(CLI::App* cmd, const std::shared_ptr<PolicyArgs>& a) {
                   "rounding per element, which breaks keys with outlier dimensions: Qwen2.5-1.5B at 16K scores "
                   "0.76 of dense with f8, 1.00 with q8_0)")
       ->group(g)->check(CLI::IsMember({"f16", "bf16", "f8", "q8_0"}));
+  cmd->add_option("--store-type-at", a->store_type_at, "Host store types per layer, over --store-type: "
+                  "LAYER=TYPE[,LAYER=TYPE...], layers counted from 0, e.g. `--store-type q8_0 --store-type-at 0=f16`. "
+                  "For layers whose keys have outlier dimensions that no 8-bit type keeps: Qwen2.5-Coder's layer 0 "
+                  "holds 7-9x f16's top-k attention error in q8_0 (1.5B), the 0.5B's layers 0 and 8 too; every "
+                  "other layer matches f16 within 2%. Each layer named must be a full-context layer of the model")
+      ->group(g);
   cmd->add_flag("--stage-rows", p.stage_rows, "CUDA: copy retrieved rows into a staging buffer on the host and "
                 "send them in one copy, instead of the GPU reading them in place from pinned host memory. The "
                 "store then needs no pinning: from a context pack it is used in place (a much faster start at "
@@ -167,6 +173,7 @@ OffloadPolicy PolicyArgs::resolve(const CLI::App& cmd, const OffloadPolicy& base
   if (given("--sinks")) out.sinks = policy.sinks;
   if (given("--window")) out.window = policy.window;
   if (given("--store-type")) out.store_dtype = parse_store_dtype(store_type);
+  if (given("--store-type-at")) set_store_type_at(out, store_type_at);
   if (given("--stage-rows")) out.stage_rows = policy.stage_rows;
   if (given("--search-on")) out.search_on = parse_search_on(search_on);
   if (given("--build-on")) out.build_on = parse_build_on(build_on);

@@ -17,7 +17,7 @@ OffloadPolicy cli_default_policy();
 
 struct PolicyArgs {
   OffloadPolicy policy;
-  std::string config, attn, k_schedule, gqa, store_type, search_on, build_on, device_table_type, store_cache;
+  std::string config, attn, k_schedule, gqa, store_type, store_type_at, search_on, build_on, device_table_type, store_cache;
   std::vector<std::string> indexes;  // --index values, in the order given
   // Every index spec those name (split_index_specs of each), in order.
   std::vector<std::string> index_specs() const;

@@ -18,8 +18,8 @@ namespace topkv {
 // indexed) and serves any count, as the model holds every layer's KV of the
 // prompt (ContextPack::policy_for_run's model_holds_context).
 std::string build_key(const OffloadPolicy& p) {
-  return fmt::format("{}|sinks={}|window={}|store={}|heads={}:{}:{}|build_on={}", canonical_spec(p.index), p.sinks,
-                     p.window, dtype_name(p.store_dtype), p.heads_file, p.heads_threshold, p.heads_sparsity,
+  return fmt::format("{}|sinks={}|window={}|store={}:{}|heads={}:{}:{}|build_on={}", canonical_spec(p.index),
+                     p.sinks, p.window, dtype_name(p.store_dtype), store_type_at_spec(p), p.heads_file, p.heads_threshold, p.heads_sparsity,
                      build_on_name(p.build_on));
 }
 

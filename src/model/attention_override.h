@@ -12,13 +12,20 @@ namespace topkv {
 
 class Model;
 
-// Any source of a context's keys and values: read(model_layer, k, v) fills k
-// and v with fp32 [n_head_kv][n][head_dim] (post-RoPE keys) of positions
-// [0, n) of that layer — Model::read_kv after a prefill, or synthetic data
-// (bench/synthetic_fill.h). Overrides take their context through it
-// (take_context), so every fill path works for each of them. It may be called
-// for several layers at once from different threads.
-using KvReader = std::function<void(int layer, std::vector<float>& k, std::vector<float>& v)>;
+// Any source of a context's keys and values: read(model_layer, t0, m, k, v)
+// fills k and v with fp32 [n_head_kv][m][head_dim] (post-RoPE keys) of
+// positions [t0, t0 + m) of that layer — Model::read_kv after a prefill, or
+// synthetic data (bench/synthetic_fill.h). Overrides take their context
+// through it (take_context) in pieces of positions, so a layer of a 1M
+// context is never copied whole (8 GiB of fp32 at the Llama-3-8B geometry),
+// and every fill path works for each of them. It may be called for several
+// layers at once from different threads.
+using KvReader = std::function<void(int layer, int64_t t0, int64_t m, std::vector<float>& k, std::vector<float>& v)>;
+// The positions an override's take_context reads at a time (the last piece
+// may be shorter): 512 MiB of fp32 K and V at the Llama-3-8B geometry. A
+// multiple of the synthetic generator's super-block, whose pieces then
+// continue each other bit for bit (bench/synthetic.h).
+inline constexpr int64_t kContextPiece = 65536;
 
 class AttentionOverride {
  public:

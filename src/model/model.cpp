@@ -407,16 +407,19 @@ void Model::set_n_past(int64_t n) {
   n_past_ = n;
 }
 
-void Model::read_kv(int il, std::vector<float>& k, std::vector<float>& v, int64_t from) const {
+void Model::read_kv(int il, std::vector<float>& k, std::vector<float>& v, int64_t from, int64_t count) const {
   TOPKV_CHECK(il >= 0 && il < cfg_.n_layer, "layer {} is out of range (0..{})", il, cfg_.n_layer - 1);
   const KvLayerCache& c = cache_[(size_t)il];
-  TOPKV_CHECK(c.capacity > 0 || n_past_ == from, "layer {} has no KV cache to read (an attention override holds "
-              "its keys)", il);
   TOPKV_CHECK(from >= 0 && from <= n_past_, "cannot read positions from {}: the cache holds {}", from, n_past_);
+  if (count < 0) count = n_past_ - from;
+  TOPKV_CHECK(count <= n_past_ - from, "cannot read positions {}..{}: the cache holds {}", from, from + count,
+              n_past_);
+  TOPKV_CHECK(c.capacity > 0 || count == 0, "layer {} has no KV cache to read (an attention override holds "
+              "its keys)", il);
   TOPKV_CHECK(n_past_ - from <= c.capacity, "layer {} keeps only its last {} positions ({}); positions from {} "
               "cannot be read back", il, c.capacity, c.ring ? "a prefill ring: the top-k runtime's stores hold the "
               "rest" : "sliding window", from);
-  const size_t hd = (size_t)c.head_dim, n = (size_t)(n_past_ - from), es = dtype_size(c.dtype);
+  const size_t hd = (size_t)c.head_dim, n = (size_t)count, es = dtype_size(c.dtype);
   k.resize((size_t)c.n_kv_heads * n * hd);
   v.resize(k.size());
   if (n == 0) return;

@@ -123,10 +123,11 @@ class Model {
   // (the offloaded top-k runtime); null restores dense attention. Set it after
   // the prompt is prefilled and ov->take_prefill(*this) has run.
   void set_attention_override(AttentionOverride* ov) { override_ = ov; }
-  // The keys and values of positions [from, n_past()), as fp32
-  // [n_head_kv][n_past - from][head_dim] in host memory. A sliding-window
-  // layer's ring keeps only its last positions: `from` must be among them.
-  void read_kv(int layer, std::vector<float>& k, std::vector<float>& v, int64_t from = 0) const;
+  // The keys and values of positions [from, from + count) (count -1: to
+  // n_past()), as fp32 [n_head_kv][count][head_dim] in host memory. A
+  // sliding-window layer's ring keeps only its last positions: `from` must be
+  // among them.
+  void read_kv(int layer, std::vector<float>& k, std::vector<float>& v, int64_t from = 0, int64_t count = -1) const;
   // Frees the cache of a layer the override now serves (after take_prefill):
   // its keys live in the override from then on, so the backend memory is given
   // back. Attending that layer without the override afterwards is an Error.

@@ -32,12 +32,13 @@ inline void round_through(DType t, std::vector<float>& v) { v = through_store(t,
 // fp32 ring equal the CPU's f16 store rows.
 struct RandomContext {
   std::vector<std::vector<float>> k, v;
-  KvReader reader() const {
-    return [this](int il, std::vector<float>& kk, std::vector<float>& vv) { kk = k[(size_t)il], vv = v[(size_t)il]; };
-  }
+  int64_t n = 0;
+  int head_dim = 0;
+  KvReader reader() const { return whole_context_reader(k, v, n, head_dim); }
 };
 inline RandomContext random_context(const ModelConfig& cfg, int64_t n, bool f16_exact, std::mt19937& rng) {
   RandomContext c;
+  c.n = n, c.head_dim = cfg.head_dim;
   c.k.resize((size_t)cfg.n_layer), c.v.resize((size_t)cfg.n_layer);
   for (int il = 0; il < cfg.n_layer; ++il) {
     c.k[(size_t)il] = randn((size_t)cfg.n_head_kv * n * cfg.head_dim, rng, 1.f, 0.3f);

@@ -158,7 +158,8 @@ TEST_CASE("row_list_attention + merge_partials match partial_add on the same row
 TEST_CASE("GpuOffloadRuntime serves the CPU OffloadRuntime's attention, step by step", "[offload]") {
   auto& be = cuda_be();
   OpSummary sum("offloaded attention vs CPU runtime", 2e-5);
-  struct Case { std::string index; bool stage; int hd, heads, kv, n, window, sinks, k; DType store = DType::F16; };
+  struct Case { std::string index; bool stage; int hd, heads, kv, n, window, sinks, k; DType store = DType::F16;
+                std::string at = ""; };
   const std::vector<Case> cases = {
       {"flat", false, 64, 8, 2, 300, 8, 2, 12},          {"multipole", true, 128, 4, 1, 2000, 16, 4, 64},
       {"multipole:levels=2", false, 256, 4, 1, 5000, 32, 4, 128}, {"quest:page=4", false, 128, 8, 8, 700, 8, 0, 40},
@@ -170,14 +171,18 @@ TEST_CASE("GpuOffloadRuntime serves the CPU OffloadRuntime's attention, step by 
       {"multipole", false, 64, 14, 2, 1500, 16, 4, 64, DType::Q8_0},
       {"flat", true, 128, 12, 2, 400, 8, 2, 20, DType::Q8_0},
       {"quest:page=4", false, 256, 8, 1, 900, 8, 4, 40, DType::Q8_0},
+      // a store type per layer (--store-type-at): each layer's rows read at its own type
+      {"quest:page=4", false, 128, 8, 2, 700, 8, 2, 40, DType::Q8_0, "0=f16"},
+      {"flat", true, 128, 12, 2, 400, 8, 2, 20, DType::Q8_0, "1=bf16"},
   };
   for (const Case& c : cases) {
-    CAPTURE(c.index, c.stage, c.hd, c.heads, c.kv, c.n, dtype_name(c.store));
+    CAPTURE(c.index, c.stage, c.hd, c.heads, c.kv, c.n, dtype_name(c.store), c.at);
     const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = c.k, pol.sinks = c.sinks, pol.window = c.window;
     pol.search.rerank = 1;  // the plain lookup (rerank: test_gpu_search)
     pol.stage_rows = c.stage, pol.store_dtype = c.store;
+    set_store_type_at(pol, c.at);
     pol.search_on = SearchOn::Host;  // the host's search; tests/gpu/test_gpu_search.cpp checks the device's
     pol.build_on = BuildOn::Host;    // Faiss's k-means, as the reference's (the engine: test_gpu_search)
     OffloadRuntime ref(cfg, pol, false);

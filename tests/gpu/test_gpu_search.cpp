@@ -594,19 +594,23 @@ TEST_CASE("The store cache serves the same attention as reading the host store",
   auto& be = cuda_be();
   // part: the limited cache's rows (one store's first chunk: its second is
   // read from the host; one grain: the first store only).
-  struct Case { std::string index; int hd, heads, kv; int64_t n; int window, fold; int64_t part; DType store = DType::F16; };
+  struct Case { std::string index; int hd, heads, kv; int64_t n; int window, fold; int64_t part; DType store = DType::F16;
+                std::string at = ""; };
   const std::vector<Case> cases = {{"quest", 128, 8, 2, 70000, 64, 300, RowStore::kChunkRows},
                                    {"multipole", 64, 4, 1, 3000, 16, 7, DeviceStoreCache::kGrain},
                                    {"centroid", 256, 8, 1, 1500, 32, 40, DeviceStoreCache::kGrain},
                                    {"multipole", 128, 8, 2, 2500, 16, 20, DeviceStoreCache::kGrain, DType::F8E4M3},
-                                   {"quest", 64, 14, 2, 2500, 16, 20, DeviceStoreCache::kGrain, DType::Q8_0}};
+                                   {"quest", 64, 14, 2, 2500, 16, 20, DeviceStoreCache::kGrain, DType::Q8_0},
+                                   // a store type per layer: the search reads each layer's rows at its type
+                                   {"quest", 128, 8, 2, 2500, 16, 20, DeviceStoreCache::kGrain, DType::Q8_0, "1=f16"}};
   for (const Case& c : cases) {
-    CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, dtype_name(c.store));
+    CAPTURE(c.index, c.hd, c.heads, c.kv, c.n, dtype_name(c.store), c.at);
     const ModelConfig cfg = runtime_test_config(2, c.heads, c.kv, c.hd);
     OffloadPolicy pol;
     pol.attn = AttnMode::TopK, pol.index = c.index, pol.search.k = 96, pol.sinks = 4, pol.window = c.window;
     pol.search.rerank = 1;  // the plain lookup (rerank: the runtime case above)
     pol.search_on = SearchOn::Gpu, pol.device_fold = c.fold, pol.sync_folds = true, pol.store_dtype = c.store;
+    set_store_type_at(pol, c.at);
     const int64_t part_bytes = c.part * (int64_t)dtype_bytes(c.store, (size_t)c.hd);
     std::vector<std::unique_ptr<OffloadRuntime>> rts;
     for (int64_t limit : {int64_t(0), int64_t(-1), part_bytes}) {
@@ -614,9 +618,19 @@ TEST_CASE("The store cache serves the same attention as reading the host store",
       p.store_cache = limit;
       rts.push_back(make_gpu_offload_runtime(be, cfg, p, false));
     }
+    // With a store type per layer (types c.store and f16 only), a runtime of
+    // each type alone: a layer attends as the one of its type, bit for bit.
+    std::vector<std::unique_ptr<OffloadRuntime>> alone;
+    if (!c.at.empty())
+      for (DType t : {c.store, DType::F16}) {
+        OffloadPolicy p = pol;
+        p.store_dtype = t, p.store_dtype_at.clear();
+        alone.push_back(make_gpu_offload_runtime(be, cfg, p, false));
+      }
     std::mt19937 rng(3);
     const RandomContext ctx = random_context(cfg, c.n, false, rng);
     for (auto& rt : rts) rt->take_context(c.n, ctx.reader());
+    for (auto& rt : alone) rt->take_context(c.n, ctx.reader());
     const size_t qn = (size_t)cfg.n_head * c.hd, kn = (size_t)c.kv * c.hd;
     Buffer dq = be.alloc(qn * 4), dk = be.alloc(kn * 4), dv = be.alloc(kn * 4), dout = be.alloc(qn * 4);
     const int steps = 2 * c.fold + 6;  // past the cache's start and through folds
@@ -633,6 +647,10 @@ TEST_CASE("The store cache serves the same attention as reading the host store",
         }
         REQUIRE(outs[1] == outs[0]);
         REQUIRE(outs[2] == outs[0]);
+        for (size_t a = 0; a < alone.size(); ++a) {
+          alone[a]->decode_attention_device(il, dq.f32(), dk.f32(), dv.f32(), c.n + step, 0.1f, dout.f32());
+          if ((a == 0 ? c.store : DType::F16) == pol.store_dtype_of(il)) REQUIRE(download(be, dout, qn) == outs[0]);
+        }
       }
     const OffloadStats &off = rts[0]->stats(), &all = rts[1]->stats(), &part = rts[2]->stats();
     CHECK(off.device_store_bytes == 0);

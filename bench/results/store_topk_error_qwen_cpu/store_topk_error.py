@@ -8,7 +8,11 @@ the stored keys (the oracle top-k: what an index approximates, the same for ever
 one softmax over sinks + selected + window and the stored values. The error is the relative L2 of
 the outputs of every decode query and head against fp32 attention over all keys, per layer.
 
-    store_topk_error.py KV.safetensors [--k 0.02,0.05] [--sinks 4] [--window 256]"""
+    store_topk_error.py KV.safetensors [--k 0.02,0.05] [--sinks 4] [--window 256] [--layout q8_0,0=f16 ...]
+
+--layout TYPE[,LAYER=TYPE...] (repeatable) adds, per k, the mean over layers of a store layout
+as `--store-type TYPE --store-type-at LAYER=TYPE...` lays it out: a layer's error in a runtime
+with a store type per layer is its error with that type alone (tests/test_store_layout.cpp)."""
 import json, struct, sys
 import numpy as np
 
@@ -46,6 +50,8 @@ cols = [f"{name}@{f:g}" for f in fractions for name, _ in stores]
 print("layer " + " ".join(f"{c:>10}" for c in cols) + "   " + " ".join(f"q8/f16@{f:g}" for f in fractions))
 worst = {f: 0.0 for f in fractions}
 ratios = {f: [] for f in fractions}
+per_layer = {f: {} for f in fractions}  # k -> store -> [error per layer]
+layouts = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "--layout"]
 for L in layers:
     K, V, Q = get(f"layer{L}.keys"), get(f"layer{L}.values"), get(f"layer{L}.queries")
     nkv, nk, d = K.shape
@@ -73,6 +79,7 @@ for L in layers:
             Ks, Vs = enc(K), enc(V)
             out = np.array([attend(Qr[t, h], h // g, Ks, Vs, k) for t in range(Qr.shape[0]) for h in range(Qr.shape[1])])
             errs[name] = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+            per_layer[f].setdefault(name, []).append(errs[name])
             row.append(errs[name])
         ratios[f].append(errs["q8_0"] / errs["f16"])
     print(f"{L:5d} " + " ".join(f"{e:10.5f}" for e in row) + "   " +
@@ -81,3 +88,10 @@ for f in fractions:
     r = np.array(ratios[f])
     print(f"# k = {f:g}: q8_0 / f16 median {np.median(r):.3f}, max {r.max():.3f} (layer {layers[int(r.argmax())]}), "
           f"layers within 1.10: {int((r <= 1.10).sum())} of {len(r)}")
+for spec in layouts:
+    base, *overrides = spec.split(",")
+    at = {int(l): t for l, t in (o.split("=") for o in overrides)}
+    for f in fractions:
+        mean = np.mean([per_layer[f][at.get(L, base)][i] for i, L in enumerate(layers)])
+        ref16 = np.mean(per_layer[f]["f16"])
+        print(f"# k = {f:g}: layout {spec}: mean over layers {mean:.4f}, f16's {ref16:.4f}, ratio {mean / ref16:.3f}")
