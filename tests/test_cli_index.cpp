@@ -225,6 +225,39 @@ TEST_CASE("a q8_0 store (--store-type q8_0): a pack of int8 rows decodes as the 
                         Catch::Contains("f8 for 8 bits"));
 }
 
+TEST_CASE("a store type per layer (--store-type-at): the pack keeps it, its decode is the run's, bad layers are refused") {
+  Fixture& f = fixture();
+  const std::string common = " -m " + f.model + " -n 12 --seed 4 --temp 0.8 -q -c 256";
+  const std::string pack = f.dir.file("at.tkv"), layout = " --store-type q8_0 --store-type-at 2=f16";
+  auto b = run_topkv("index build -m " + f.model + " -f " + f.doc + " -o " + pack + " " + kPolicy + layout + " -q");
+  INFO(b.err);
+  REQUIRE(b.rc == 0);
+  auto direct = run_topkv("generate" + common + " -f " + f.doc + " --attn topk " + kPolicy + layout);
+  auto packed = run_topkv("generate" + common + " --pack " + pack + " --json " + f.dir.file("at.json"));
+  INFO(direct.err << packed.err);
+  REQUIRE(direct.rc == 0);
+  REQUIRE(packed.rc == 0);
+  CHECK(packed.out == direct.out);
+  const auto j = nlohmann::json::parse(test::slurp(f.dir.file("at.json")));
+  CHECK(j["offload"]["policy"]["store_type"] == "q8_0");
+  CHECK(j["offload"]["policy"]["store_type_at"] == "2=f16");
+  auto info = run_topkv("index info " + pack);
+  CHECK_THAT(info.out, Catch::Contains("store q8_0 (layers 2=f16)"));
+  // The layout is fixed by the pack.
+  auto other = run_topkv("generate" + common + " --pack " + pack + " --store-type-at 5=f16");
+  CHECK(other.rc != 0);
+  CHECK_THAT(other.err, Catch::Contains("--store-type-at 2=f16; this run asks for 5=f16"));
+  // Layers 0, 1, 3, 4 of tiny gemma3 are sliding-window layers; 6 is past its last.
+  for (const char* bad : {"0=f16", "6=f16"}) {
+    auto r = run_topkv("generate" + common + " -f " + f.doc + " --attn topk " + kPolicy + " --store-type-at " + bad);
+    CHECK(r.rc != 0);
+    CHECK_THAT(r.err, Catch::Contains("is not a full-context layer of this model (those are 2, 5)"));
+  }
+  auto syntax = run_topkv("generate" + common + " -f " + f.doc + " --attn topk " + kPolicy + " --store-type-at 2:f16");
+  CHECK(syntax.rc != 0);
+  CHECK_THAT(syntax.err, Catch::Contains("LAYER=TYPE"));
+}
+
 TEST_CASE("a dense pack decodes as a dense run, --prompts answers each question from the pack afresh") {
   Fixture& f = fixture();
   const std::string dense = f.dir.file("dense.pack");
