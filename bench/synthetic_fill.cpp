@@ -46,6 +46,9 @@ void SyntheticFill::read(int layer, int64_t t0, int64_t m, std::vector<float>& k
                          topics ? &(*topics)[(size_t)h] : nullptr);
 }
 
+static_assert(kContextPiece % kSyntheticSuperBlock == 0,
+              "take_context's pieces must start on the generator's super-blocks to continue each other bit for bit");
+
 // Each layer's topic state is carried from one read to the next, so a layer
 // read in pieces (take_context: 64K positions at a time, from 0, in order) is
 // the same context, bit for bit, as one read of [0, n): the context the
