@@ -61,9 +61,7 @@ std::string HostDenseAttention::describe() const {
 }
 
 void HostDenseAttention::take_prefill(const Model& model) {
-  take_context(model.n_past(), [&model](int il, int64_t t0, int64_t m, std::vector<float>& k, std::vector<float>& v) {
-    model.read_kv(il, k, v, t0, m);
-  });
+  take_context(model.n_past(), model.kv_reader());
 }
 
 // Layers one after another, each in pieces of kContextPiece
@@ -82,10 +80,7 @@ void HostDenseAttention::take_context(int64_t n, const KvReader& read) {
     for (int64_t t0 = 0; t0 < n; t0 += kContextPiece) {
       const int64_t m = std::min(kContextPiece, n - t0);
       const size_t per_head = (size_t)m * hd;
-      read(layers_[i], t0, m, k, v);  // [kv][m][hd]: each head's rows are already contiguous
-      TOPKV_CHECK(k.size() == kv * per_head && v.size() == k.size(),
-                  "internal: positions {}..{} of layer {} came as {} key values, expected {}", t0, t0 + m,
-                  layers_[i], k.size(), kv * per_head);
+      read_positions(read, layers_[i], t0, m, kv * hd, k, v);  // [kv][m][hd]: each head's rows contiguous
       ParallelErrors errors;  // a store past its capacity throws (src/common/parallel_errors.h)
 #pragma omp parallel for schedule(static) if (kv > 1)
       for (int h = 0; h < kv; ++h) errors.run([&] {

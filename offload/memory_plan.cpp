@@ -40,7 +40,6 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   MemoryPlan plan;
   plan.lines.push_back({"weights", in.weight_bytes, 0});
   int full = 0, sliding = 0, retrieval = 0;
-  double store_row_bytes = 0;  // K and V rows of one position, over the retrieval layers and their KV heads
   for (int il = 0; il < c.n_layer; ++il) {
     const auto& lc = c.layers[(size_t)il];
     if (lc.sliding || lc.window > 0) {
@@ -48,8 +47,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
       continue;
     }
     ++full;
-    if (topk && il >= p.dense_layers)
-      ++retrieval, store_row_bytes += 2.0 * c.n_head_kv * (double)dtype_bytes(p.store_dtype_of(il), (size_t)c.head_dim);
+    if (topk && il >= p.dense_layers) ++retrieval;
   }
   if (sliding) {
     const auto& lc = *std::find_if(c.layers.begin(), c.layers.end(), [](auto& l) { return l.window > 0; });
@@ -72,7 +70,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     const std::string at = store_type_at_spec(p);
     plan.lines.push_back({fmt::format("host KV store, {} layers x {} KV heads ({}{}{})", retrieval, c.n_head_kv,
                                       dtype_name(p.store_dtype), at.empty() ? "" : "; layers ", at),
-                          stored * store_row_bytes, 0});
+                          stored * store_bytes_per_position(c, p), 0});
     std::vector<std::string> specs{p.index};
     specs.insert(specs.end(), in.extra_indexes.begin(), in.extra_indexes.end());
     for (const std::string& spec : specs) {

@@ -108,9 +108,7 @@ OffloadedLayer::Config OffloadRuntime::layer_config(int i) const {
 }
 
 void OffloadRuntime::take_prefill(const Model& model) {
-  take_context(model.n_past(), [&model](int il, int64_t t0, int64_t m, std::vector<float>& k, std::vector<float>& v) {
-    model.read_kv(il, k, v, t0, m);
-  });
+  take_context(model.n_past(), model.kv_reader());
 }
 
 // Each layer in flight holds a piece of its context (kContextPiece
@@ -121,9 +119,8 @@ void OffloadRuntime::take_prefill(const Model& model) {
 int OffloadRuntime::layers_in_flight(int64_t n) const {
   const int nl = (int)retrieval_layers_.size();
   const double staging = 2.0 * cfg_.n_head_kv * (double)std::min(n, kContextPiece) * cfg_.head_dim * sizeof(float);
-  double stores = (double)nl * cfg_.n_head_kv * n * KvIndex::create(policy_.index)->bytes_per_key_estimate(cfg_.head_dim);
-  for (int il : retrieval_layers_)
-    stores += 2.0 * cfg_.n_head_kv * (double)n * (double)dtype_bytes(policy_.store_dtype_of(il), (size_t)cfg_.head_dim);
+  const double stores = (double)n * store_bytes_per_position(cfg_, policy_) +
+                        (double)nl * cfg_.n_head_kv * n * KvIndex::create(policy_.index)->bytes_per_key_estimate(cfg_.head_dim);
   const double avail = host_memory_available();
   int cap = std::max(1, std::min(nl, omp_get_max_threads()));
   if (avail > 0 && staging > 0) cap = (int)std::clamp((avail - stores) / staging, 1.0, (double)cap);
@@ -165,11 +162,8 @@ void OffloadRuntime::take_context(int64_t n, const KvReader& read) {
     for (int64_t t0 = 0; t0 < n; t0 += kContextPiece) {
       const int64_t m = std::min(kContextPiece, n - t0);
       Timer rt;
-      read(il, t0, m, k, v);  // [kv][m][d]
+      read_positions(read, il, t0, m, (size_t)nkv * d, k, v);  // [kv][m][d]
       read_us += (int64_t)(rt.seconds() * 1e6);
-      TOPKV_CHECK(k.size() == (size_t)nkv * m * d && v.size() == k.size(),
-                  "internal: positions {}..{} of layer {} came as {} key values, expected {}", t0, t0 + m, il,
-                  k.size(), (size_t)nkv * m * d);
       layer.prefill_rows(k.data(), v.data(), t0, m, d, (size_t)m * d);
       int64_t stored = 0;
       for (int h = 0; h < nkv; ++h) stored += layer.stored_rows(h);
@@ -196,10 +190,7 @@ void OffloadRuntime::absorb(int64_t upto, const KvReader& read) {
   if (m == 0) return;
   std::vector<float> k, v;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    read(retrieval_layers_[i], absorbed_, m, k, v);  // [kv][m][d]
-    TOPKV_CHECK(k.size() == (size_t)cfg_.n_head_kv * m * cfg_.head_dim && v.size() == k.size(),
-                "internal: positions {}..{} of layer {} came as {} key values", absorbed_, upto,
-                retrieval_layers_[i], k.size());
+    read_positions(read, retrieval_layers_[i], absorbed_, m, (size_t)cfg_.n_head_kv * cfg_.head_dim, k, v);
     layers_[i]->prefill_rows(k.data(), v.data(), absorbed_, m, (size_t)cfg_.head_dim, (size_t)m * cfg_.head_dim);
   }
   absorbed_ = upto;

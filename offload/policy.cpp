@@ -123,6 +123,13 @@ std::vector<int> offloaded_layers(const ModelConfig& cfg, int dense_layers) {
   return out;
 }
 
+double store_bytes_per_position(const ModelConfig& cfg, const OffloadPolicy& p) {
+  double bytes = 0;
+  for (int il : offloaded_layers(cfg, p.dense_layers))
+    bytes += 2.0 * cfg.n_head_kv * (double)dtype_bytes(p.store_dtype_of(il), (size_t)cfg.head_dim);
+  return bytes;
+}
+
 std::vector<int64_t> k_per_layer(int64_t k_mean, int n_layers, KSchedule schedule,
                                  const std::vector<double>& weights) {
   TOPKV_CHECK(k_mean >= 1, "k must be at least 1 (got {})", k_mean);

@@ -69,8 +69,9 @@ struct OffloadPolicy {
   // JSON "store_type_at", packs). For keys with outlier dimensions that no
   // 8-bit type keeps: with every layer of Qwen2.5-Coder in q8_0 the top-k
   // attention error is 1.12-1.21x f16's, most of it layer 0's (3.7-8.9x there);
-  // docs/AS_BUILT.md, "A store type per layer". Each named layer must be one
-  // the top-k runtime serves (OffloadRuntime checks it against the model).
+  // docs/AS_BUILT.md, "A store type per layer". Each named layer must be a
+  // full-context layer of the model (OffloadRuntime checks it); one that
+  // dense_layers keeps dense has no store and is passed over.
   std::map<int, DType> store_dtype_at;
   DType store_dtype_of(int layer) const;  // store_dtype_at's type for the layer, else store_dtype
   // CUDA runtime: false = kernels read retrieved rows in place from the pinned
@@ -169,6 +170,10 @@ int64_t parse_store_cache(const std::string& s);  // auto (-1) | off (0) | a siz
 // and stay with the model), from layer index `dense_layers` on (earlier ones
 // stay dense, as Quest does). Ascending model layer ids; may be empty.
 std::vector<int> offloaded_layers(const ModelConfig& cfg, int dense_layers);
+// Bytes the host stores (K and V, every KV head) take per stored position
+// over the top-k layers (offloaded_layers(cfg, p.dense_layers)), each at its
+// store type (store_dtype_of): the memory plan's store line per position.
+double store_bytes_per_position(const ModelConfig& cfg, const OffloadPolicy& p);
 
 // Per-layer k for `n_layers` retrieval layers with the same total as
 // k_mean x n_layers: uniform; rising linearly from the first to the last layer

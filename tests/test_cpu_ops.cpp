@@ -7,17 +7,13 @@
 #include "src/common/error.h"
 #include "src/model/backend.h"
 #include "src/model/reference.h"
+#include "tests/test_util.h"
 
 using namespace topkv;
 
-namespace {
+using test::randn;
 
-std::vector<float> randn(size_t n, std::mt19937& rng, float sd = 1.f, float mean = 0.f) {
-  std::normal_distribution<float> nd(mean, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
+namespace {
 
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());

@@ -4,8 +4,6 @@
 // layer attending as a runtime of its own type alone does, bit for bit.
 #include <catch2/catch.hpp>
 
-#include <random>
-
 #include "offload/memory_plan.h"
 #include "offload/offload_runtime.h"
 #include "offload/policy.h"
@@ -13,23 +11,8 @@
 
 using namespace topkv;
 
-namespace {
-
-std::vector<float> randn(size_t n, std::mt19937& rng, float sd = 1.f, float mean = 0.f) {
-  std::normal_distribution<float> nd(mean, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
-
-ModelConfig geometry(int layers, int heads, int kv, int d) {
-  ModelConfig c;
-  c.n_layer = layers, c.n_head = heads, c.n_head_kv = kv, c.head_dim = d, c.n_embd = heads * d;
-  c.layers.resize((size_t)layers);
-  return c;
-}
-
-}  // namespace
+using test::randn;
+using test::runtime_test_config;
 
 TEST_CASE("store types per layer: the spec's text, JSON and errors") {
   OffloadPolicy p;
@@ -61,7 +44,7 @@ TEST_CASE("store types per layer: the spec's text, JSON and errors") {
 }
 
 TEST_CASE("store types per layer: checked against the model, counted layer by layer in the memory plan") {
-  const ModelConfig cfg = geometry(4, 8, 2, 64);
+  const ModelConfig cfg = runtime_test_config(4, 8, 2, 64);
   OffloadPolicy p;
   p.attn = AttnMode::TopK, p.index = "flat", p.store_dtype = DType::Q8_0;
   set_store_type_at(p, "4=f16");  // the model has layers 0..3
@@ -81,7 +64,7 @@ TEST_CASE("store types per layer: checked against the model, counted layer by la
   OffloadPolicy odd = p;
   odd.store_dtype = DType::F16;
   set_store_type_at(odd, "2=q8_0");
-  CHECK_THROWS_WITH(OffloadRuntime(geometry(4, 8, 2, 48), odd, false),
+  CHECK_THROWS_WITH(OffloadRuntime(runtime_test_config(4, 8, 2, 48), odd, false),
                     Catch::Contains("--store-type q8_0 stores blocks of 32") && Catch::Contains("head_dim 48"));
 
   // The plan's store line: each layer at its own type.
@@ -109,7 +92,7 @@ TEST_CASE("a runtime with a store type per layer attends each layer as a runtime
   std::mt19937 rng(31);
   for (const Case& c : cases) {
     CAPTURE(c.heads, c.kv, c.d, c.n, c.index);
-    const ModelConfig cfg = geometry(3, c.heads, c.kv, c.d);
+    const ModelConfig cfg = runtime_test_config(3, c.heads, c.kv, c.d);
     OffloadPolicy base;
     base.attn = AttnMode::TopK, base.index = c.index, base.search.k = 24, base.sinks = 3, base.window = 16;
     base.build_on = BuildOn::Host;

@@ -11,14 +11,33 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "src/common/dtype.h"
 #include "src/model/attention_override.h"
+#include "src/model/model_config.h"
 
 namespace topkv::test {
+
+// n normal draws of mean `mean` and deviation `sd`.
+inline std::vector<float> randn(size_t n, std::mt19937& rng, float sd = 1.f, float mean = 0.f) {
+  std::normal_distribution<float> nd(mean, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+// A model geometry for the runtime tests: `layers` full-context layers (all
+// retrieval layers), heads / kv_heads of head_dim; no weights.
+inline ModelConfig runtime_test_config(int layers, int heads, int kv_heads, int head_dim) {
+  ModelConfig cfg;
+  cfg.n_layer = layers, cfg.n_head = heads, cfg.n_head_kv = kv_heads, cfg.head_dim = head_dim;
+  cfg.layers.resize((size_t)layers);
+  return cfg;
+}
 
 // Positions [t0, t0 + m) of a context held whole as [kv][n][d], as a
 // KvReader gives them: [kv][m][d].

@@ -19,8 +19,8 @@ namespace topkv {
 // prompt (ContextPack::policy_for_run's model_holds_context).
 std::string build_key(const OffloadPolicy& p) {
   return fmt::format("{}|sinks={}|window={}|store={}:{}|heads={}:{}:{}|build_on={}", canonical_spec(p.index),
-                     p.sinks, p.window, dtype_name(p.store_dtype), store_type_at_spec(p), p.heads_file, p.heads_threshold, p.heads_sparsity,
-                     build_on_name(p.build_on));
+                     p.sinks, p.window, dtype_name(p.store_dtype), store_type_at_spec(p), p.heads_file,
+                     p.heads_threshold, p.heads_sparsity, build_on_name(p.build_on));
 }
 
 SharedContext::SharedContext(const GgufFile& file, Model& model, std::vector<int32_t> tokens,

@@ -8,6 +8,8 @@
 #include <functional>
 #include <vector>
 
+#include "src/common/error.h"
+
 namespace topkv {
 
 class Model;
@@ -26,6 +28,15 @@ using KvReader = std::function<void(int layer, int64_t t0, int64_t m, std::vecto
 // multiple of the synthetic generator's super-block, whose pieces then
 // continue each other bit for bit (bench/synthetic.h).
 inline constexpr int64_t kContextPiece = 65536;
+// read(layer, t0, m, k, v), checked to give `values_per_position` (KV heads x
+// head_dim) values a position in each of k and v.
+inline void read_positions(const KvReader& read, int layer, int64_t t0, int64_t m, size_t values_per_position,
+                           std::vector<float>& k, std::vector<float>& v) {
+  read(layer, t0, m, k, v);
+  TOPKV_CHECK(k.size() == values_per_position * (size_t)m && v.size() == k.size(),
+              "internal: positions {}..{} of layer {} came as {} key and {} value numbers, expected {} each", t0,
+              t0 + m, layer, k.size(), v.size(), values_per_position * (size_t)m);
+}
 
 class AttentionOverride {
  public:

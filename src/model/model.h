@@ -128,6 +128,13 @@ class Model {
   // sliding-window layer's ring keeps only its last positions: `from` must be
   // among them.
   void read_kv(int layer, std::vector<float>& k, std::vector<float>& v, int64_t from = 0, int64_t count = -1) const;
+  // read_kv as a KvReader (src/model/attention_override.h), for an override's
+  // take_prefill and the overlapped build's absorb. It refers to this model.
+  KvReader kv_reader() const {
+    return [this](int il, int64_t t0, int64_t m, std::vector<float>& k, std::vector<float>& v) {
+      read_kv(il, k, v, t0, m);
+    };
+  }
   // Frees the cache of a layer the override now serves (after take_prefill):
   // its keys live in the override from then on, so the backend memory is given
   // back. Attending that layer without the override afterwards is an Error.

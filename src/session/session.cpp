@@ -35,9 +35,7 @@ std::vector<float> prefill_into(Model& model, std::span<const int32_t> ids, int 
   const int64_t base = model.n_past();
   overlap = overlap && rt && base == 0;
   if (overlap) rt->begin_context((int64_t)ids.size());
-  const auto read = [&model](int layer, int64_t from, int64_t m, std::vector<float>& k, std::vector<float>& v) {
-    model.read_kv(layer, k, v, from, m);
-  };
+  const KvReader read = model.kv_reader();
   // The model's prefill rings (ModelOptions::host_kv_past) read their past
   // from the stores the runtime fills here, chunk by chunk.
   struct PastScope {

@@ -14,6 +14,7 @@
 #include "gpu/cuda_backend.h"
 #include "gpu/cuda_backend_impl.h"
 #include "src/model/backend.h"
+#include "tests/test_util.h"  // randn
 
 namespace topkv::test {
 
@@ -25,13 +26,6 @@ inline Backend& gpu() {
 
 // The same backend as the CUDA class: its stream, scratch and the kernel-level calls.
 inline cuda::CudaBackend& cuda_be() { return dynamic_cast<cuda::CudaBackend&>(gpu()); }
-
-inline std::vector<float> randn(size_t n, std::mt19937& rng, float sd = 1.f, float mean = 0.f) {
-  std::normal_distribution<float> nd(mean, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
 
 // ||got - ref|| / ||ref|| in double; infinity when got has a NaN/inf where
 // ref is finite (an unwritten, poisoned element shows up this way).

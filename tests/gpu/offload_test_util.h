@@ -13,15 +13,6 @@
 
 namespace topkv::test {
 
-// A model geometry for the runtime tests: `layers` full-context layers (all
-// retrieval layers), heads / kv_heads of head_dim; no weights.
-inline ModelConfig runtime_test_config(int layers, int heads, int kv_heads, int head_dim) {
-  ModelConfig cfg;
-  cfg.n_layer = layers, cfg.n_head = heads, cfg.n_head_kv = kv_heads, cfg.head_dim = head_dim;
-  cfg.layers.resize((size_t)layers);
-  return cfg;
-}
-
 // Rounds v through store type t (the values a store of type t holds exactly;
 // for q8_0, v.size() a multiple of 32).
 inline void round_through(DType t, std::vector<float>& v) { v = through_store(t, v.data(), 1, v.size()); }

@@ -17,4 +17,4 @@ run() {  # name, store options
 run f16 --store-type f16
 run q8_0 --store-type q8_0
 run q8_0-l0l8f16 --store-type q8_0 --store-type-at 0=f16,8=f16
-python3 compare.py f16 q8_0 q8_0-l0l8f16 > compare.md
+python3 ../store_q8_qwen0.5b_cpu/compare.py f16 q8_0 q8_0-l0l8f16 > compare.md  # reads store_<type>.csv here
