@@ -9,6 +9,7 @@ one softmax over sinks + selected + window and the stored values. The error is t
 the outputs of every decode query and head against fp32 attention over all keys, per layer.
 
     store_topk_error.py KV.safetensors [--k 0.02,0.05] [--sinks 4] [--window 256] [--layout q8_0,0=f16 ...]
+    store_topk_error.py KV.safetensors --key-rounding     (per layer: max |k|, the keys' q8_0 / f16 rounding)
 
 --layout TYPE[,LAYER=TYPE...] (repeatable) adds, per k, the mean over layers of a store layout
 as `--store-type TYPE --store-type-at LAYER=TYPE...` lays it out: a layer's error in a runtime
@@ -45,6 +46,13 @@ def q8(x):  # d = f16(max / 127), one f16 step up where 127 d < max; codes round
 
 stores = [("f16", f16), ("q8_0", q8), ("f8", f8)]
 layers = sorted(int(k[5:-5]) for k in head if k.endswith(".keys"))
+if "--key-rounding" in sys.argv:  # per layer: max |k| and the keys' own rounding (first 512 positions of each head)
+    print("layer  max|k|  q8_0 rel L2  f16 rel L2  q8_0 / f16")
+    for L in layers:
+        K = get(f"layer{L}.keys"); X = K[:, :512].reshape(-1, K.shape[-1]); nx = np.linalg.norm(X, axis=1)
+        eq, ef = (np.mean(np.linalg.norm(enc(X) - X, axis=1) / nx) for enc in (q8, f16))
+        print(f"{L:5d} {np.abs(X).max():7.1f} {eq:12.5f} {ef:11.6f} {eq / ef:10.1f}")
+    sys.exit(0)
 print(f"# {path}: sinks {S}, window {W}, oracle top-k over the stored keys; relative L2 against fp32 over all keys")
 cols = [f"{name}@{f:g}" for f in fractions for name, _ in stores]
 print("layer " + " ".join(f"{c:>10}" for c in cols) + "   " + " ".join(f"q8/f16@{f:g}" for f in fractions))
